@@ -1,0 +1,358 @@
+//! Clocks: where limiters read the time.
+//!
+//! | clock | read cost (2-core dev VM, see BENCHMARKS.md) | precision | use it for |
+//! |---|---|---|---|
+//! | [`MonotonicClock`] | one TSC read and a multiply | nanoseconds | the default |
+//! | [`InstantClock`] | one `clock_gettime` (vDSO) | nanoseconds | when the TSC is not trusted |
+//! | [`CoarseClock`] | one atomic load | the upkeep interval you choose | the hottest paths |
+//! | [`ManualClock`] | one atomic load | exactly what the test sets | tests, simulations |
+//! | [`Nanos`] | none | frozen | explicit time (`check_n(state, n, &now)`) |
+//!
+//! Every limiter in weir is generic over its clock, so every behaviour can be tested
+//! without sleeping.
+
+use crate::Nanos;
+
+/// A source of monotonic time: [`Nanos`] since the clock's origin.
+///
+/// Limiters tolerate a clock that steps backwards: a reading earlier than one already
+/// used is treated as no time having passed (decisions are as strict as at the latest
+/// reading or stricter, never looser), never a panic.
+///
+/// ```
+/// use weir_core::{Clock, ManualClock, Nanos};
+/// use core::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let shared = clock.clone(); // clones share one time
+/// shared.advance(Duration::from_millis(5));
+/// assert_eq!(clock.now(), Nanos::new(5_000_000));
+/// ```
+pub trait Clock {
+    /// The current time.
+    fn now(&self) -> Nanos;
+}
+
+/// A frozen clock: always reads `self`. This is how explicit times are passed to
+/// algorithms that take a clock.
+impl Clock for Nanos {
+    #[inline]
+    fn now(&self) -> Nanos {
+        *self
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    #[inline]
+    fn now(&self) -> Nanos {
+        (**self).now()
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl<C: Clock + ?Sized> Clock for alloc::sync::Arc<C> {
+    #[inline]
+    fn now(&self) -> Nanos {
+        (**self).now()
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl<C: Clock + ?Sized> Clock for alloc::boxed::Box<C> {
+    #[inline]
+    fn now(&self) -> Nanos {
+        (**self).now()
+    }
+}
+
+#[cfg(feature = "alloc")]
+mod manual {
+    use crate::sync::{Arc, AtomicU64, Ordering};
+    use crate::{Clock, Nanos};
+    use core::time::Duration;
+
+    /// A clock that moves only when told to. Clones share one time, so a test can
+    /// hand a clone to a limiter (or to many threads) and advance it from outside.
+    ///
+    /// ```
+    /// use weir_core::{Clock, ManualClock, Nanos};
+    /// use core::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// assert_eq!(clock.now(), Nanos::ZERO);
+    /// clock.advance(Duration::from_secs(2));
+    /// clock.set(Nanos::new(1)); // stepping backwards is allowed, to test it
+    /// assert_eq!(clock.now(), Nanos::new(1));
+    /// ```
+    #[derive(Debug, Clone, Default)]
+    pub struct ManualClock {
+        now: Arc<AtomicU64>,
+    }
+
+    impl ManualClock {
+        /// A clock at its origin, [`Nanos::ZERO`].
+        pub fn new() -> Self {
+            Self::starting_at(Nanos::ZERO)
+        }
+
+        /// A clock reading `start`.
+        pub fn starting_at(start: Nanos) -> Self {
+            Self { now: Arc::new(AtomicU64::new(start.as_u64())) }
+        }
+
+        /// Moves the time forward by `by`, saturating at [`Nanos::MAX`]; returns the new time.
+        pub fn advance(&self, by: Duration) -> Nanos {
+            let by = crate::nanos::duration_as_nanos_saturating(by);
+            // Ordering: Relaxed; the clock's value publishes no other memory.
+            let previous = self.now.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| Some(t.saturating_add(by)));
+            let previous = match previous {
+                Ok(t) | Err(t) => t,
+            };
+            Nanos::new(previous.saturating_add(by))
+        }
+
+        /// Sets the time to `to`, which may be earlier than now.
+        pub fn set(&self, to: Nanos) {
+            // Ordering: Relaxed; the clock's value publishes no other memory.
+            self.now.store(to.as_u64(), Ordering::Relaxed);
+        }
+    }
+
+    impl Clock for ManualClock {
+        #[inline]
+        fn now(&self) -> Nanos {
+            // Ordering: Relaxed; a reading needs only this word's latest value.
+            Nanos::new(self.now.load(Ordering::Relaxed))
+        }
+    }
+}
+
+#[cfg(feature = "alloc")]
+pub use manual::ManualClock;
+
+#[cfg(feature = "std")]
+mod os {
+    use crate::sync::{AtomicU64, CachePadded, Ordering};
+    use crate::{Clock, Nanos};
+    use core::fmt;
+    use core::time::Duration;
+    // std's Arc, not the facade's: the upkeep thread needs `Weak`, and the coarse
+    // clock is not part of any loom model (models pass time explicitly).
+    use std::sync::{Arc, OnceLock};
+    use std::time::Instant;
+
+    /// The process-wide origin shared by every [`MonotonicClock`], so that their
+    /// readings are comparable.
+    fn quanta_origin() -> &'static (quanta::Clock, u64) {
+        static ORIGIN: OnceLock<(quanta::Clock, u64)> = OnceLock::new();
+        ORIGIN.get_or_init(|| {
+            let clock = quanta::Clock::new();
+            let raw = clock.raw();
+            (clock, raw)
+        })
+    }
+
+    /// The process-wide origin shared by every [`InstantClock`].
+    fn instant_origin() -> Instant {
+        static ORIGIN: OnceLock<Instant> = OnceLock::new();
+        *ORIGIN.get_or_init(Instant::now)
+    }
+
+    /// weir's default clock: monotonic nanoseconds from the processor's time-stamp
+    /// counter, through [`quanta`](https://docs.rs/quanta), scaled by a calibration made
+    /// once per process.
+    ///
+    /// Chosen over [`InstantClock`] because it is cheaper to read on x86-64 with an
+    /// invariant TSC; the measurement is in BENCHMARKS.md ("Clocks"). Where the TSC
+    /// is unusable quanta falls back to the OS clock by itself. All `MonotonicClock`s
+    /// of a process share one origin, the first one's creation.
+    #[derive(Clone)]
+    pub struct MonotonicClock {
+        clock: quanta::Clock,
+        origin: u64,
+    }
+
+    impl MonotonicClock {
+        /// The process's monotonic clock. The first call calibrates (a few ms, once).
+        pub fn new() -> Self {
+            let (clock, origin) = quanta_origin();
+            Self { clock: clock.clone(), origin: *origin }
+        }
+    }
+
+    impl Default for MonotonicClock {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl fmt::Debug for MonotonicClock {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("MonotonicClock").field("now", &self.now()).finish()
+        }
+    }
+
+    impl Clock for MonotonicClock {
+        #[inline]
+        fn now(&self) -> Nanos {
+            Nanos::new(self.clock.delta_as_nanos(self.origin, self.clock.raw()))
+        }
+    }
+
+    /// A monotonic clock from [`std::time::Instant`] (`clock_gettime(CLOCK_MONOTONIC)`
+    /// on Linux). All `InstantClock`s of a process share one origin.
+    #[derive(Clone, Copy)]
+    pub struct InstantClock {
+        origin: Instant,
+    }
+
+    impl InstantClock {
+        /// The process's `Instant`-based clock.
+        pub fn new() -> Self {
+            Self { origin: instant_origin() }
+        }
+    }
+
+    impl Default for InstantClock {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl fmt::Debug for InstantClock {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("InstantClock").field("now", &self.now()).finish()
+        }
+    }
+
+    impl Clock for InstantClock {
+        #[inline]
+        fn now(&self) -> Nanos {
+            Nanos::new(crate::nanos::duration_as_nanos_saturating(self.origin.elapsed()))
+        }
+    }
+
+    /// Why a coarse clock could not be made.
+    #[derive(Debug)]
+    #[non_exhaustive]
+    pub enum CoarseClockError {
+        /// The upkeep interval was zero: the upkeep thread would never sleep.
+        ZeroInterval,
+        /// The operating system refused to start the upkeep thread.
+        Spawn(std::io::Error),
+    }
+
+    impl fmt::Display for CoarseClockError {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            match self {
+                Self::ZeroInterval => {
+                    f.write_str("the coarse clock's upkeep interval is zero; use at least 1 µs (1 ms is typical)")
+                }
+                Self::Spawn(e) => write!(f, "could not start the coarse clock's upkeep thread: {e}"),
+            }
+        }
+    }
+
+    impl std::error::Error for CoarseClockError {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            match self {
+                Self::Spawn(e) => Some(e),
+                Self::ZeroInterval => None,
+            }
+        }
+    }
+
+    struct CoarseShared {
+        /// The cached reading of `source`, in ns since its origin. Only grows.
+        now: CachePadded<AtomicU64>,
+        source: MonotonicClock,
+    }
+
+    /// A clock whose reading costs one atomic load: a cached [`MonotonicClock`]
+    /// reading, refreshed by an upkeep thread ([`CoarseClock::with_upkeep`]) or by
+    /// whoever calls [`CoarseClock::refresh`].
+    ///
+    /// **Precision.** A reading lags the true time by at most the upkeep interval plus
+    /// the upkeep thread's scheduling delay. For a limiter, a lagging clock only makes
+    /// refills arrive late by that lag: decisions are never looser than with the
+    /// precise clock. Readings never go backwards. Clones share one cached time; its
+    /// origin is [`MonotonicClock`]'s, so the two clocks' readings are comparable.
+    ///
+    /// ```
+    /// use weir_core::{Clock, CoarseClock};
+    /// use std::time::Duration;
+    ///
+    /// // Refreshed every millisecond by a background thread, which exits soon after
+    /// // the last clone of the clock is dropped.
+    /// let clock = CoarseClock::with_upkeep(Duration::from_millis(1))?;
+    /// let t = clock.now(); // one atomic load
+    /// assert!(clock.refresh() >= t); // readings never go backwards
+    /// # Ok::<(), weir_core::CoarseClockError>(())
+    /// ```
+    #[derive(Clone)]
+    pub struct CoarseClock {
+        shared: Arc<CoarseShared>,
+    }
+
+    impl CoarseClock {
+        /// A coarse clock with no upkeep thread: it moves only when some caller runs
+        /// [`refresh`](Self::refresh) (a server might call it once per event-loop turn).
+        pub fn manual_refresh() -> Self {
+            let source = MonotonicClock::new();
+            let now = CachePadded::new(AtomicU64::new(source.now().as_u64()));
+            Self { shared: Arc::new(CoarseShared { now, source }) }
+        }
+
+        /// A coarse clock refreshed every `interval` by a background thread. The
+        /// thread holds only a weak reference and exits within one interval after
+        /// the last clone of the clock is dropped.
+        pub fn with_upkeep(interval: Duration) -> Result<Self, CoarseClockError> {
+            if interval.is_zero() {
+                return Err(CoarseClockError::ZeroInterval);
+            }
+            let clock = Self::manual_refresh();
+            let weak = Arc::downgrade(&clock.shared);
+            std::thread::Builder::new()
+                .name("weir-coarse-clock".into())
+                .spawn(move || {
+                    while let Some(shared) = weak.upgrade() {
+                        refresh(&shared);
+                        drop(shared);
+                        std::thread::sleep(interval);
+                    }
+                })
+                .map_err(CoarseClockError::Spawn)?;
+            Ok(clock)
+        }
+
+        /// Reads the precise clock, stores it as the cached time, and returns it.
+        pub fn refresh(&self) -> Nanos {
+            refresh(&self.shared)
+        }
+    }
+
+    fn refresh(shared: &CoarseShared) -> Nanos {
+        let now = shared.source.now().as_u64();
+        // Ordering: Relaxed; the cached time publishes no other memory, and fetch_max
+        // keeps it from going backwards when refreshers race.
+        let previous = shared.now.fetch_max(now, Ordering::Relaxed);
+        Nanos::new(previous.max(now))
+    }
+
+    impl Clock for CoarseClock {
+        #[inline]
+        fn now(&self) -> Nanos {
+            // Ordering: Relaxed; a reading needs only this word's latest value.
+            Nanos::new(self.shared.now.load(Ordering::Relaxed))
+        }
+    }
+
+    impl fmt::Debug for CoarseClock {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("CoarseClock").field("now", &self.now()).finish()
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+pub use os::{CoarseClock, CoarseClockError, InstantClock, MonotonicClock};

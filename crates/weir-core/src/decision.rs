@@ -1,0 +1,189 @@
+//! [`Decision`], [`Snapshot`] and [`InsufficientCapacity`]: what a check answers.
+
+use core::fmt;
+use core::time::Duration;
+
+/// What a client needs to regulate itself, read without consuming anything: the
+/// fields of the `RateLimit` / `X-RateLimit-*` response headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Snapshot {
+    limit: u64,
+    remaining: u64,
+    reset_after_ns: u64,
+}
+
+impl Snapshot {
+    /// A snapshot of a limiter admitting up to `limit` at once, with `remaining` of them
+    /// admissible now, that will be full again after `reset_after_ns` nanoseconds.
+    #[inline]
+    pub const fn new(limit: u64, remaining: u64, reset_after_ns: u64) -> Self {
+        Self { limit, remaining, reset_after_ns }
+    }
+
+    /// The most requests admitted at once (the burst, or a window's limit).
+    #[inline]
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// How many single requests would be admitted right now, back to back.
+    #[inline]
+    pub const fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// How long until the limiter is back at its full `limit` if nothing else is
+    /// admitted (the `RateLimit-Reset` header).
+    #[inline]
+    pub const fn reset_after(&self) -> Duration {
+        Duration::from_nanos(self.reset_after_ns)
+    }
+}
+
+/// Why a request was denied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DenyReason {
+    /// The rate limit is exhausted; retry after [`Decision::retry_after`].
+    RateLimited,
+    /// A per-key store is full and its policy denies new keys.
+    KeyCapacity,
+}
+
+impl fmt::Display for DenyReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::RateLimited => "rate limited",
+            Self::KeyCapacity => "too many distinct keys",
+        })
+    }
+}
+
+/// The answer to a check: admitted or not, plus what a client needs to regulate
+/// itself.
+///
+/// ```
+/// use weir_core::{Decision, Snapshot};
+/// use std::time::Duration;
+///
+/// let d = Decision::denied(Snapshot::new(10, 0, 1_000_000_000), 100_000_000);
+/// assert!(d.is_denied());
+/// assert_eq!(d.retry_after(), Some(Duration::from_millis(100)));
+/// assert_eq!(d.remaining(), 0);
+/// ```
+#[must_use = "a Decision says whether the request may proceed"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Decision {
+    snapshot: Snapshot,
+    /// `None` when admitted.
+    denial: Option<DenyReason>,
+    /// Zero when admitted.
+    retry_after_ns: u64,
+}
+
+impl Decision {
+    /// An admission; `snapshot` is the state after it.
+    #[inline]
+    pub const fn allowed(snapshot: Snapshot) -> Self {
+        Self { snapshot, denial: None, retry_after_ns: 0 }
+    }
+
+    /// A denial for [`DenyReason::RateLimited`]: the same request would be admitted
+    /// after `retry_after_ns` nanoseconds if nothing else is admitted meanwhile.
+    #[inline]
+    pub const fn denied(snapshot: Snapshot, retry_after_ns: u64) -> Self {
+        Self { snapshot, denial: Some(DenyReason::RateLimited), retry_after_ns }
+    }
+
+    /// A denial for another `reason`.
+    #[inline]
+    pub const fn denied_because(reason: DenyReason, snapshot: Snapshot, retry_after_ns: u64) -> Self {
+        Self { snapshot, denial: Some(reason), retry_after_ns }
+    }
+
+    /// Whether the request was admitted.
+    #[inline]
+    pub const fn is_allowed(&self) -> bool {
+        self.denial.is_none()
+    }
+
+    /// Whether the request was denied.
+    #[inline]
+    pub const fn is_denied(&self) -> bool {
+        self.denial.is_some()
+    }
+
+    /// Why the request was denied, or `None` if it was admitted.
+    #[inline]
+    pub const fn deny_reason(&self) -> Option<DenyReason> {
+        self.denial
+    }
+
+    /// On denial, how long until the same request would be admitted (the
+    /// `Retry-After` header); `None` when admitted.
+    #[inline]
+    pub const fn retry_after(&self) -> Option<Duration> {
+        match self.denial {
+            Some(_) => Some(Duration::from_nanos(self.retry_after_ns)),
+            None => None,
+        }
+    }
+
+    /// The state after this decision.
+    #[inline]
+    pub const fn snapshot(&self) -> Snapshot {
+        self.snapshot
+    }
+
+    /// See [`Snapshot::limit`].
+    #[inline]
+    pub const fn limit(&self) -> u64 {
+        self.snapshot.limit
+    }
+
+    /// See [`Snapshot::remaining`].
+    #[inline]
+    pub const fn remaining(&self) -> u64 {
+        self.snapshot.remaining
+    }
+
+    /// See [`Snapshot::reset_after`].
+    #[inline]
+    pub const fn reset_after(&self) -> Duration {
+        self.snapshot.reset_after()
+    }
+}
+
+/// The request asked for more than the limiter can ever admit at once (`n` greater
+/// than the burst). Retrying will never help, so this is an error, not a denial.
+///
+/// ```
+/// use weir_core::InsufficientCapacity;
+///
+/// let e = InsufficientCapacity { requested: 12, capacity: 10 };
+/// assert_eq!(
+///     e.to_string(),
+///     "asked for 12 at once but at most 10 can ever be admitted at once; split the request or raise the burst"
+/// );
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct InsufficientCapacity {
+    /// What was asked for.
+    pub requested: u64,
+    /// The most that can ever be admitted at once.
+    pub capacity: u64,
+}
+
+impl fmt::Display for InsufficientCapacity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "asked for {} at once but at most {} can ever be admitted at once; \
+             split the request or raise the burst",
+            self.requested, self.capacity
+        )
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for InsufficientCapacity {}

@@ -1,0 +1,44 @@
+//! The shared contract of the weir rate limiters.
+//!
+//! Every weir algorithm crate builds on these pieces, so that per-key stores, HTTP
+//! middleware, the Redis back end and the benchmarks treat all algorithms alike:
+//!
+//! - [`Clock`]: where time comes from ([`MonotonicClock`] by default, [`CoarseClock`]
+//!   for the hottest paths, [`ManualClock`] for tests, a fixed [`Nanos`] for explicit time);
+//! - [`Quota`]: "N per period with a burst", validated at construction ([`QuotaError`]);
+//! - [`Decision`] and [`Snapshot`]: admitted or not, with limit, remaining, reset and
+//!   retry-after; asking for more than can ever be admitted is [`InsufficientCapacity`];
+//! - [`Limiter`] (one limiter) and [`Algorithm`] (parameters applied to separately
+//!   stored states, for per-key stores);
+//! - [`QuotaCell`]: a quota replaced at run time while checks read it lock-free;
+//! - [`sync`]: the one module weir's crates take atomics from (loom's under `cfg(loom)`).
+//!
+//! `no_std`: without the default `std` feature the crate needs only `core` (and `alloc`
+//! with the `alloc` feature, for [`ManualClock`]). The OS clocks need `std`.
+
+#![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+pub mod clock;
+mod decision;
+mod limiter;
+pub mod nanos;
+mod quota;
+mod quota_cell;
+pub mod sync;
+
+pub use clock::Clock;
+#[cfg(feature = "alloc")]
+pub use clock::ManualClock;
+#[cfg(feature = "std")]
+pub use clock::{CoarseClock, CoarseClockError, InstantClock, MonotonicClock};
+pub use decision::{Decision, DenyReason, InsufficientCapacity, Snapshot};
+pub use limiter::{Algorithm, Limiter};
+pub use nanos::{Nanos, ticks};
+pub use quota::{MAX_TOLERANCE_TICKS, Quota, QuotaError};
+pub use quota_cell::QuotaCell;

@@ -1,0 +1,113 @@
+//! The two traits every algorithm implements: [`Limiter`] (one limiter with its own
+//! state and clock) and [`Algorithm`] (shared parameters applied to any number of
+//! separately stored states: what per-key stores are built from).
+
+use crate::{Clock, Decision, InsufficientCapacity, Nanos, Snapshot};
+
+/// One rate limiter: what servers, middleware and benchmarks call.
+///
+/// Every algorithm in weir implements it, so callers treat them alike:
+///
+/// ```
+/// use weir_core::{Decision, InsufficientCapacity, Limiter, Snapshot};
+///
+/// fn admit(limiter: &dyn Limiter, cost: u64) -> Result<bool, InsufficientCapacity> {
+///     Ok(limiter.check_n(cost)?.is_allowed())
+/// }
+/// ```
+pub trait Limiter {
+    /// Checks one request: admits it (consuming one unit of capacity) or denies it
+    /// (consuming nothing).
+    fn check(&self) -> Decision;
+
+    /// Checks a request of cost `n`, all or nothing. `n` greater than the limit can
+    /// never be admitted and is an error; `n == 0` is always admitted and consumes
+    /// nothing.
+    fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity>;
+
+    /// The current state, without consuming anything.
+    fn snapshot(&self) -> Snapshot;
+}
+
+impl<L: Limiter + ?Sized> Limiter for &L {
+    #[inline]
+    fn check(&self) -> Decision {
+        (**self).check()
+    }
+    #[inline]
+    fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        (**self).check_n(n)
+    }
+    #[inline]
+    fn snapshot(&self) -> Snapshot {
+        (**self).snapshot()
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl<L: Limiter + ?Sized> Limiter for alloc::sync::Arc<L> {
+    #[inline]
+    fn check(&self) -> Decision {
+        (**self).check()
+    }
+    #[inline]
+    fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        (**self).check_n(n)
+    }
+    #[inline]
+    fn snapshot(&self) -> Snapshot {
+        (**self).snapshot()
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl<L: Limiter + ?Sized> Limiter for alloc::boxed::Box<L> {
+    #[inline]
+    fn check(&self) -> Decision {
+        (**self).check()
+    }
+    #[inline]
+    fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        (**self).check_n(n)
+    }
+    #[inline]
+    fn snapshot(&self) -> Snapshot {
+        (**self).snapshot()
+    }
+}
+
+/// An algorithm's parameters, applied to states kept elsewhere.
+///
+/// A per-key store keeps one small [`State`](Algorithm::State) per key and one
+/// `Algorithm` for all of them; a single limiter keeps one of each. Time is passed
+/// in: a [`Clock`] (read as late as the algorithm can, e.g. inside a CAS retry loop),
+/// or a fixed [`Nanos`], which is itself a frozen clock.
+pub trait Algorithm {
+    /// The per-limiter (per-key) state.
+    type State;
+
+    /// The most requests admitted at once.
+    fn limit(&self) -> u64;
+
+    /// A fresh state: a full bucket, an empty window.
+    fn new_state(&self) -> Self::State;
+
+    /// Checks a request of cost `n` against `state` (see [`Limiter::check_n`]).
+    fn check_n<C: Clock + ?Sized>(
+        &self,
+        state: &Self::State,
+        n: u64,
+        clock: &C,
+    ) -> Result<Decision, InsufficientCapacity>;
+
+    /// Checks one request against `state` (see [`Limiter::check`]).
+    fn check<C: Clock + ?Sized>(&self, state: &Self::State, clock: &C) -> Decision;
+
+    /// `state` at `now`, without consuming anything.
+    fn snapshot(&self, state: &Self::State, now: Nanos) -> Snapshot;
+
+    /// Whether `state` at `now` is indistinguishable from [`new_state`](Self::new_state):
+    /// every later decision would be the same for either, so a per-key store may drop
+    /// it without changing any decision.
+    fn is_idle(&self, state: &Self::State, now: Nanos) -> bool;
+}

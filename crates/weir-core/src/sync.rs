@@ -1,0 +1,70 @@
+//! The atomics facade: the one module every weir crate takes its atomics from.
+//!
+//! Under `RUSTFLAGS="--cfg loom"` everything here is [`loom`]'s, so the model checker
+//! sees every atomic operation of every algorithm; otherwise the atomics are
+//! [`portable_atomic`]'s, which are core's where the target has them natively and an
+//! emulation where it does not (so `AtomicU64` exists on 32-bit targets too).
+//!
+//! Nothing else in the workspace imports atomics, `UnsafeCell` for shared slots,
+//! `Arc` for shared state, or a spin hint from anywhere but here.
+//!
+//! [`loom`]: https://docs.rs/loom
+
+#[cfg(loom)]
+pub use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+#[cfg(not(loom))]
+pub use portable_atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+
+#[cfg(all(not(loom), feature = "alloc"))]
+pub use alloc::sync::Arc;
+#[cfg(all(loom, feature = "alloc"))]
+pub use loom::sync::Arc;
+
+/// Pads and aligns a value to the length of a cache line, so that two hot values
+/// never share one (no false sharing).
+pub use crossbeam_utils::CachePadded;
+
+/// Tells the processor (or, under loom, the model checker) that this thread is
+/// waiting for another one. Every waiting loop in weir calls it, so that loom
+/// explores the other threads instead of spinning forever.
+#[inline]
+pub fn spin_loop() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    core::hint::spin_loop();
+}
+
+/// A cell whose contents other threads may access, with the access discipline
+/// proven by the code that owns it. Under loom this is loom's `UnsafeCell`, which
+/// checks that accesses never race; otherwise it is `core::cell::UnsafeCell` with
+/// the same closure-based interface.
+#[cfg(loom)]
+pub use loom::cell::UnsafeCell;
+
+/// A cell whose contents other threads may access (see the loom variant above).
+#[cfg(not(loom))]
+#[derive(Debug)]
+#[repr(transparent)]
+pub struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    /// Wraps `value`.
+    #[inline]
+    pub const fn new(value: T) -> Self {
+        Self(core::cell::UnsafeCell::new(value))
+    }
+
+    /// Calls `f` with a shared raw pointer to the contents.
+    #[inline]
+    pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    /// Calls `f` with a mutable raw pointer to the contents.
+    #[inline]
+    pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}

@@ -1,0 +1,401 @@
+//! A lock-free token bucket in GCRA encoding.
+//!
+//! # The algorithm
+//!
+//! The Generic Cell Rate Algorithm (ATM Forum UNI 3.1, ITU-T I.371; described for
+//! request limiting in Brandur Leach's "Rate limiting, cells, and GCRA" and used by
+//! redis-cell and governor) keeps a token bucket's whole state in one number, the
+//! *theoretical arrival time* (TAT): the time at which the bucket would be full again
+//! if nothing more were admitted. With emission interval `T = period / count` (the
+//! time one unit of capacity takes to come back) and burst `B`, a request of cost `n`
+//! arriving at `now` is
+//!
+//! ```text
+//! new_tat  = max(tat, now) + n·T
+//! admitted   iff   new_tat − now ≤ B·T      (then tat := new_tat)
+//! ```
+//!
+//! and a denied request changes nothing. `tat − now` is the capacity in use, measured
+//! in time; `B·T` is the whole bucket.
+//!
+//! # Burst semantics
+//!
+//! From a full bucket, exactly `B` requests of cost 1 are admitted back to back (the
+//! `B`-th one brings `new_tat − now` to exactly `B·T`), then one more every `T`.
+//! redis-cell's `max_burst` parameter admits `max_burst + 1` back to back (it checks
+//! the TAT *before* adding the request's `T`, with tolerance `max_burst·T`), so
+//! redis-cell's `max_burst = 9` is weir's `burst = 10`.
+//!
+//! # Guarantees
+//!
+//! - **Exact**: the limiter decides exactly as the sequential algorithm above, in the
+//!   order in which the compare-and-swaps land (linearizable). Concurrent checks never
+//!   admit more in total than the sequential algorithm would (loom-checked in
+//!   `loom-tests/tests/gcra.rs`, property-tested against a reference model).
+//! - **Lock-free**: a check retries its CAS only when another check's CAS succeeded.
+//! - **Allowed path**: one CAS on one word. **Denied path**: one load, no write to
+//!   shared memory, so a limiter under attack scales across cores.
+//! - **No panic** on any input. Time is kept in ticks (1/16 ns) relative to the
+//!   limiter's creation, saturating. A clock reading earlier than one already used is
+//!   treated as no time having passed: decisions are as strict as at the later reading
+//!   or stricter, never looser. The limiter's clock stops 18 years after its creation
+//!   (2⁶³ ticks); from then on it admits no more than one burst (it fails closed).
+//!
+//! # Example
+//!
+//! The worked example of the write-ups, with a hand-driven clock: capacity 20,
+//! refill 10 per second.
+//!
+//! ```
+//! use std::time::Duration;
+//! use weir_core::{ManualClock, Quota};
+//! use weir_gcra::Gcra;
+//!
+//! let clock = ManualClock::new();
+//! let limiter = Gcra::with_clock(Quota::per_second(10)?.with_burst(20)?, clock.clone());
+//! let d = limiter.check_n(20)?; // drain the bucket
+//! assert!(d.is_allowed() && d.remaining() == 0);
+//!
+//! clock.advance(Duration::from_secs(2)); // 2 s idle: 20 tokens back
+//! let admitted = (0..15).filter(|_| limiter.check().is_allowed()).count();
+//! assert_eq!((admitted, limiter.snapshot().remaining()), (15, 5));
+//! let admitted = (0..6).filter(|_| limiter.check().is_allowed()).count();
+//! assert_eq!(admitted, 5);
+//!
+//! let denied = limiter.check();
+//! assert_eq!(denied.retry_after(), Some(Duration::from_millis(100)));
+//! clock.advance(Duration::from_millis(100));
+//! assert!(limiter.check().is_allowed());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Changing the quota at run time
+//!
+//! [`Gcra::set_quota`] replaces the quota without losing state: the TAT is kept, so
+//! the time until the bucket is full again (what the last `reset_after` told the
+//! client) is unchanged, and the capacity in use is re-read under the new quota. A
+//! check sees the old quota or the new one, never a mix ([`QuotaCell`]).
+//!
+//! # Choosing a clock
+//!
+//! [`Gcra::new`] uses [`MonotonicClock`](weir_core::MonotonicClock). For the hottest
+//! paths, [`CoarseClock`](weir_core::CoarseClock) costs one load per read and refills
+//! late by at most its upkeep interval. Measured costs are in BENCHMARKS.md.
+
+#![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(feature = "std")]
+extern crate std;
+
+use weir_core::sync::{AtomicU64, CachePadded, Ordering};
+use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, QuotaCell, Snapshot, ticks};
+
+/// The latest time, in ticks since the limiter's creation, that a limiter uses. Later
+/// readings are clamped to it, so `now + capacity in use` (at most 2⁶³ ticks, see
+/// [`weir_core::MAX_TOLERANCE_TICKS`]) never overflows a `u64`.
+const HORIZON_TICKS: u64 = (1 << 63) - 1;
+
+/// GCRA parameters shared by any number of [`GcraState`]s: the quota and the time
+/// origin the states' ticks count from.
+///
+/// This is the [`Algorithm`] half, for per-key stores; most users want [`Gcra`].
+#[derive(Debug)]
+pub struct GcraAlgorithm {
+    quota: CachePadded<QuotaCell>,
+    /// Clock reading (ns) that tick 0 of every state corresponds to.
+    origin: u64,
+}
+
+/// One bucket's state: the theoretical arrival time, in ticks (1/16 ns) since the
+/// [`GcraAlgorithm`]'s origin. A value at or below "now" means a full bucket.
+#[derive(Debug)]
+pub struct GcraState {
+    tat: AtomicU64,
+}
+
+impl GcraState {
+    /// A full bucket.
+    pub fn new() -> Self {
+        Self { tat: AtomicU64::new(0) }
+    }
+}
+
+impl Default for GcraState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl GcraAlgorithm {
+    /// Parameters for `quota`, with tick 0 at the clock reading `origin` (use the
+    /// clock's `now()` at creation).
+    pub fn new(quota: Quota, origin: Nanos) -> Self {
+        Self { quota: CachePadded::new(QuotaCell::new(quota)), origin: origin.as_u64() }
+    }
+
+    /// The current quota.
+    pub fn quota(&self) -> Quota {
+        self.quota.load()
+    }
+
+    /// Replaces the quota; every state keeps its TAT (see the crate docs).
+    pub fn set_quota(&self, quota: Quota) {
+        self.quota.store(quota);
+    }
+
+    /// `now` in ticks since the origin, clamped to the horizon.
+    #[inline]
+    fn ticks_at(&self, now: Nanos) -> u64 {
+        ticks::from_nanos(now.as_u64().saturating_sub(self.origin)).min(HORIZON_TICKS)
+    }
+
+    /// A snapshot with `used` ticks of capacity in use.
+    #[inline]
+    fn snapshot_of(quota: &Quota, used: u64) -> Snapshot {
+        let remaining = quota.tolerance_ticks().saturating_sub(used) / quota.emission_interval_ticks();
+        Snapshot::new(quota.burst(), remaining, ticks::to_nanos_ceil(used))
+    }
+
+    /// The one admission routine: `n <= burst` is the caller's to check.
+    #[inline(always)]
+    fn acquire<C: Clock + ?Sized>(&self, quota: &Quota, state: &GcraState, n: u64, clock: &C) -> Decision {
+        let increment = n * quota.emission_interval_ticks(); // n ≤ burst: ≤ 2^62
+        let tolerance = quota.tolerance_ticks();
+        // Ordering: Relaxed; the TAT is the whole state and publishes no other memory.
+        // Every read-modify-write of it is ordered by its modification order alone.
+        let mut tat = state.tat.load(Ordering::Relaxed);
+        loop {
+            // Read the clock inside the loop: after losing a CAS race the retry uses a
+            // fresh reading, so a slow thread decides no more strictly than it must.
+            let now = self.ticks_at(clock.now());
+            let start = tat.max(now);
+            let used = start - now; // ≤ 2^62: a TAT is never set further ahead
+            let debt = used + increment; // ≤ 2^63
+            if debt > tolerance {
+                // Denied: nothing is written.
+                let snapshot = Self::snapshot_of(quota, used);
+                return Decision::denied(snapshot, ticks::to_nanos_ceil(debt - tolerance));
+            }
+            let new_tat = now + debt; // now ≤ 2^63 − 1, debt ≤ 2^62: no overflow
+            // Ordering: Relaxed on success and failure; see the load above. The CAS
+            // admits only if no other admission landed since `tat` was read.
+            match state.tat.compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Decision::allowed(Self::snapshot_of(quota, debt)),
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+
+    /// Gives back `n` units of capacity taken from `state` but not used, never beyond
+    /// a full bucket. `n` greater than the burst is an error: no single check could
+    /// have taken it.
+    pub fn refund<C: Clock + ?Sized>(&self, state: &GcraState, n: u64, clock: &C) -> Result<(), InsufficientCapacity> {
+        let quota = self.quota.load();
+        if n > quota.burst() {
+            return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
+        }
+        let credit = n * quota.emission_interval_ticks();
+        // Ordering: Relaxed; see `acquire`.
+        let mut tat = state.tat.load(Ordering::Relaxed);
+        loop {
+            let now = self.ticks_at(clock.now());
+            if tat <= now || credit == 0 {
+                return Ok(()); // already full
+            }
+            let new_tat = tat.saturating_sub(credit).max(now);
+            // Ordering: Relaxed; see `acquire`.
+            match state.tat.compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+}
+
+impl Algorithm for GcraAlgorithm {
+    type State = GcraState;
+
+    #[inline]
+    fn limit(&self) -> u64 {
+        self.quota.load().burst()
+    }
+
+    fn new_state(&self) -> GcraState {
+        GcraState::new()
+    }
+
+    #[inline]
+    fn check_n<C: Clock + ?Sized>(
+        &self,
+        state: &GcraState,
+        n: u64,
+        clock: &C,
+    ) -> Result<Decision, InsufficientCapacity> {
+        let quota = self.quota.load();
+        if n > quota.burst() {
+            return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
+        }
+        if n == 0 {
+            return Ok(Decision::allowed(self.snapshot(state, clock.now())));
+        }
+        Ok(self.acquire(&quota, state, n, clock))
+    }
+
+    #[inline]
+    fn check<C: Clock + ?Sized>(&self, state: &GcraState, clock: &C) -> Decision {
+        let quota = self.quota.load();
+        self.acquire(&quota, state, 1, clock) // 1 ≤ burst, always
+    }
+
+    fn snapshot(&self, state: &GcraState, now: Nanos) -> Snapshot {
+        let quota = self.quota.load();
+        let now = self.ticks_at(now);
+        // Ordering: Relaxed; see `acquire`.
+        let tat = state.tat.load(Ordering::Relaxed);
+        Self::snapshot_of(&quota, tat.saturating_sub(now))
+    }
+
+    fn is_idle(&self, state: &GcraState, now: Nanos) -> bool {
+        // Ordering: Relaxed; see `acquire`.
+        state.tat.load(Ordering::Relaxed) <= self.ticks_at(now)
+    }
+}
+
+macro_rules! gcra_struct {
+    ($($default:ty)?) => {
+        /// A token bucket in GCRA encoding: the limiter most users want.
+        ///
+        /// See the [crate docs](crate) for the algorithm, its guarantees and a worked
+        /// example. Share it between threads by reference (`&Gcra`, `Arc<Gcra>`); every
+        /// method takes `&self`.
+        ///
+        /// ```
+        /// use weir_core::Quota;
+        /// use weir_gcra::Gcra;
+        ///
+        /// let limiter = Gcra::new(Quota::per_second(100)?);
+        /// let decision = limiter.check();
+        /// assert!(decision.is_allowed());
+        /// assert_eq!(decision.remaining(), 99);
+        /// # Ok::<(), weir_core::QuotaError>(())
+        /// ```
+        #[derive(Debug)]
+        pub struct Gcra<C $(= $default)?> {
+            algorithm: GcraAlgorithm,
+            state: CachePadded<GcraState>,
+            clock: C,
+        }
+    };
+}
+
+#[cfg(feature = "std")]
+gcra_struct!(weir_core::MonotonicClock);
+#[cfg(not(feature = "std"))]
+gcra_struct!();
+
+#[cfg(feature = "std")]
+impl Gcra<weir_core::MonotonicClock> {
+    /// A full bucket enforcing `quota`, on the default [`MonotonicClock`](weir_core::MonotonicClock).
+    pub fn new(quota: Quota) -> Self {
+        Self::with_clock(quota, weir_core::MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> Gcra<C> {
+    /// A full bucket enforcing `quota`, reading time from `clock`.
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        let algorithm = GcraAlgorithm::new(quota, clock.now());
+        Self { algorithm, state: CachePadded::new(GcraState::new()), clock }
+    }
+
+    /// Checks one request: admits it or denies it (consuming nothing).
+    #[inline]
+    pub fn check(&self) -> Decision {
+        self.algorithm.check(&self.state, &self.clock)
+    }
+
+    /// Checks a request of cost `n`, all or nothing. `n` above the burst is an
+    /// error (it can never be admitted); `n == 0` is admitted and consumes nothing.
+    #[inline]
+    pub fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        self.algorithm.check_n(&self.state, n, &self.clock)
+    }
+
+    /// The current state, without consuming anything.
+    pub fn snapshot(&self) -> Snapshot {
+        self.algorithm.snapshot(&self.state, self.clock.now())
+    }
+
+    /// Gives back `n` units of capacity that were admitted but not used (the request
+    /// failed before doing any work, say). Never fills beyond a full bucket; `n`
+    /// above the burst is an error.
+    ///
+    /// ```
+    /// use weir_core::{ManualClock, Quota};
+    /// use weir_gcra::Gcra;
+    ///
+    /// let limiter = Gcra::with_clock(Quota::per_minute(10)?, ManualClock::new());
+    /// assert!(limiter.check_n(3)?.is_allowed());
+    /// limiter.refund(2)?;
+    /// assert_eq!(limiter.snapshot().remaining(), 9);
+    /// limiter.refund(5)?; // never beyond full
+    /// assert_eq!(limiter.snapshot().remaining(), 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund(&self, n: u64) -> Result<(), InsufficientCapacity> {
+        self.algorithm.refund(&self.state, n, &self.clock)
+    }
+
+    /// The quota in force.
+    pub fn quota(&self) -> Quota {
+        self.algorithm.quota()
+    }
+
+    /// Replaces the quota without losing state: the time until the bucket is full
+    /// again is kept, and checks see either the old or the new quota, never a mix.
+    ///
+    /// ```
+    /// use weir_core::{ManualClock, Quota};
+    /// use weir_gcra::Gcra;
+    ///
+    /// let limiter = Gcra::with_clock(Quota::per_second(10)?, ManualClock::new());
+    /// assert!(limiter.check_n(10)?.is_allowed()); // empty: full again in 1 s
+    /// limiter.set_quota(Quota::per_second(100)?);  // same 1 s, 100 per second
+    /// let s = limiter.snapshot();
+    /// assert_eq!((s.limit(), s.remaining(), s.reset_after().as_millis()), (100, 0, 1000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_quota(&self, quota: Quota) {
+        self.algorithm.set_quota(quota);
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The parameters, for use with [`state`](Self::state) through [`Algorithm`].
+    pub fn algorithm(&self) -> &GcraAlgorithm {
+        &self.algorithm
+    }
+
+    /// The bucket's state.
+    pub fn state(&self) -> &GcraState {
+        &self.state
+    }
+}
+
+impl<C: Clock> Limiter for Gcra<C> {
+    #[inline]
+    fn check(&self) -> Decision {
+        Gcra::check(self)
+    }
+    #[inline]
+    fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        Gcra::check_n(self, n)
+    }
+    fn snapshot(&self) -> Snapshot {
+        Gcra::snapshot(self)
+    }
+}

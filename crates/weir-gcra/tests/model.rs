@@ -1,0 +1,162 @@
+//! Property tests against a sequential reference model.
+//!
+//! The model is the continuous-state leaky bucket ("the leaky bucket as a meter",
+//! equivalent to GCRA), written independently: it tracks the capacity in use, in
+//! ticks, as an `i128` that drains by the elapsed time, with no saturation, no
+//! shared state and no CAS. For any sequence of operations at non-decreasing times
+//! the limiter must decide exactly as the model does, down to every field.
+
+use proptest::prelude::*;
+use std::time::Duration;
+use weir_core::{Decision, ManualClock, Nanos, Quota, Snapshot};
+use weir_gcra::Gcra;
+
+const TICKS: i128 = 16;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Advance(u64),
+    Check(u64),
+    Refund(u64),
+    SetQuota(Quota),
+    Snapshot,
+}
+
+struct Model {
+    quota: Quota,
+    used: i128,
+    last: i128,
+}
+
+fn ceil_ns(ticks: i128) -> u64 {
+    ((ticks + TICKS - 1) / TICKS) as u64
+}
+
+impl Model {
+    fn interval(&self) -> i128 {
+        self.quota.emission_interval_ticks() as i128
+    }
+    fn tolerance(&self) -> i128 {
+        self.quota.burst() as i128 * self.interval()
+    }
+    fn drain(&mut self, now_ns: u64) {
+        let now = now_ns as i128 * TICKS;
+        self.used = (self.used - (now - self.last)).max(0);
+        self.last = now;
+    }
+    fn snapshot(&self) -> Snapshot {
+        let remaining = ((self.tolerance() - self.used).max(0) / self.interval()) as u64;
+        Snapshot::new(self.quota.burst(), remaining, ceil_ns(self.used))
+    }
+    fn check(&mut self, n: u64) -> Option<Decision> {
+        if n > self.quota.burst() {
+            return None;
+        }
+        let cost = n as i128 * self.interval();
+        if self.used + cost <= self.tolerance() {
+            self.used += cost;
+            Some(Decision::allowed(self.snapshot()))
+        } else {
+            Some(Decision::denied(self.snapshot(), ceil_ns(self.used + cost - self.tolerance())))
+        }
+    }
+    fn refund(&mut self, n: u64) -> bool {
+        if n > self.quota.burst() {
+            return false;
+        }
+        self.used = (self.used - n as i128 * self.interval()).max(0);
+        true
+    }
+}
+
+fn quota() -> impl Strategy<Value = Quota> {
+    (1u64..50, prop_oneof![Just(1u64), Just(1_000), Just(1_000_000), Just(1_000_000_000)], 1u64..20)
+        .prop_filter_map("representable", |(count, period_ns, burst)| {
+            Quota::new(count, Duration::from_nanos(period_ns * 7)).ok()?.with_burst(burst).ok()
+        })
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u64..2_000_000).prop_map(Op::Advance),
+        1 => (0u64..10_000_000_000).prop_map(Op::Advance),
+        8 => (0u64..25).prop_map(Op::Check),
+        1 => (0u64..25).prop_map(Op::Refund),
+        1 => quota().prop_map(Op::SetQuota),
+        1 => Just(Op::Snapshot),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    #[test]
+    fn decides_exactly_as_the_reference_model(start in 0u64..u64::MAX / 64, q in quota(), ops in prop::collection::vec(op(), 1..120)) {
+        let clock = ManualClock::starting_at(Nanos::new(start));
+        let limiter = Gcra::with_clock(q, clock.clone());
+        let mut model = Model { quota: q, used: 0, last: 0 };
+        let mut elapsed = 0u64;
+        for op in ops {
+            match op {
+                Op::Advance(ns) => {
+                    clock.advance(Duration::from_nanos(ns));
+                    elapsed += ns;
+                }
+                Op::Check(n) => {
+                    model.drain(elapsed);
+                    let expected = model.check(n);
+                    let actual = limiter.check_n(n);
+                    match expected {
+                        None => prop_assert!(actual.is_err()),
+                        Some(d) if n == 0 => prop_assert_eq!(actual.unwrap(), Decision::allowed(d.snapshot())),
+                        Some(d) => prop_assert_eq!(actual.unwrap(), d),
+                    }
+                }
+                Op::Refund(n) => {
+                    model.drain(elapsed);
+                    prop_assert_eq!(limiter.refund(n).is_ok(), model.refund(n));
+                }
+                Op::SetQuota(q) => {
+                    model.drain(elapsed);
+                    model.quota = q;
+                    limiter.set_quota(q);
+                }
+                Op::Snapshot => {
+                    model.drain(elapsed);
+                    prop_assert_eq!(limiter.snapshot(), model.snapshot());
+                }
+            }
+        }
+    }
+
+    /// With readings that jump backwards as well as forwards, every admission still
+    /// conforms to the quota measured in "clamped" time (the latest reading any check
+    /// used): for any two admissions i ≤ j, the cost admitted from i to j is at most
+    /// `burst + (c_j − c_i) / T`. A backward step never admits a burst.
+    #[test]
+    fn backward_steps_never_break_the_envelope(q in quota(), steps in prop::collection::vec((-5_000_000i64..5_000_000, 1u64..4), 1..200)) {
+        let clock = ManualClock::starting_at(Nanos::new(1 << 40));
+        let limiter = Gcra::with_clock(q, clock.clone());
+        let mut reading = 1i64 << 40;
+        let mut clamped = reading;
+        let mut admissions: Vec<(i128, u64)> = Vec::new(); // (clamped time in ticks, cost)
+        for (step, n) in steps {
+            reading += step;
+            clock.set(Nanos::new(reading as u64));
+            clamped = clamped.max(reading);
+            if let Ok(d) = limiter.check_n(n.min(q.burst())) && d.is_allowed() {
+                admissions.push((clamped as i128 * TICKS, n.min(q.burst())));
+            }
+        }
+        let interval = q.emission_interval_ticks() as i128;
+        for i in 0..admissions.len() {
+            let mut cost = 0i128;
+            for j in i..admissions.len() {
+                cost += admissions[j].1 as i128;
+                let span = admissions[j].0 - admissions[i].0;
+                prop_assert!(cost * interval <= q.burst() as i128 * interval + span,
+                    "admitted {} in {} ticks with {:?}", cost, span, q);
+            }
+        }
+    }
+}

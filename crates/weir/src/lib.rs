@@ -1,0 +1,30 @@
+//! weir: lock-free concurrent rate limiters for the hot path of high-throughput servers.
+//!
+//! This is the facade: it re-exports the shared contract ([`weir_core`]) and, behind
+//! features, each algorithm crate.
+//!
+//! | feature | crate | what |
+//! |---|---|---|
+//! | `gcra` (default) | [`gcra`] | token bucket in GCRA encoding: one atomic word, one CAS per admission |
+//! | `std` (default) | | OS clocks ([`MonotonicClock`], [`CoarseClock`]) |
+//!
+//! ```
+//! use weir::{Quota, gcra::Gcra};
+//!
+//! let limiter = Gcra::new(Quota::per_second(50)?.with_burst(10)?);
+//! let decision = limiter.check();
+//! if decision.is_denied() {
+//!     println!("429, retry after {:?}", decision.retry_after());
+//! }
+//! # Ok::<(), weir::QuotaError>(())
+//! ```
+
+#![no_std]
+
+pub use weir_core::*;
+
+/// Token bucket in GCRA encoding (the `weir-gcra` crate).
+#[cfg(feature = "gcra")]
+pub mod gcra {
+    pub use weir_gcra::*;
+}

@@ -1,0 +1,181 @@
+//! loom models of the GCRA limiter's atomic protocol: the CAS on the TAT, refunds
+//! and quota changes racing with checks.
+//!
+//! Each model runs a few operations per thread at explicit times and checks that
+//! what the threads saw (every field of every decision) and the final state equal
+//! those of running the same operations one at a time, in some order that keeps each
+//! thread's program order, through an independent sequential reference (plain
+//! integers, no atomics). A check decides wholly under the quota it read (its
+//! decision's `limit` says which); a check that read the old quota before a change
+//! may land after it, so the reference applies to each check the quota it saw.
+#![cfg(loom)]
+
+use loom::sync::Arc;
+use loom::thread;
+use loom_tests::interleavings;
+use weir_core::{Algorithm, Decision, Nanos, Quota, Snapshot};
+use weir_gcra::{GcraAlgorithm, GcraState};
+
+const TICKS: u64 = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Op {
+    Check { n: u64, at: u64 },
+    Refund { n: u64, at: u64 },
+    SetQuota { burst: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Outcome {
+    Decided(Decision),
+    Done,
+}
+
+/// Burst 1 at 100 M/s (T = 10 ns), or burst 3 at 50 M/s (T = 20 ns): the burst tells
+/// which quota a decision was made under.
+fn quota(burst: u64) -> Quota {
+    match burst {
+        1 => Quota::per_second(100_000_000).unwrap().with_burst(1).unwrap(),
+        b => Quota::per_second(50_000_000).unwrap().with_burst(b).unwrap(),
+    }
+}
+
+fn run(algorithm: &GcraAlgorithm, state: &GcraState, op: Op) -> Outcome {
+    match op {
+        Op::Check { n, at } => Outcome::Decided(algorithm.check_n(state, n, &Nanos::new(at)).unwrap()),
+        Op::Refund { n, at } => {
+            algorithm.refund(state, n, &Nanos::new(at)).unwrap();
+            Outcome::Done
+        }
+        Op::SetQuota { burst } => {
+            algorithm.set_quota(quota(burst));
+            Outcome::Done
+        }
+    }
+}
+
+/// The sequential reference: capacity in use, in ticks, as plain integers.
+struct Reference {
+    tat: u64,
+}
+
+fn ceil_ns(ticks: u64) -> u64 {
+    ticks.div_ceil(TICKS)
+}
+
+impl Reference {
+    fn check(&mut self, q: Quota, n: u64, at: u64) -> Decision {
+        let (t, tolerance, at) = (q.emission_interval_ticks(), q.tolerance_ticks(), at * TICKS);
+        let used = self.tat.saturating_sub(at);
+        let snapshot = |used: u64| Snapshot::new(q.burst(), tolerance.saturating_sub(used) / t, ceil_ns(used));
+        if used + n * t <= tolerance {
+            self.tat = at + used + n * t;
+            Decision::allowed(snapshot(used + n * t))
+        } else {
+            Decision::denied(snapshot(used), ceil_ns(used + n * t - tolerance))
+        }
+    }
+    fn refund(&mut self, q: Quota, n: u64, at: u64) {
+        let at = at * TICKS;
+        let used = self.tat.saturating_sub(at);
+        if used > 0 {
+            self.tat = at + used.saturating_sub(n * q.emission_interval_ticks());
+        }
+    }
+}
+
+/// Runs `threads` concurrently under loom (initial quota: `burst`) and asserts that
+/// the outcomes and final state equal those of some sequential interleaving.
+fn assert_linearizable(burst: u64, threads: Vec<Vec<Op>>) {
+    let threads = std::sync::Arc::new(threads);
+    loom::model(move || {
+        let algorithm = Arc::new(GcraAlgorithm::new(quota(burst), Nanos::ZERO));
+        let state = Arc::new(algorithm.new_state());
+        let handles: Vec<_> = (0..threads.len())
+            .map(|t| {
+                let (algorithm, state, threads) = (algorithm.clone(), state.clone(), threads.clone());
+                thread::spawn(move || threads[t].iter().map(|&op| run(&algorithm, &state, op)).collect::<Vec<_>>())
+            })
+            .collect();
+        let seen: Vec<Vec<Outcome>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let final_quota = algorithm.quota();
+        let final_snapshot = algorithm.snapshot(&state, Nanos::ZERO);
+
+        let matches = interleavings(&threads).into_iter().any(|history| {
+            let mut reference = Reference { tat: 0 };
+            let mut next = vec![0; threads.len()];
+            let mut current = quota(burst);
+            for (t, op) in history {
+                let observed = seen[t][next[t]];
+                next[t] += 1;
+                let ok = match (op, observed) {
+                    (Op::Check { n, at }, Outcome::Decided(d)) => reference.check(quota(d.limit()), n, at) == d,
+                    (Op::Refund { n, at }, Outcome::Done) => {
+                        reference.refund(current, n, at);
+                        true
+                    }
+                    (Op::SetQuota { burst }, Outcome::Done) => {
+                        current = quota(burst);
+                        true
+                    }
+                    _ => false,
+                };
+                if !ok {
+                    return false;
+                }
+            }
+            let used = reference.tat;
+            let expected = Snapshot::new(
+                final_quota.burst(),
+                final_quota.tolerance_ticks().saturating_sub(used) / final_quota.emission_interval_ticks(),
+                ceil_ns(used),
+            );
+            expected == final_snapshot
+        });
+        assert!(matches, "no sequential order explains {seen:?} ending in {final_snapshot:?}");
+    });
+}
+
+#[test]
+fn concurrent_checks_at_one_time_never_exceed_the_burst() {
+    // 3 threads want 2 each from a bucket of 3: exactly one gets them.
+    let check = Op::Check { n: 2, at: 0 };
+    assert_linearizable(3, vec![vec![check], vec![check], vec![check]]);
+}
+
+#[test]
+fn concurrent_checks_at_different_times() {
+    // Refill between the readings: a slower reading never moves the TAT back.
+    assert_linearizable(
+        3,
+        vec![
+            vec![Op::Check { n: 3, at: 0 }, Op::Check { n: 1, at: 20 }],
+            vec![Op::Check { n: 1, at: 10 }, Op::Check { n: 2, at: 40 }],
+        ],
+    );
+}
+
+#[test]
+fn refund_racing_with_checks() {
+    assert_linearizable(
+        3,
+        vec![
+            vec![Op::Check { n: 2, at: 0 }, Op::Refund { n: 2, at: 0 }],
+            vec![Op::Check { n: 2, at: 0 }],
+            vec![Op::Check { n: 1, at: 0 }],
+        ],
+    );
+}
+
+#[test]
+fn quota_change_racing_with_checks() {
+    // A check decides under burst 1 (T = 10 ns) or burst 3 (T = 20 ns), never a mix.
+    assert_linearizable(
+        1,
+        vec![
+            vec![Op::SetQuota { burst: 3 }],
+            vec![Op::Check { n: 1, at: 0 }, Op::Check { n: 1, at: 0 }],
+            vec![Op::Check { n: 1, at: 0 }],
+        ],
+    );
+}
