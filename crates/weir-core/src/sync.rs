@@ -35,6 +35,38 @@ pub fn spin_loop() {
     core::hint::spin_loop();
 }
 
+/// Exponential backoff for CAS retry loops: after a lost race, wait a little longer
+/// each time (up to 2⁶ spin hints) before retrying, so that contending threads stop
+/// stealing the cache line from the one about to succeed. Under loom each wait is one
+/// `yield_now`.
+#[derive(Debug, Default)]
+pub struct Backoff {
+    step: u32,
+}
+
+impl Backoff {
+    /// The longest wait is 2^`SPIN_LIMIT` spin hints.
+    const SPIN_LIMIT: u32 = 6;
+
+    /// A fresh backoff.
+    #[inline]
+    pub const fn new() -> Self {
+        Self { step: 0 }
+    }
+
+    /// Waits after a lost race.
+    #[inline]
+    pub fn spin(&mut self) {
+        #[cfg(loom)]
+        loom::thread::yield_now();
+        #[cfg(not(loom))]
+        for _ in 0..1u32 << self.step.min(Self::SPIN_LIMIT) {
+            core::hint::spin_loop();
+        }
+        self.step += 1;
+    }
+}
+
 /// A cell whose contents other threads may access, with the access discipline
 /// proven by the code that owns it. Under loom this is loom's `UnsafeCell`, which
 /// checks that accesses never race; otherwise it is `core::cell::UnsafeCell` with

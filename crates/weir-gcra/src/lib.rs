@@ -88,7 +88,7 @@
 #[cfg(feature = "std")]
 extern crate std;
 
-use weir_core::sync::{AtomicU64, CachePadded, Ordering};
+use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
 use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, QuotaCell, Snapshot, ticks};
 
 /// The latest time, in ticks since the limiter's creation, that a limiter uses. Later
@@ -162,12 +162,14 @@ impl GcraAlgorithm {
     fn acquire<C: Clock + ?Sized>(&self, quota: &Quota, state: &GcraState, n: u64, clock: &C) -> Decision {
         let increment = n * quota.emission_interval_ticks(); // n ≤ burst: ≤ 2^62
         let tolerance = quota.tolerance_ticks();
+        let mut backoff = Backoff::new();
         // Ordering: Relaxed; the TAT is the whole state and publishes no other memory.
         // Every read-modify-write of it is ordered by its modification order alone.
         let mut tat = state.tat.load(Ordering::Relaxed);
         loop {
-            // Read the clock inside the loop: after losing a CAS race the retry uses a
-            // fresh reading, so a slow thread decides no more strictly than it must.
+            // The clock is read inside the loop: a retry decides with a fresh reading,
+            // never more strictly than it must. (A stale reading could never move the
+            // TAT backwards anyway: `new_tat ≥ tat` always.)
             let now = self.ticks_at(clock.now());
             let start = tat.max(now);
             let used = start - now; // ≤ 2^62: a TAT is never set further ahead
@@ -182,8 +184,13 @@ impl GcraAlgorithm {
             // admits only if no other admission landed since `tat` was read.
             match state.tat.compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return Decision::allowed(Self::snapshot_of(quota, debt)),
+                // Retry with the value the failed CAS returned (the failed `lock
+                // cmpxchg` left the line in this core's cache), after a short
+                // exponential backoff so contenders stop stealing the line from the
+                // one about to succeed. Measured in BENCHMARKS.md ("retry policy").
                 Err(actual) => tat = actual,
             }
+            backoff.spin();
         }
     }
 

@@ -1,0 +1,130 @@
+//! The thread-sweep harness: runs one workload on N threads that start together on
+//! a barrier, for a fixed wall-clock duration, and counts operations.
+//!
+//! The hot loop is monomorphized per workload (no dynamic dispatch per operation),
+//! spawning is outside the timed region, and the stop flag is read once per batch.
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Operations between two reads of the stop flag.
+const BATCH: u64 = 256;
+
+/// Something to run on every thread of a sweep.
+pub trait Workload: Sync {
+    /// Per-thread state (a per-thread limiter, a key cursor, ...).
+    type Local: Send;
+    /// Builds thread `thread`'s state, before the timed region.
+    fn local(&self, thread: usize) -> Self::Local;
+    /// One operation; true when it admitted (or otherwise succeeded).
+    fn op(&self, local: &mut Self::Local) -> bool;
+}
+
+/// What one timed run measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// Threads that ran.
+    pub threads: usize,
+    /// Operations completed by all threads together.
+    pub ops: u64,
+    /// Operations that admitted.
+    pub admitted: u64,
+    /// Wall-clock time from the barrier's release to the last thread's stop.
+    pub elapsed: Duration,
+    /// The slowest thread's operations divided by the mean per thread: 1.0 is
+    /// perfectly fair; near 0 means some thread was starved.
+    pub fairness: f64,
+}
+
+impl Sample {
+    /// Aggregate operations per second.
+    pub fn ops_per_sec(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// Runs `workload` on `threads` threads for about `duration`.
+pub fn run<W: Workload>(workload: &W, threads: usize, duration: Duration) -> Sample {
+    let barrier = Barrier::new(threads + 1);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (barrier, stop) = (&barrier, &stop);
+                s.spawn(move || {
+                    let mut local = workload.local(t);
+                    barrier.wait();
+                    let (mut ops, mut admitted) = (0u64, 0u64);
+                    // Ordering: Relaxed; the flag carries no data, only "stop soon".
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..BATCH {
+                            admitted += black_box(workload.op(&mut local)) as u64;
+                        }
+                        ops += BATCH;
+                    }
+                    (ops, admitted)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        std::thread::sleep(duration);
+        // Ordering: Relaxed; see the load above.
+        stop.store(true, Ordering::Relaxed);
+        let (mut ops, mut admitted, mut slowest) = (0, 0, u64::MAX);
+        for handle in handles {
+            let (o, a) = handle.join().expect("a benchmark thread panicked");
+            ops += o;
+            admitted += a;
+            slowest = slowest.min(o);
+        }
+        let elapsed = start.elapsed();
+        let fairness = slowest as f64 * threads as f64 / ops.max(1) as f64;
+        Sample { threads, ops, admitted, elapsed, fairness }
+    })
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Count;
+    impl Workload for Count {
+        type Local = u64;
+        fn local(&self, _: usize) -> u64 {
+            0
+        }
+        fn op(&self, local: &mut u64) -> bool {
+            *local += 1;
+            *local % 2 == 0
+        }
+    }
+
+    #[test]
+    fn counts_every_operation_of_every_thread() {
+        let sample = run(&Count, 3, Duration::from_millis(5));
+        assert_eq!(sample.threads, 3);
+        assert!(sample.ops > 0 && sample.ops % BATCH == 0);
+        assert_eq!(sample.admitted * 2, sample.ops);
+        assert!(sample.fairness > 0.0 && sample.fairness <= 1.0);
+    }
+
+    #[test]
+    fn median_of_odd_and_even() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&mut []).is_nan());
+    }
+}
