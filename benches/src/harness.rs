@@ -108,7 +108,7 @@ mod tests {
         }
         fn op(&self, local: &mut u64) -> bool {
             *local += 1;
-            *local % 2 == 0
+            local.is_multiple_of(2)
         }
     }
 
@@ -116,7 +116,7 @@ mod tests {
     fn counts_every_operation_of_every_thread() {
         let sample = run(&Count, 3, Duration::from_millis(5));
         assert_eq!(sample.threads, 3);
-        assert!(sample.ops > 0 && sample.ops % BATCH == 0);
+        assert!(sample.ops > 0 && sample.ops.is_multiple_of(BATCH));
         assert_eq!(sample.admitted * 2, sample.ops);
         assert!(sample.fairness > 0.0 && sample.fairness <= 1.0);
     }

@@ -44,10 +44,11 @@ pub struct Backoff {
     step: u32,
 }
 
-impl Backoff {
-    /// The longest wait is 2^`SPIN_LIMIT` spin hints.
-    const SPIN_LIMIT: u32 = 6;
+/// The longest backoff wait is 2^`SPIN_LIMIT` spin hints.
+#[cfg(not(loom))]
+const SPIN_LIMIT: u32 = 6;
 
+impl Backoff {
     /// A fresh backoff.
     #[inline]
     pub const fn new() -> Self {
@@ -60,10 +61,10 @@ impl Backoff {
         #[cfg(loom)]
         loom::thread::yield_now();
         #[cfg(not(loom))]
-        for _ in 0..1u32 << self.step.min(Self::SPIN_LIMIT) {
+        for _ in 0..1u32 << self.step.min(SPIN_LIMIT) {
             core::hint::spin_loop();
         }
-        self.step += 1;
+        self.step = self.step.saturating_add(1);
     }
 }
 
