@@ -6,7 +6,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::time::Duration;
-use weir_bench::peers::governor;
+use weir_bench::peers::{governor, governor_upkeep};
 use weir_core::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock, Quota};
 use weir_gcra::Gcra;
 
@@ -47,6 +47,8 @@ fn allowed(c: &mut Criterion) {
     g.bench_function("weir-gcra monotonic, full decision", |b| b.iter(|| black_box(black_box(&l).check())));
     let l = governor(1_000_000_000, 1_000_000_000);
     g.bench_function("governor", |b| b.iter(|| black_box(&l).check().is_ok()));
+    let l = governor_upkeep(1_000_000_000, 1_000_000_000);
+    g.bench_function("governor upkeep", |b| b.iter(|| black_box(&l).check().is_ok()));
     g.finish();
 }
 
@@ -59,6 +61,9 @@ fn denied(c: &mut Criterion) {
     let l = governor(1, 1);
     let _ = l.check();
     g.bench_function("governor", |b| b.iter(|| black_box(&l).check().is_ok()));
+    let l = governor_upkeep(1, 1);
+    let _ = l.check();
+    g.bench_function("governor upkeep", |b| b.iter(|| black_box(&l).check().is_ok()));
     g.finish();
 }
 

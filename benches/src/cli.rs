@@ -2,6 +2,7 @@
 
 use crate::harness::{Sample, median};
 use crate::report::{Machine, Table, rate, write_csv};
+use crate::single::{SingleResult, singles};
 use crate::throughput::{Subject, subjects};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -14,7 +15,7 @@ use std::time::Duration;
 #[derive(Debug, Parser)]
 #[command(name = "weir-bench", version, about, long_about = None)]
 pub struct Args {
-    /// What to run (default: throughput).
+    /// What to run (default: every suite, one after the other).
     #[command(subcommand)]
     pub command: Option<Command>,
 
@@ -54,9 +55,14 @@ pub struct Args {
 /// The parts of the suite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
 pub enum Command {
+    /// Every suite below, one after the other (the default).
+    All,
     /// Aggregate checks per second over a thread sweep: hot limiter (allowed and
     /// denied paths), per-thread limiters, hardware references, with peers.
     Throughput,
+    /// ns per check on one thread, every subject interleaved round by round (best
+    /// and median round), with clock read costs.
+    Single,
     /// List every subject id, for `--only`.
     List,
 }
@@ -148,13 +154,14 @@ impl Args {
         if reps == 0 {
             return Err(BenchError::ZeroReps);
         }
-        let all = subjects();
+        let all: Vec<String> =
+            subjects().iter().map(Subject::id).chain(singles().iter().map(|s| format!("single/{}", s.id))).collect();
         for text in &self.only {
-            if !all.iter().any(|s| s.id().contains(text.as_str())) {
+            if !all.iter().any(|id| id.contains(text.as_str())) {
                 return Err(BenchError::UnknownSubject(text.clone()));
             }
         }
-        let command = self.command.unwrap_or(Command::Throughput);
+        let command = self.command.unwrap_or(Command::All);
         if command != Command::List {
             ensure_writable(&self.out).map_err(|e| BenchError::Output(self.out.clone(), e))?;
         }
@@ -199,10 +206,47 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
 /// Runs a validated configuration.
 pub fn execute(config: &Config) -> Result<(), BenchError> {
     match config.command {
+        Command::All => {
+            for command in [Command::Throughput, Command::Single] {
+                let part = Config { command, ..config.clone() };
+                // `--only` filters that match nothing in one suite skip it.
+                if part.only.is_empty() || suite_matches(&part) {
+                    execute(&part)?;
+                    println!();
+                }
+            }
+            Ok(())
+        }
         Command::List => {
             for subject in subjects() {
                 println!("{}", subject.id());
             }
+            for single in singles() {
+                println!("single/{}", single.id);
+            }
+            Ok(())
+        }
+        Command::Single => {
+            let (text, rows) = single(config);
+            print!("{text}");
+            let path = config.out.join("single.csv");
+            let header = ["subject", "best_ns", "median_ns", "cpu", "cores", "commit"];
+            let machine = Machine::detect();
+            let rows: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.id.replace(['(', ')', ' '], ""),
+                        format!("{:.3}", r.best_ns),
+                        format!("{:.3}", r.median_ns),
+                        machine.cpu.replace(',', " "),
+                        machine.cores.to_string(),
+                        machine.commit.to_string(),
+                    ]
+                })
+                .collect();
+            write_csv(&path, &header, &rows).map_err(|e| BenchError::Output(config.out.clone(), e))?;
+            println!("\nwrote {}", path.display());
             Ok(())
         }
         Command::Throughput => {
@@ -214,6 +258,42 @@ pub fn execute(config: &Config) -> Result<(), BenchError> {
             Ok(())
         }
     }
+}
+
+fn suite_matches(config: &Config) -> bool {
+    match config.command {
+        Command::Throughput => !selected(config).is_empty(),
+        Command::Single => {
+            singles().iter().any(|s| config.only.iter().any(|o| format!("single/{}", s.id).contains(o.as_str())))
+        }
+        _ => true,
+    }
+}
+
+/// Runs the single-thread suite; returns the report and the rows.
+pub fn single(config: &Config) -> (String, Vec<SingleResult>) {
+    let chosen: Vec<_> = singles()
+        .into_iter()
+        .filter(|s| {
+            config.only.is_empty() || config.only.iter().any(|o| format!("single/{}", s.id).contains(o.as_str()))
+        })
+        .collect();
+    let rounds = if config.profile == "full" { 200 } else { 60 };
+    let bar = progress(config, rounds);
+    let results = crate::single::run(&chosen, rounds, 100_000, || bar.inc(1));
+    bar.finish_and_clear();
+    let mut out = format!(
+        "weir-bench single ({} profile)\nmachine: {}\n{rounds} rounds of 100k operations, every subject once per round \
+         (interleaved); ns per operation\n\n",
+        config.profile,
+        Machine::detect().describe()
+    );
+    let mut table = Table::new(vec!["subject".into(), "".into(), "best ns".into(), "median ns".into()]);
+    for r in &results {
+        table.row(vec![r.id.to_string(), String::new(), format!("{:.2}", r.best_ns), format!("{:.2}", r.median_ns)]);
+    }
+    out.push_str(&table.render());
+    (out, results)
 }
 
 /// The medians of one subject over the thread sweep.

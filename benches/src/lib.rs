@@ -9,4 +9,5 @@ pub mod cli;
 pub mod harness;
 pub mod peers;
 pub mod report;
+pub mod single;
 pub mod throughput;

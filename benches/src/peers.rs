@@ -62,9 +62,14 @@ pub fn governor(per_sec: u32, burst: u32) -> Governor {
     governor::RateLimiter::direct(governor_quota(per_sec, burst))
 }
 
-/// The same on governor's upkeep clock, refreshed every millisecond.
+/// The same on governor's upkeep clock, refreshed every millisecond. quanta allows
+/// one upkeep thread per process, so every such limiter shares one clock, started on
+/// first use and kept for the life of the process.
 pub fn governor_upkeep(per_sec: u32, burst: u32) -> GovernorUpkeep {
-    let clock = governor::clock::QuantaUpkeepClock::from_interval(std::time::Duration::from_millis(1))
-        .expect("quanta's upkeep thread starts");
-    governor::RateLimiter::direct_with_clock(governor_quota(per_sec, burst), clock)
+    static CLOCK: std::sync::OnceLock<governor::clock::QuantaUpkeepClock> = std::sync::OnceLock::new();
+    let clock = CLOCK.get_or_init(|| {
+        governor::clock::QuantaUpkeepClock::from_interval(std::time::Duration::from_millis(1))
+            .expect("quanta's upkeep thread starts")
+    });
+    governor::RateLimiter::direct_with_clock(governor_quota(per_sec, burst), clock.clone())
 }

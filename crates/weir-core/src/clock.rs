@@ -138,7 +138,7 @@ mod os {
     use core::time::Duration;
     // std's Arc, not the facade's: the upkeep thread needs `Weak`, and the coarse
     // clock is not part of any loom model (models pass time explicitly).
-    use std::sync::{Arc, OnceLock};
+    use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
     use std::time::Instant;
 
     /// The process-wide origin shared by every [`MonotonicClock`], so that their
@@ -262,28 +262,43 @@ mod os {
         }
     }
 
-    struct CoarseShared {
-        /// The cached reading of `source`, in ns since its origin. Only grows.
-        now: CachePadded<AtomicU64>,
-        source: MonotonicClock,
+    /// The cached time every [`CoarseClock`] in the process reads: ns since
+    /// [`MonotonicClock`]'s origin. Only grows.
+    #[cfg(not(loom))]
+    static COARSE_NOW: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+
+    /// The running upkeep thread's token, if any: the thread exits once every clock
+    /// holding the token is dropped.
+    #[cfg(not(loom))]
+    static UPKEEP: Mutex<Weak<UpkeepToken>> = Mutex::new(Weak::new());
+
+    #[derive(Debug)]
+    struct UpkeepToken {
+        /// The shortest interval any holder asked for, in ns; read by the thread on
+        /// every turn.
+        interval_ns: AtomicU64,
     }
 
-    /// A clock whose reading costs one atomic load: a cached [`MonotonicClock`]
-    /// reading, refreshed by an upkeep thread ([`CoarseClock::with_upkeep`]) or by
-    /// whoever calls [`CoarseClock::refresh`].
+    /// A clock whose reading costs one atomic load: a process-wide cached
+    /// [`MonotonicClock`] reading, refreshed by an upkeep thread
+    /// ([`CoarseClock::with_upkeep`]) or by whoever calls [`CoarseClock::refresh`].
     ///
     /// **Precision.** A reading lags the true time by at most the upkeep interval plus
-    /// the upkeep thread's scheduling delay. For a limiter, a lagging clock only makes
+    /// the upkeep thread's scheduling delay. For a limiter a lagging clock only makes
     /// refills arrive late by that lag: decisions are never looser than with the
-    /// precise clock. Readings never go backwards. Clones share one cached time; its
-    /// origin is [`MonotonicClock`]'s, so the two clocks' readings are comparable.
+    /// precise clock, and the long-run rate is the same. Readings never go backwards.
+    /// Every `CoarseClock` in a process reads one cached time (so the read is a single
+    /// load from a static, no pointer to follow); with several upkeep intervals asked
+    /// for, the shortest is used. Its origin is [`MonotonicClock`]'s, so the two clocks'
+    /// readings are comparable. Not available under `cfg(loom)` (models pass time
+    /// explicitly).
     ///
     /// ```
     /// use weir_core::{Clock, CoarseClock};
     /// use std::time::Duration;
     ///
     /// // Refreshed every millisecond by a background thread, which exits soon after
-    /// // the last clone of the clock is dropped.
+    /// // the last clock holding it is dropped.
     /// let clock = CoarseClock::with_upkeep(Duration::from_millis(1))?;
     /// let t = clock.now(); // one atomic load
     /// assert!(clock.refresh() >= t); // readings never go backwards
@@ -291,65 +306,81 @@ mod os {
     /// ```
     #[derive(Clone)]
     pub struct CoarseClock {
-        shared: Arc<CoarseShared>,
+        /// Keeps the upkeep thread running while this clock lives.
+        _upkeep: Option<Arc<UpkeepToken>>,
     }
 
+    #[cfg(not(loom))]
     impl CoarseClock {
-        /// A coarse clock with no upkeep thread: it moves only when some caller runs
-        /// [`refresh`](Self::refresh) (a server might call it once per event-loop turn).
+        /// A coarse clock with no upkeep thread of its own: it moves only when some
+        /// caller runs [`refresh`](Self::refresh) (a server might call it once per
+        /// event-loop turn), or while another clock's upkeep thread runs.
         pub fn manual_refresh() -> Self {
-            let source = MonotonicClock::new();
-            let now = CachePadded::new(AtomicU64::new(source.now().as_u64()));
-            Self { shared: Arc::new(CoarseShared { now, source }) }
+            refresh();
+            Self { _upkeep: None }
         }
 
-        /// A coarse clock refreshed every `interval` by a background thread. The
-        /// thread holds only a weak reference and exits within one interval after
-        /// the last clone of the clock is dropped.
+        /// A coarse clock refreshed every `interval` (or more often, if another clock
+        /// asked for a shorter one) by a background thread, started on first use and
+        /// stopped within one interval after the last clock holding it is dropped.
         pub fn with_upkeep(interval: Duration) -> Result<Self, CoarseClockError> {
             if interval.is_zero() {
                 return Err(CoarseClockError::ZeroInterval);
             }
-            let clock = Self::manual_refresh();
-            let weak = Arc::downgrade(&clock.shared);
+            let interval_ns = crate::nanos::duration_as_nanos_saturating(interval);
+            let mut running = UPKEEP.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(token) = running.upgrade() {
+                // Ordering: Relaxed; the thread reads the interval on its next turn.
+                token.interval_ns.fetch_min(interval_ns, Ordering::Relaxed);
+                refresh();
+                return Ok(Self { _upkeep: Some(token) });
+            }
+            let token = Arc::new(UpkeepToken { interval_ns: AtomicU64::new(interval_ns) });
+            let weak = Arc::downgrade(&token);
             std::thread::Builder::new()
                 .name("weir-coarse-clock".into())
                 .spawn(move || {
-                    while let Some(shared) = weak.upgrade() {
-                        refresh(&shared);
-                        drop(shared);
+                    while let Some(token) = weak.upgrade() {
+                        refresh();
+                        // Ordering: Relaxed; see `fetch_min` above.
+                        let interval = Duration::from_nanos(token.interval_ns.load(Ordering::Relaxed));
+                        drop(token);
                         std::thread::sleep(interval);
                     }
                 })
                 .map_err(CoarseClockError::Spawn)?;
-            Ok(clock)
+            *running = Arc::downgrade(&token);
+            refresh();
+            Ok(Self { _upkeep: Some(token) })
         }
 
         /// Reads the precise clock, stores it as the cached time, and returns it.
         pub fn refresh(&self) -> Nanos {
-            refresh(&self.shared)
+            refresh()
         }
     }
 
-    fn refresh(shared: &CoarseShared) -> Nanos {
-        let now = shared.source.now().as_u64();
+    #[cfg(not(loom))]
+    fn refresh() -> Nanos {
+        let now = MonotonicClock::new().now().as_u64();
         // Ordering: Relaxed; the cached time publishes no other memory, and fetch_max
         // keeps it from going backwards when refreshers race.
-        let previous = shared.now.fetch_max(now, Ordering::Relaxed);
+        let previous = COARSE_NOW.fetch_max(now, Ordering::Relaxed);
         Nanos::new(previous.max(now))
     }
 
+    #[cfg(not(loom))]
     impl Clock for CoarseClock {
         #[inline]
         fn now(&self) -> Nanos {
             // Ordering: Relaxed; a reading needs only this word's latest value.
-            Nanos::new(self.shared.now.load(Ordering::Relaxed))
+            Nanos::new(COARSE_NOW.load(Ordering::Relaxed))
         }
     }
 
     impl fmt::Debug for CoarseClock {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("CoarseClock").field("now", &self.now()).finish()
+            f.debug_struct("CoarseClock").field("upkeep", &self._upkeep.is_some()).finish()
         }
     }
 }

@@ -5,10 +5,17 @@ use core::time::Duration;
 
 /// What a client needs to regulate itself, read without consuming anything: the
 /// fields of the `RateLimit` / `X-RateLimit-*` response headers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// `remaining` is kept as capacity left and the capacity one request takes, and
+/// divided only when [`remaining`](Snapshot::remaining) is asked for: a check whose
+/// caller only needs allowed-or-denied never pays for the division.
+#[derive(Debug, Clone, Copy)]
 pub struct Snapshot {
     limit: u64,
-    remaining: u64,
+    /// Capacity left, in `unit`s of the algorithm's choosing.
+    left: u64,
+    /// Capacity one request takes, in the same units; never zero.
+    unit: u64,
     reset_after_ns: u64,
 }
 
@@ -17,7 +24,14 @@ impl Snapshot {
     /// admissible now, that will be full again after `reset_after_ns` nanoseconds.
     #[inline]
     pub const fn new(limit: u64, remaining: u64, reset_after_ns: u64) -> Self {
-        Self { limit, remaining, reset_after_ns }
+        Self { limit, left: remaining, unit: 1, reset_after_ns }
+    }
+
+    /// Like [`new`](Self::new), with `remaining = left / unit` (rounded down), computed
+    /// when asked for. A `unit` of zero is read as one.
+    #[inline]
+    pub const fn with_capacity_left(limit: u64, left: u64, unit: u64, reset_after_ns: u64) -> Self {
+        Self { limit, left, unit: if unit == 0 { 1 } else { unit }, reset_after_ns }
     }
 
     /// The most requests admitted at once (the burst, or a window's limit).
@@ -29,7 +43,7 @@ impl Snapshot {
     /// How many single requests would be admitted right now, back to back.
     #[inline]
     pub const fn remaining(&self) -> u64 {
-        self.remaining
+        self.left / self.unit
     }
 
     /// How long until the limiter is back at its full `limit` if nothing else is
@@ -37,6 +51,20 @@ impl Snapshot {
     #[inline]
     pub const fn reset_after(&self) -> Duration {
         Duration::from_nanos(self.reset_after_ns)
+    }
+}
+
+impl PartialEq for Snapshot {
+    fn eq(&self, other: &Self) -> bool {
+        (self.limit, self.remaining(), self.reset_after_ns) == (other.limit, other.remaining(), other.reset_after_ns)
+    }
+}
+
+impl Eq for Snapshot {}
+
+impl core::hash::Hash for Snapshot {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        (self.limit, self.remaining(), self.reset_after_ns).hash(state);
     }
 }
 
@@ -144,7 +172,7 @@ impl Decision {
     /// See [`Snapshot::remaining`].
     #[inline]
     pub const fn remaining(&self) -> u64 {
-        self.snapshot.remaining
+        self.snapshot.remaining()
     }
 
     /// See [`Snapshot::reset_after`].

@@ -50,6 +50,8 @@ pub struct Quota {
     burst: u64,
     /// `period / count` in ticks, rounded to nearest (within 0.1%, validated).
     interval_ticks: u64,
+    /// `burst × interval_ticks`, at most [`MAX_TOLERANCE_TICKS`].
+    tolerance_ticks: u64,
 }
 
 impl Quota {
@@ -98,7 +100,14 @@ impl Quota {
         if interval * count as u128 > MAX_TOLERANCE_TICKS as u128 {
             return Err(QuotaError::TooLong { count, period, burst: count });
         }
-        Ok(Self { count, period_ns: period_nanos as u64, burst: count, interval_ticks: interval as u64 })
+        let interval = interval as u64;
+        Ok(Self {
+            count,
+            period_ns: period_nanos as u64,
+            burst: count,
+            interval_ticks: interval,
+            tolerance_ticks: count * interval,
+        })
     }
 
     /// The same rate with up to `burst` requests admitted back to back from a full
@@ -110,7 +119,7 @@ impl Quota {
         if burst as u128 * self.interval_ticks as u128 > MAX_TOLERANCE_TICKS as u128 {
             return Err(QuotaError::TooLong { count: self.count, period: self.period(), burst });
         }
-        Ok(Self { burst, ..self })
+        Ok(Self { burst, tolerance_ticks: burst * self.interval_ticks, ..self })
     }
 
     /// Requests per period.
@@ -142,17 +151,23 @@ impl Quota {
     /// `burst × emission interval` in ticks: how long an empty bucket takes to
     /// refill completely. Never above [`MAX_TOLERANCE_TICKS`].
     pub const fn tolerance_ticks(&self) -> u64 {
-        self.burst * self.interval_ticks
+        self.tolerance_ticks
     }
 
     /// The quota as words, for [`QuotaCell`](crate::QuotaCell).
-    pub(crate) const fn to_words(self) -> [u64; 4] {
-        [self.count, self.period_ns, self.burst, self.interval_ticks]
+    pub(crate) const fn to_words(self) -> [u64; 5] {
+        [self.count, self.period_ns, self.burst, self.interval_ticks, self.tolerance_ticks]
     }
 
     /// The inverse of [`to_words`](Self::to_words), for words that came from it.
-    pub(crate) const fn from_words(words: [u64; 4]) -> Self {
-        Self { count: words[0], period_ns: words[1], burst: words[2], interval_ticks: words[3] }
+    pub(crate) const fn from_words(words: [u64; 5]) -> Self {
+        Self {
+            count: words[0],
+            period_ns: words[1],
+            burst: words[2],
+            interval_ticks: words[3],
+            tolerance_ticks: words[4],
+        }
     }
 
     /// The rate actually enforced, in requests per second (within 0.1% of

@@ -5,7 +5,7 @@ use crate::Quota;
 use crate::sync::{AtomicBool, AtomicU64, Ordering, fence, spin_loop};
 
 /// Words per stored quota.
-const WORDS: usize = 4;
+const WORDS: usize = 5;
 
 /// A [`Quota`] that a writer replaces at run time while readers on the hot path read
 /// it without a lock and without ever waiting for the writer.
@@ -59,10 +59,14 @@ impl QuotaCell {
             // Ordering: Acquire pairs with the Release store of `version` in `store`,
             // so the words that write put in slot `v & 1` are visible below.
             let v = self.version.load(Ordering::Acquire);
-            let slot = &self.slots[(v & 1) as usize];
+            // Both slots are read, independently of `v`, and the current one picked
+            // after: the loads issue in parallel instead of waiting for `v`.
             // Ordering: Relaxed; whether these words come from one write is decided by
             // the version check below, which the fences make sound.
-            let words = core::array::from_fn(|i| slot[i].load(Ordering::Relaxed));
+            let [even, odd] = &self.slots;
+            let even: [u64; WORDS] = core::array::from_fn(|i| even[i].load(Ordering::Relaxed));
+            let odd: [u64; WORDS] = core::array::from_fn(|i| odd[i].load(Ordering::Relaxed));
+            let words = if v & 1 == 0 { even } else { odd };
             // Ordering: Acquire fence. If a load above read a word stored by a later
             // writer reusing this slot, that writer's Release fence synchronizes with
             // this fence, so the bump of `version` that preceded its writes is visible

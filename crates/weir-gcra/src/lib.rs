@@ -144,17 +144,23 @@ impl GcraAlgorithm {
         self.quota.store(quota);
     }
 
-    /// `now` in ticks since the origin, clamped to the horizon.
+    /// `now` in ticks since the origin, clamped to the horizon (clamped in ns first,
+    /// so the shift cannot overflow: one compare, no saturation logic).
     #[inline]
     fn ticks_at(&self, now: Nanos) -> u64 {
-        ticks::from_nanos(now.as_u64().saturating_sub(self.origin)).min(HORIZON_TICKS)
+        now.as_u64().saturating_sub(self.origin).min(HORIZON_TICKS >> ticks::SHIFT) << ticks::SHIFT
     }
 
-    /// A snapshot with `used` ticks of capacity in use.
+    /// A snapshot with `used` ticks of capacity in use. `remaining` is divided out
+    /// only if asked for.
     #[inline]
     fn snapshot_of(quota: &Quota, used: u64) -> Snapshot {
-        let remaining = quota.tolerance_ticks().saturating_sub(used) / quota.emission_interval_ticks();
-        Snapshot::new(quota.burst(), remaining, ticks::to_nanos_ceil(used))
+        Snapshot::with_capacity_left(
+            quota.burst(),
+            quota.tolerance_ticks().saturating_sub(used),
+            quota.emission_interval_ticks(),
+            ticks::to_nanos_ceil(used),
+        )
     }
 
     /// The one admission routine: `n <= burst` is the caller's to check.

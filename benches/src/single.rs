@@ -1,0 +1,136 @@
+//! ns per operation on one thread, measured interleaved: every subject runs one
+//! short batch per round, round after round, and each subject's best and median
+//! round are reported. Interleaving cancels the drift of a shared, noisy machine
+//! that makes back-to-back measurements (subject A for 2 s, then B for 2 s)
+//! disagree by more than the differences being measured.
+
+use crate::peers::{Governor, GovernorUpkeep, MutexTokenBucket, governor, governor_upkeep};
+use crate::throughput::Check;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+use weir_core::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock, Quota};
+use weir_gcra::Gcra;
+
+/// Something timed in batches; the per-operation loop inside is monomorphized.
+pub trait Batch {
+    /// Runs `n` operations and returns the time they took.
+    fn run(&mut self, n: u32) -> Duration;
+}
+
+struct Checks<L>(L);
+
+impl<L: Check> Batch for Checks<L> {
+    fn run(&mut self, n: u32) -> Duration {
+        let start = Instant::now();
+        let mut admitted = 0u32;
+        for _ in 0..n {
+            admitted += black_box(&self.0).check_one() as u32;
+        }
+        black_box(admitted);
+        start.elapsed()
+    }
+}
+
+struct Reads<C>(C);
+
+impl<C: Clock> Batch for Reads<C> {
+    fn run(&mut self, n: u32) -> Duration {
+        let start = Instant::now();
+        let mut sum = 0u64;
+        for _ in 0..n {
+            sum = sum.wrapping_add(black_box(&self.0).now().as_u64());
+        }
+        black_box(sum);
+        start.elapsed()
+    }
+}
+
+/// One subject of the single-thread suite.
+#[derive(Debug, Clone, Copy)]
+pub struct Single {
+    /// `group/name`.
+    pub id: &'static str,
+    /// Builds it (outside the timed region).
+    pub make: fn() -> Box<dyn Batch>,
+}
+
+fn open() -> Quota {
+    Quota::per_second(1_000_000_000).and_then(|q| q.with_burst(1_000_000_000)).expect("a valid quota")
+}
+
+fn closed<C: Clock>(clock: C) -> Gcra<C> {
+    let limiter = Gcra::with_clock(Quota::per_hour(1).expect("a valid quota"), clock);
+    let _ = limiter.check();
+    limiter
+}
+
+fn coarse() -> CoarseClock {
+    CoarseClock::with_upkeep(Duration::from_millis(1)).expect("the coarse clock's upkeep thread starts")
+}
+
+fn closed_governor() -> Governor {
+    let l = governor(1, 1);
+    let _ = l.check();
+    l
+}
+
+fn closed_governor_upkeep() -> GovernorUpkeep {
+    let l = governor_upkeep(1, 1);
+    let _ = l.check();
+    l
+}
+
+/// Every subject, in report order.
+pub fn singles() -> Vec<Single> {
+    let s = |id, make| Single { id, make };
+    vec![
+        s("clock/monotonic (quanta TSC)", || Box::new(Reads(MonotonicClock::new()))),
+        s("clock/instant (std)", || Box::new(Reads(InstantClock::new()))),
+        s("clock/coarse", || Box::new(Reads(coarse()))),
+        s("clock/manual", || Box::new(Reads(ManualClock::new()))),
+        s("allowed/weir-gcra", || Box::new(Checks(Gcra::with_clock(open(), MonotonicClock::new())))),
+        s("allowed/weir-gcra+coarse", || Box::new(Checks(Gcra::with_clock(open(), coarse())))),
+        s("allowed/governor", || Box::new(Checks(governor(1_000_000_000, 1_000_000_000)))),
+        s("allowed/governor+upkeep", || Box::new(Checks(governor_upkeep(1_000_000_000, 1_000_000_000)))),
+        s("allowed/mutex-bucket", || Box::new(Checks(MutexTokenBucket::new(1e9, 1e9)))),
+        s("denied/weir-gcra", || Box::new(Checks(closed(MonotonicClock::new())))),
+        s("denied/weir-gcra+coarse", || Box::new(Checks(closed(coarse())))),
+        s("denied/governor", || Box::new(Checks(closed_governor()))),
+        s("denied/governor+upkeep", || Box::new(Checks(closed_governor_upkeep()))),
+    ]
+}
+
+/// One subject's result: best and median ns per operation over the rounds.
+#[derive(Debug, Clone, Copy)]
+pub struct SingleResult {
+    /// Which subject.
+    pub id: &'static str,
+    /// Fastest round, ns per operation.
+    pub best_ns: f64,
+    /// Median round, ns per operation.
+    pub median_ns: f64,
+}
+
+/// Runs `subjects` interleaved for `rounds` rounds of `batch` operations each.
+pub fn run(subjects: &[Single], rounds: usize, batch: u32, mut tick: impl FnMut()) -> Vec<SingleResult> {
+    let mut batches: Vec<Box<dyn Batch>> = subjects.iter().map(|s| (s.make)()).collect();
+    for b in &mut batches {
+        b.run(batch); // warm up
+    }
+    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); subjects.len()];
+    for _ in 0..rounds {
+        for (b, t) in batches.iter_mut().zip(&mut times) {
+            t.push(b.run(batch).as_nanos() as f64 / f64::from(batch));
+        }
+        tick();
+    }
+    subjects
+        .iter()
+        .zip(&mut times)
+        .map(|(s, t)| SingleResult {
+            id: s.id,
+            best_ns: t.iter().copied().fold(f64::INFINITY, f64::min),
+            median_ns: crate::harness::median(t),
+        })
+        .collect()
+}
