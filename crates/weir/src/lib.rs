@@ -28,3 +28,8 @@ pub use weir_core::*;
 pub mod gcra {
     pub use weir_gcra::*;
 }
+
+/// The README's Rust example, compiled and run as a doc test.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
