@@ -1,0 +1,1 @@
+//! weir-keyed (in progress).

@@ -1,0 +1,1 @@
+//! weir-window (in progress).
