@@ -38,7 +38,7 @@ pub use clock::ManualClock;
 #[cfg(feature = "std")]
 pub use clock::{CoarseClock, CoarseClockError, InstantClock, MonotonicClock};
 pub use decision::{Decision, DenyReason, InsufficientCapacity, Snapshot};
-pub use limiter::{Algorithm, Limiter};
+pub use limiter::{Algorithm, Limiter, Retire};
 pub use nanos::{Nanos, ticks};
 pub use quota::{MAX_TOLERANCE_TICKS, Quota, QuotaError};
 pub use quota_cell::QuotaCell;

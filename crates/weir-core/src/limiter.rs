@@ -111,3 +111,23 @@ pub trait Algorithm {
     /// it without changing any decision.
     fn is_idle(&self, state: &Self::State, now: Nanos) -> bool;
 }
+
+/// An [`Algorithm`] whose idle states a per-key store can drop while other threads
+/// may still be checking them, without any check ever being decided on a dropped
+/// state.
+///
+/// The protocol: the store calls [`try_retire`](Retire::try_retire), which in one
+/// atomic step marks the state retired *only if* it is idle. A retired state admits
+/// nothing, so a check that raced with the retirement is denied; the store sees
+/// [`is_retired`](Retire::is_retired) and retries that check on a fresh state, which
+/// decides exactly as the retired one would have (it was idle). A check whose
+/// admission landed first makes the state non-idle, so the retirement fails. Either
+/// way no admission is lost and none is granted twice.
+pub trait Retire: Algorithm {
+    /// Retires `state` if it is idle at `now` (see [`Algorithm::is_idle`]); returns
+    /// whether it did. Atomic with respect to concurrent checks.
+    fn try_retire(&self, state: &Self::State, now: Nanos) -> bool;
+
+    /// Whether `state` has been retired.
+    fn is_retired(&self, state: &Self::State) -> bool;
+}

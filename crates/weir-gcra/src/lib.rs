@@ -85,16 +85,27 @@
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod leased;
+pub use leased::{LeaseConfig, LeaseConfigError, LeasedGcra};
+
 use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, QuotaCell, Snapshot, ticks};
+use weir_core::{
+    Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, QuotaCell, Retire, Snapshot, ticks,
+};
 
 /// The latest time, in ticks since the limiter's creation, that a limiter uses. Later
 /// readings are clamped to it, so `now + capacity in use` (at most 2⁶³ ticks, see
 /// [`weir_core::MAX_TOLERANCE_TICKS`]) never overflows a `u64`.
 const HORIZON_TICKS: u64 = (1 << 63) - 1;
+
+/// The TAT of a retired state ([`Retire`]): far beyond any live TAT (at most
+/// `HORIZON_TICKS + MAX_TOLERANCE_TICKS` < 2⁶³ + 2⁶²), so a retired state admits
+/// nothing.
+const RETIRED: u64 = u64::MAX;
 
 /// GCRA parameters shared by any number of [`GcraState`]s: the quota and the time
 /// origin the states' ticks count from.
@@ -178,8 +189,10 @@ impl GcraAlgorithm {
             // TAT backwards anyway: `new_tat ≥ tat` always.)
             let now = self.ticks_at(clock.now());
             let start = tat.max(now);
-            let used = start - now; // ≤ 2^62: a TAT is never set further ahead
-            let debt = used + increment; // ≤ 2^63
+            let used = start - now;
+            // ≤ 2^63 for a live state (a TAT is never set more than 2^62 ahead);
+            // saturates for a retired one (TAT = RETIRED), which is then denied.
+            let debt = used.saturating_add(increment);
             if debt > tolerance {
                 // Denied: nothing is written.
                 let snapshot = Self::snapshot_of(quota, used);
@@ -208,18 +221,23 @@ impl GcraAlgorithm {
         if n > quota.burst() {
             return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
         }
-        let credit = n * quota.emission_interval_ticks();
+        self.refund_ticks(state, n * quota.emission_interval_ticks(), clock);
+        Ok(())
+    }
+
+    /// Gives back `credit` ticks of capacity in use, never beyond a full bucket.
+    pub(crate) fn refund_ticks<C: Clock + ?Sized>(&self, state: &GcraState, credit: u64, clock: &C) {
         // Ordering: Relaxed; see `acquire`.
         let mut tat = state.tat.load(Ordering::Relaxed);
         loop {
             let now = self.ticks_at(clock.now());
-            if tat <= now || credit == 0 {
-                return Ok(()); // already full
+            if tat <= now || credit == 0 || tat == RETIRED {
+                return; // already full (or retired: idle, so full)
             }
             let new_tat = tat.saturating_sub(credit).max(now);
             // Ordering: Relaxed; see `acquire`.
             match state.tat.compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Ok(()),
+                Ok(_) => return,
                 Err(actual) => tat = actual,
             }
         }
@@ -272,6 +290,32 @@ impl Algorithm for GcraAlgorithm {
     fn is_idle(&self, state: &GcraState, now: Nanos) -> bool {
         // Ordering: Relaxed; see `acquire`.
         state.tat.load(Ordering::Relaxed) <= self.ticks_at(now)
+    }
+}
+
+impl Retire for GcraAlgorithm {
+    fn try_retire(&self, state: &GcraState, now: Nanos) -> bool {
+        let now = self.ticks_at(now);
+        // Ordering: Relaxed; retirement and admissions are read-modify-writes of the
+        // one TAT word, ordered by its modification order: an admission that lands
+        // first makes the state non-idle and this CAS fails; one that comes after
+        // finds RETIRED and is denied.
+        let mut tat = state.tat.load(Ordering::Relaxed);
+        loop {
+            if tat > now {
+                return false; // not idle (or already retired)
+            }
+            // Ordering: Relaxed; see the load above.
+            match state.tat.compare_exchange_weak(tat, RETIRED, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+
+    fn is_retired(&self, state: &GcraState) -> bool {
+        // Ordering: Relaxed; see `try_retire`.
+        state.tat.load(Ordering::Relaxed) == RETIRED
     }
 }
 

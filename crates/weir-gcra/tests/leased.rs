@@ -1,0 +1,223 @@
+//! The leased (striped) GCRA: exact when leases are 1, within its documented
+//! over-admission bound otherwise, never beyond the burst at a frozen clock.
+
+use proptest::prelude::*;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use weir_core::{Clock, ManualClock, Quota};
+use weir_gcra::{Gcra, LeaseConfig, LeaseConfigError, LeasedGcra};
+
+fn quota(per_sec: u64, burst: u64) -> Quota {
+    Quota::per_second(per_sec).unwrap().with_burst(burst).unwrap()
+}
+
+#[test]
+fn configuration_errors_are_typed() {
+    assert_eq!(LeaseConfig::new(0), Err(LeaseConfigError::ZeroStripes));
+    assert_eq!(LeaseConfig::new(1 << 20), Err(LeaseConfigError::TooManyStripes(1 << 20)));
+    assert_eq!(LeaseConfig::new(3).unwrap().stripes(), 4);
+    assert_eq!(LeaseConfig::new(1).unwrap().with_max_lease(0), Err(LeaseConfigError::ZeroLease));
+    assert_eq!(LeaseConfig::new(1).unwrap().with_max_lease(1 << 20), Err(LeaseConfigError::LeaseTooLarge(1 << 20)));
+    assert!(LeaseConfig::new(1).unwrap().with_lifetime(Duration::ZERO).is_err());
+    assert!(LeaseConfig::new(1).unwrap().with_lifetime(Duration::from_secs(90_000)).is_err());
+    let e = LeaseConfig::new(1).unwrap().with_max_lease(0).unwrap_err();
+    assert!(e.to_string().contains("use 1 for an exact limiter"));
+}
+
+#[test]
+fn the_bound_formula() {
+    let q = quota(1_000_000, 1_000); // T = 1 µs
+    let c = LeaseConfig::new(8).unwrap().with_max_lease(64).unwrap().with_lifetime(Duration::from_micros(10)).unwrap();
+    assert_eq!(c.over_admission_bound(&q), 8 * 11, "min(64, 10 µs / 1 µs + 1) per stripe");
+    let c = c.with_lifetime(Duration::from_millis(1)).unwrap();
+    assert_eq!(c.over_admission_bound(&q), 8 * 64, "capped by the lease size");
+    assert_eq!(c.with_max_lease(1).unwrap().over_admission_bound(&q), 0, "leases of 1 are exact");
+}
+
+#[test]
+fn near_the_limit_leases_shrink_to_one() {
+    // Burst 10 over 4 stripes: a lease is remaining / 8 = 1 from the start, so the
+    // limiter admits exactly the burst, spread over any stripes.
+    let l = LeasedGcra::with_clock(quota(1, 10), LeaseConfig::new(4).unwrap(), ManualClock::new());
+    let admitted = (0..100).filter(|i| l.check_on(i % 4, 1).unwrap().is_allowed()).count();
+    assert_eq!(admitted, 10);
+    assert_eq!(l.snapshot().remaining(), 0);
+}
+
+#[test]
+fn far_from_the_limit_a_stripe_leases_a_batch_and_gives_back_what_is_left() {
+    let clock = ManualClock::new();
+    let config =
+        LeaseConfig::new(2).unwrap().with_max_lease(16).unwrap().with_lifetime(Duration::from_millis(1)).unwrap();
+    let l = LeasedGcra::with_clock(quota(1_000, 1_000), config, clock.clone());
+    let d = l.check_on(0, 1).unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(d.remaining(), 15, "a lease of 16, one spent");
+    assert_eq!(l.snapshot().remaining(), 1_000 - 16, "the bucket counts the whole lease as used");
+    for _ in 0..5 {
+        assert!(l.check_on(0, 1).unwrap().is_allowed());
+    }
+    l.release_leases();
+    assert_eq!(l.snapshot().remaining(), 1_000 - 6, "unused permits went back");
+
+    // An expired lease is given back when its stripe next refills: its 15 unused
+    // permits' debt less the 2 ms (2 permits) the bucket has refilled since.
+    assert!(l.check_on(1, 1).unwrap().is_allowed()); // stripe 1 leases 16: 978 left
+    clock.advance(Duration::from_millis(2)); // expired; the bucket refilled 2 meanwhile
+    assert!(l.check_on(1, 1).unwrap().is_allowed()); // give back 13, new lease of 16
+    assert_eq!(l.snapshot().remaining(), 978 + 2 + 13 - 16);
+}
+
+#[test]
+fn leases_held_through_an_idle_period_cannot_be_spent_on_top_of_a_full_bucket() {
+    // Every stripe takes a lease and spends one permit; then the bucket refills
+    // completely. Spending everything at that instant admits at most
+    // burst + over_admission_bound(), because the old leases have expired.
+    let clock = ManualClock::new();
+    let config =
+        LeaseConfig::new(4).unwrap().with_max_lease(64).unwrap().with_lifetime(Duration::from_micros(10)).unwrap();
+    let l = LeasedGcra::with_clock(quota(1_000_000, 1_000), config, clock.clone());
+    for stripe in 0..4 {
+        assert_eq!(l.check_on(stripe, 1).unwrap().remaining(), 63);
+    }
+    clock.advance(Duration::from_millis(10));
+    let admitted = (0..10_000).filter(|i| l.check_on(i % 4, 1).unwrap().is_allowed()).count() as u64;
+    assert!(admitted <= 1_000 + l.over_admission_bound(), "admitted {admitted}");
+    assert_eq!(l.over_admission_bound(), 4 * 11);
+}
+
+#[test]
+fn more_than_the_burst_is_an_error() {
+    let l = LeasedGcra::with_clock(quota(10, 5), LeaseConfig::new(2).unwrap(), ManualClock::new());
+    assert!(l.check_on(0, 6).is_err());
+    assert!(l.check_on(0, 0).unwrap().is_allowed());
+    assert!(l.check_on(1, 5).unwrap().is_allowed());
+    assert!(l.check_on(0, 1).unwrap().is_denied());
+}
+
+#[test]
+fn frozen_clock_eight_threads_never_exceed_the_burst() {
+    for (burst, max_lease) in [(1_000u64, 64u64), (50_000, 1_000), (7, 4)] {
+        let config = LeaseConfig::new(8).unwrap().with_max_lease(max_lease).unwrap();
+        let l = LeasedGcra::with_clock(quota(1, burst), config, ManualClock::new());
+        let barrier = Barrier::new(8);
+        let admitted = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    barrier.wait();
+                    let mine = (0..burst).filter(|_| l.check().is_allowed()).count() as u64;
+                    admitted.fetch_add(mine, Ordering::Relaxed);
+                });
+            }
+        });
+        let admitted = admitted.into_inner();
+        assert!(admitted <= burst, "admitted {admitted} > burst {burst}");
+        l.release_leases();
+        assert_eq!(l.snapshot().remaining() + admitted, burst, "no permit lost");
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Advance(u64),
+    Check {
+        stripe: usize,
+        n: u64,
+    },
+    /// Many checks of cost 1 at one instant, round-robin over the stripes.
+    Burst(usize),
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(
+        prop_oneof![
+            3 => (0u64..3_000).prop_map(Op::Advance),
+            1 => (0u64..200_000).prop_map(Op::Advance),
+            12 => (0usize..4, 1u64..4).prop_map(|(stripe, n)| Op::Check { stripe, n }),
+            1 => (1usize..400).prop_map(Op::Burst),
+        ],
+        1..300,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// Leases of one permit make the leased limiter exact: it decides as `Gcra`.
+    #[test]
+    fn leases_of_one_decide_exactly_as_gcra(burst in 1u64..12, ops in ops()) {
+        let q = quota(1_000_000, burst); // T = 1 µs
+        let clock = ManualClock::new();
+        let config = LeaseConfig::new(4).unwrap().with_max_lease(1).unwrap();
+        let leased = LeasedGcra::with_clock(q, config, clock.clone());
+        let exact = Gcra::with_clock(q, clock.clone());
+        for op in ops {
+            match op {
+                Op::Advance(ns) => { clock.advance(Duration::from_nanos(ns)); }
+                Op::Check { stripe, n } => {
+                    let n = n.min(burst);
+                    let a = leased.check_on(stripe, n).unwrap();
+                    let b = exact.check_n(n).unwrap();
+                    prop_assert_eq!(a.is_allowed(), b.is_allowed());
+                    if a.is_denied() {
+                        prop_assert_eq!(a.retry_after(), b.retry_after());
+                    }
+                }
+                Op::Burst(k) => {
+                    for i in 0..k {
+                        prop_assert_eq!(leased.check_on(i, 1).unwrap().is_allowed(), exact.check().is_allowed());
+                    }
+                }
+            }
+        }
+    }
+
+    /// With larger leases, in every span of time the admitted cost stays within
+    /// `burst + span / T + over_admission_bound()`.
+    #[test]
+    fn admissions_stay_within_the_documented_bound(
+        burst in 1u64..200,
+        max_lease in 2u64..32,
+        lifetime_us in 5u64..200,
+        ops in ops(),
+    ) {
+        let q = quota(1_000_000, burst); // T = 1 µs = 16 ticks
+        let clock = ManualClock::new();
+        let config = LeaseConfig::new(4).unwrap().with_max_lease(max_lease).unwrap()
+            .with_lifetime(Duration::from_micros(lifetime_us)).unwrap();
+        let l = LeasedGcra::with_clock(q, config, clock.clone());
+        let bound = l.over_admission_bound();
+        let mut admitted: Vec<(u64, u64)> = Vec::new(); // (time ns, cost)
+        for op in ops {
+            match op {
+                Op::Advance(ns) => { clock.advance(Duration::from_nanos(ns)); }
+                Op::Check { stripe, n } => {
+                    let n = n.min(burst);
+                    if l.check_on(stripe, n).unwrap().is_allowed() {
+                        admitted.push((clock.now().as_u64(), n));
+                    }
+                }
+                Op::Burst(k) => {
+                    for i in 0..k {
+                        if l.check_on(i, 1).unwrap().is_allowed() {
+                            admitted.push((clock.now().as_u64(), 1));
+                        }
+                    }
+                }
+            }
+        }
+        let t_ns = 1_000u64;
+        for i in 0..admitted.len() {
+            let mut cost = 0u64;
+            for j in i..admitted.len() {
+                cost += admitted[j].1;
+                let span = admitted[j].0 - admitted[i].0;
+                // cost ≤ burst + span / T + bound, in whole requests (span / T rounded up).
+                prop_assert!(cost <= burst + span.div_ceil(t_ns) + bound,
+                    "{} admitted in {} ns: burst {}, bound {}", cost, span, burst, bound);
+            }
+        }
+    }
+}
