@@ -1,1 +1,614 @@
-//! weir-keyed (in progress).
+//! Per-key rate limiting (per IP, per API key, per user) over any weir algorithm,
+//! with a hard bound on memory and exact idle eviction.
+//!
+//! ```
+//! use std::time::Duration;
+//! use weir_core::{ManualClock, Quota};
+//! use weir_keyed::{AtCapacity, Keyed, KeyedConfig};
+//!
+//! let clock = ManualClock::new();
+//! let config = KeyedConfig::new(100_000)?.at_capacity(AtCapacity::EvictIdle);
+//! let per_ip = Keyed::gcra_with_clock(Quota::per_second(2)?, config, clock.clone());
+//!
+//! assert!(per_ip.check(&"203.0.113.7").is_allowed());
+//! assert!(per_ip.check(&"203.0.113.7").is_allowed());
+//! assert!(per_ip.check(&"203.0.113.7").is_denied()); // this client's burst is spent
+//! assert!(per_ip.check(&"198.51.100.1").is_allowed()); // another client is not affected
+//! assert_eq!(per_ip.len(), 2);
+//!
+//! clock.advance(Duration::from_secs(1)); // both buckets are full again: idle
+//! assert_eq!(per_ip.sweep_all(), 2); // dropping them changes no decision
+//! assert!(per_ip.is_empty());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # The map
+//!
+//! Keys live in [papaya](https://docs.rs/papaya) hash maps: a check of an existing
+//! key takes no lock and allocates nothing (one epoch guard, one lookup, then the
+//! algorithm's own atomic protocol on the key's state). Measured on the 2-core dev VM
+//! for this access pattern (check of an existing `u64` key, GCRA state, 1 000 keys in
+//! cache, best of 30 interleaved rounds; BENCHMARKS.md "Choosing the map"):
+//!
+//! | map | ns per check | bytes per key (RSS, 1M keys) | reads |
+//! |---|---:|---:|---|
+//! | papaya | 12.4 | 51–56 | lock-free |
+//! | scc `HashIndex` | 27.9 | 62 (needs `Clone` values: an extra `Arc`) | lock-free |
+//! | scc `HashMap` | 25.3 | 38 | bucket read-write lock per read |
+//! | dashmap (governor's) | 13.2 | 36 | shard read-write lock per read |
+//!
+//! papaya is the only candidate that is both lock-free on reads and fast; the lock
+//! words of the others are shared writes on every read, which is what stops a
+//! read-mostly map from scaling across cores.
+//!
+//! Keys are spread over many small papaya maps (shards of about 256 keys at full
+//! capacity) so that idle eviction can proceed a shard at a time (see below). The
+//! shard is chosen by a fast seeded hash; inside a shard, keys are hashed by `S`,
+//! std's SipHash `RandomState` by default, which resists collision floods from
+//! adversarial keys (spoofed IPs, random API keys). A faster hasher can be plugged in
+//! as `S` where keys are trusted.
+//!
+//! # Exact idle eviction
+//!
+//! A key whose state is indistinguishable from a fresh one ([`Algorithm::is_idle`]:
+//! for GCRA, a full bucket) can be dropped without changing any decision: its next
+//! check sees a fresh, full state, which decides exactly as the old one would have.
+//! Dropping uses the [`Retire`] protocol, so a check racing with the eviction never
+//! loses an admission: the sweep *retires* the state (one CAS that succeeds only if
+//! the state is idle; a retired state admits nothing), then unlinks it. A check that
+//! raced and landed on the retired state is denied, sees [`Retire::is_retired`], and
+//! retries on a fresh state; a check that landed first made the state non-idle, and
+//! the retirement failed. loom checks this race (`loom-tests/tests/keyed.rs`).
+//!
+//! Eviction is incremental and never stops the world: every `sweep_every`-th new key
+//! sweeps the next shard (about 256 keys) for idle ones; [`Keyed::sweep`],
+//! [`Keyed::sweep_all`] and an opt-in background thread ([`Keyed::spawn_sweeper`]) do
+//! the same on demand. Sweeps run concurrently with checks; nothing is locked.
+//!
+//! # The memory bound
+//!
+//! At most `max_keys` keys are stored, whatever arrives. When a new key finds the
+//! store full, the [`AtCapacity`] policy decides: evict idle keys to make room, and if
+//! there are none, deny the new key with [`DenyReason::KeyCapacity`] (the default),
+//! or admit it against a shared overflow limiter; or deny without evicting. A flood
+//! of 10 million distinct keys into a store of 100 000 keeps memory bounded
+//! (`tests/flood.rs` measures it).
+//!
+//! # Hot keys
+//!
+//! A key that every core hits at once (a tenant with heavy traffic) contends on its
+//! one state word like any shared limiter. For a *known* hot limit use
+//! [`weir_gcra::LeasedGcra`], which spreads one bucket over per-core stripes with a
+//! bounded over-admission; [`Keyed`] keeps every key exact.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use weir_core::sync::{AtomicU64, AtomicUsize, CachePadded, Ordering};
+use weir_core::{
+    Algorithm, Clock, Decision, DenyReason, InsufficientCapacity, Limiter, MonotonicClock, Quota, Retire, Snapshot,
+};
+use weir_gcra::GcraAlgorithm;
+
+/// Keys per shard the shard count aims for at full capacity: a sweep step scans one
+/// shard, so this is the work of one step.
+const KEYS_PER_SHARD: usize = 256;
+/// The most shards a store uses.
+const MAX_SHARDS: usize = 1 << 16;
+
+/// What a full store does with a request for a key it does not hold.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum AtCapacity {
+    /// Evict idle keys to make room (exact: no decision changes); if none is idle,
+    /// deny the new key with [`DenyReason::KeyCapacity`]. The default.
+    EvictIdle,
+    /// Deny the new key with [`DenyReason::KeyCapacity`] without evicting on demand
+    /// (idle keys are still swept incrementally).
+    Deny,
+    /// Evict idle keys to make room; if none is idle, check the request against this
+    /// shared limiter instead (all keys that do not fit share it).
+    EvictIdleOrOverflow(Arc<dyn Limiter + Send + Sync>),
+}
+
+impl fmt::Debug for AtCapacity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::EvictIdle => "EvictIdle",
+            Self::Deny => "Deny",
+            Self::EvictIdleOrOverflow(_) => "EvictIdleOrOverflow(..)",
+        })
+    }
+}
+
+/// How a [`Keyed`] store bounds and maintains itself.
+#[derive(Debug, Clone)]
+pub struct KeyedConfig {
+    max_keys: usize,
+    at_capacity: AtCapacity,
+    sweep_every: usize,
+    capacity_retry_after: Duration,
+}
+
+impl KeyedConfig {
+    /// At most `max_keys` keys; evict idle keys when full; sweep one shard every 64
+    /// new keys; a key denied for capacity is told to retry after 1 s.
+    pub fn new(max_keys: usize) -> Result<Self, KeyedConfigError> {
+        if max_keys == 0 {
+            return Err(KeyedConfigError::ZeroMaxKeys);
+        }
+        if max_keys > usize::MAX / 2 {
+            return Err(KeyedConfigError::MaxKeysTooLarge(max_keys));
+        }
+        Ok(Self {
+            max_keys,
+            at_capacity: AtCapacity::EvictIdle,
+            sweep_every: 64,
+            capacity_retry_after: Duration::from_secs(1),
+        })
+    }
+
+    /// What to do with a new key when the store is full.
+    pub fn at_capacity(self, policy: AtCapacity) -> Self {
+        Self { at_capacity: policy, ..self }
+    }
+
+    /// Sweep one shard for idle keys every `n` new keys (at least 1).
+    pub fn sweep_every(self, n: usize) -> Result<Self, KeyedConfigError> {
+        if n == 0 {
+            return Err(KeyedConfigError::ZeroSweepEvery);
+        }
+        Ok(Self { sweep_every: n, ..self })
+    }
+
+    /// The `Retry-After` given to a key denied for capacity.
+    pub fn capacity_retry_after(self, after: Duration) -> Self {
+        Self { capacity_retry_after: after, ..self }
+    }
+
+    /// The bound on stored keys.
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+}
+
+/// Why a [`KeyedConfig`] is invalid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyedConfigError {
+    /// `max_keys` of zero: the store could hold nothing.
+    ZeroMaxKeys,
+    /// `max_keys` larger than any machine's memory could hold.
+    MaxKeysTooLarge(usize),
+    /// `sweep_every` of zero.
+    ZeroSweepEvery,
+}
+
+impl fmt::Display for KeyedConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::ZeroMaxKeys => f.write_str("max_keys is zero; a per-key store must hold at least one key"),
+            Self::MaxKeysTooLarge(n) => {
+                write!(f, "max_keys {n} is too large to be a memory bound; use at most usize::MAX / 2")
+            }
+            Self::ZeroSweepEvery => f.write_str("sweep_every is zero; sweep at least every 1 new key"),
+        }
+    }
+}
+
+impl std::error::Error for KeyedConfigError {}
+
+/// A per-key limiter: one state of algorithm `A` per key, at most `max_keys` keys.
+///
+/// See the [crate docs](crate) for the map, eviction and the memory bound.
+pub struct Keyed<K, A: Algorithm, C = MonotonicClock, S = RandomState> {
+    shards: Box<[papaya::HashMap<K, A::State, S>]>,
+    shard_hasher: foldhash::fast::RandomState,
+    collector: Arc<seize::Collector>,
+    algorithm: A,
+    clock: C,
+    config: KeyedConfig,
+    /// Keys stored; never above `max_keys`. Written only when a key is inserted or
+    /// removed, never on a check of an existing key.
+    live: CachePadded<AtomicUsize>,
+    /// New keys inserted so far (paces the incremental sweep) and the next shard
+    /// to sweep.
+    inserted: CachePadded<AtomicUsize>,
+    cursor: AtomicUsize,
+    /// Clock reading (ns) of the last on-demand sweep that found nothing idle; a full
+    /// store under a flood does not re-sweep for every new key.
+    fruitless_sweep_at: AtomicU64,
+}
+
+/// The time after a fruitless on-demand sweep during which new keys are refused
+/// without sweeping again (bounds the sweeping work a key flood can cause).
+const FRUITLESS_SWEEP_BACKOFF_NS: u64 = 100_000;
+
+impl<K, A: Algorithm, C, S> fmt::Debug for Keyed<K, A, C, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Keyed")
+            // Ordering: Relaxed; a statistic.
+            .field("len", &self.live.load(Ordering::Relaxed))
+            .field("shards", &self.shards.len())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> Keyed<K, GcraAlgorithm>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    /// A per-key GCRA limiter enforcing `quota` for each key, on the default clock.
+    pub fn gcra(quota: Quota, config: KeyedConfig) -> Self {
+        Self::gcra_with_clock(quota, config, MonotonicClock::new())
+    }
+}
+
+impl<K, C> Keyed<K, GcraAlgorithm, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    /// A per-key GCRA limiter enforcing `quota` for each key, reading `clock`.
+    pub fn gcra_with_clock(quota: Quota, config: KeyedConfig, clock: C) -> Self {
+        let algorithm = GcraAlgorithm::new(quota, clock.now());
+        Self::with_hasher(algorithm, config, clock, RandomState::new())
+    }
+}
+
+impl<K, A, C, S> Keyed<K, A, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A: Retire,
+    A::State: Send + Sync + 'static,
+    C: Clock,
+    S: BuildHasher + Clone,
+{
+    /// A store applying `algorithm` to each key, reading `clock` (the algorithm's
+    /// time origin must be this clock's), hashing keys with `hasher`.
+    pub fn with_hasher(algorithm: A, config: KeyedConfig, clock: C, hasher: S) -> Self {
+        let shards = config.max_keys.div_ceil(KEYS_PER_SHARD).next_power_of_two().min(MAX_SHARDS);
+        let collector = Arc::new(seize::Collector::new());
+        let shards: Vec<_> = (0..shards)
+            .map(|_| papaya::HashMap::builder().hasher(hasher.clone()).shared_collector(collector.clone()).build())
+            .collect();
+        Self {
+            shards: shards.into_boxed_slice(),
+            shard_hasher: foldhash::fast::RandomState::default(),
+            collector,
+            algorithm,
+            clock,
+            config,
+            live: CachePadded::new(AtomicUsize::new(0)),
+            inserted: CachePadded::new(AtomicUsize::new(0)),
+            cursor: AtomicUsize::new(0),
+            fruitless_sweep_at: AtomicU64::new(0),
+        }
+    }
+
+    /// Checks one request for `key`.
+    #[inline]
+    pub fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        match self.check_n(key, 1) {
+            Ok(decision) => decision,
+            // A cost of 1 exceeds the limit only for an overflow limiter with a burst
+            // of 0, which `Quota` rules out.
+            Err(_) => self.capacity_denial(),
+        }
+    }
+
+    /// Checks a request of cost `n` for `key` (see [`Limiter::check_n`]). A key the
+    /// store does not hold is inserted with a fresh state, subject to the memory
+    /// bound ([`AtCapacity`]).
+    pub fn check_n<Q>(&self, key: &Q, n: u64) -> Result<Decision, InsufficientCapacity>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let shard = self.shard(key);
+        let guard = self.collector.enter();
+        loop {
+            let state = match shard.get(key, &guard) {
+                Some(state) => state,
+                None => {
+                    let limit = self.algorithm.limit();
+                    if n > limit {
+                        return Err(InsufficientCapacity { requested: n, capacity: limit });
+                    }
+                    match self.insert(shard, key, &guard) {
+                        Ok(state) => state,
+                        Err(Full) => return self.at_capacity(n),
+                    }
+                }
+            };
+            let decision = self.algorithm.check_n(state, n, &self.clock)?;
+            if decision.is_denied() && self.algorithm.is_retired(state) {
+                // Raced with an eviction: the state was idle, so a fresh one decides
+                // exactly as it would have. Unlink it (if the sweep has not yet) and
+                // retry.
+                self.unlink(shard, key, state, &guard);
+                continue;
+            }
+            return Ok(decision);
+        }
+    }
+
+    /// `key`'s state, without consuming anything. A key the store does not hold is
+    /// reported as fresh (which is exactly what its next check would see).
+    pub fn snapshot<Q>(&self, key: &Q) -> Snapshot
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let now = self.clock.now();
+        let guard = self.collector.enter();
+        match self.shard(key).get(key, &guard) {
+            Some(state) if !self.algorithm.is_retired(state) => self.algorithm.snapshot(state, now),
+            _ => self.algorithm.snapshot(&self.algorithm.new_state(), now),
+        }
+    }
+
+    /// Forgets `key` (its next check starts from a fresh state); returns whether it
+    /// was stored. Unlike eviction this may change decisions: it is how an operator
+    /// resets a client. A check racing with it may be decided on the removed state.
+    pub fn remove<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let guard = self.collector.enter();
+        let removed = self.shard(key).remove(key, &guard).is_some();
+        if removed {
+            // Ordering: Relaxed; the count publishes nothing, and its bound is kept by
+            // the CAS in `insert`.
+            self.live.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed
+    }
+
+    /// Resets `key` to a fresh state (the same as [`remove`](Self::remove)).
+    pub fn reset<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.remove(key)
+    }
+
+    /// Keys stored.
+    pub fn len(&self) -> usize {
+        // Ordering: Relaxed; a statistic.
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// Whether no key is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &KeyedConfig {
+        &self.config
+    }
+
+    /// The algorithm applied to every key.
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Calls `f` with every stored key and its state now (for metrics). Weakly
+    /// consistent: keys inserted or removed meanwhile may or may not be seen.
+    pub fn for_each(&self, mut f: impl FnMut(&K, Snapshot)) {
+        let now = self.clock.now();
+        let guard = self.collector.enter();
+        for shard in self.shards.iter() {
+            for (key, state) in shard.iter(&guard) {
+                if !self.algorithm.is_retired(state) {
+                    f(key, self.algorithm.snapshot(state, now));
+                }
+            }
+        }
+    }
+
+    /// Sweeps the next shard for idle keys; returns how many were evicted.
+    pub fn sweep(&self) -> usize {
+        // Ordering: Relaxed; a round-robin ticket, publishing nothing.
+        let next = self.cursor.fetch_add(1, Ordering::Relaxed);
+        self.sweep_shard(next & (self.shards.len() - 1))
+    }
+
+    /// Sweeps every shard for idle keys; returns how many were evicted. Runs
+    /// concurrently with checks (nothing is locked); O(keys).
+    pub fn sweep_all(&self) -> usize {
+        (0..self.shards.len()).map(|i| self.sweep_shard(i)).sum()
+    }
+
+    fn sweep_shard(&self, index: usize) -> usize {
+        let now = self.clock.now();
+        let shard = &self.shards[index];
+        let guard = self.collector.enter();
+        let mut evicted = 0;
+        for (key, state) in shard.iter(&guard) {
+            if self.algorithm.try_retire(state, now) && self.unlink(shard, key, state, &guard) {
+                evicted += 1;
+            }
+        }
+        evicted
+    }
+
+    /// Removes `key` if it still maps to `state`; returns whether this call removed it.
+    fn unlink<Q>(
+        &self,
+        shard: &papaya::HashMap<K, A::State, S>,
+        key: &Q,
+        state: &A::State,
+        guard: &impl papaya::Guard,
+    ) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let removed = matches!(shard.remove_if(key, |_, current| std::ptr::eq(current, state), guard), Ok(Some(_)));
+        if removed {
+            // Ordering: Relaxed; see `remove`.
+            self.live.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed
+    }
+
+    /// Inserts a fresh state for `key` within the bound; returns the state now
+    /// stored for `key` (ours, or one another thread inserted first).
+    fn insert<'g, Q>(
+        &self,
+        shard: &'g papaya::HashMap<K, A::State, S>,
+        key: &Q,
+        guard: &'g impl papaya::Guard,
+    ) -> Result<&'g A::State, Full>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.reserve()?;
+        match shard.try_insert(key.to_owned(), self.algorithm.new_state(), guard) {
+            Ok(state) => {
+                // Ordering: Relaxed; a pacing counter.
+                let inserted = self.inserted.fetch_add(1, Ordering::Relaxed);
+                if inserted % self.config.sweep_every == self.config.sweep_every - 1 {
+                    self.sweep();
+                }
+                Ok(state)
+            }
+            Err(occupied) => {
+                // Ordering: Relaxed; give back the reservation (see `remove`).
+                self.live.fetch_sub(1, Ordering::Relaxed);
+                Ok(occupied.current)
+            }
+        }
+    }
+
+    /// Takes one of the `max_keys` places, evicting idle keys if the policy allows.
+    fn reserve(&self) -> Result<(), Full> {
+        // Ordering: Relaxed; the bound needs only the atomicity of the CAS on this
+        // counter, not ordering with other memory.
+        let mut live = self.live.load(Ordering::Relaxed);
+        loop {
+            if live >= self.config.max_keys {
+                if matches!(self.config.at_capacity, AtCapacity::Deny) || !self.evict_for_room() {
+                    return Err(Full);
+                }
+                // Ordering: Relaxed; see above.
+                live = self.live.load(Ordering::Relaxed);
+                continue;
+            }
+            // Ordering: Relaxed; see above.
+            match self.live.compare_exchange_weak(live, live + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(actual) => live = actual,
+            }
+        }
+    }
+
+    /// Sweeps shards for idle keys until one is evicted (at most a few shards), unless
+    /// a sweep very recently found nothing. Returns whether room was made.
+    fn evict_for_room(&self) -> bool {
+        let now = self.clock.now().as_u64();
+        // Ordering: Relaxed; a hint that only saves work.
+        let fruitless_at = self.fruitless_sweep_at.load(Ordering::Relaxed);
+        if fruitless_at != 0 && now.saturating_sub(fruitless_at) < FRUITLESS_SWEEP_BACKOFF_NS {
+            return false;
+        }
+        for _ in 0..4.min(self.shards.len()) {
+            if self.sweep() > 0 {
+                return true;
+            }
+        }
+        // Ordering: Relaxed; see above.
+        self.fruitless_sweep_at.store(now.max(1), Ordering::Relaxed);
+        false
+    }
+
+    fn at_capacity(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        match &self.config.at_capacity {
+            AtCapacity::EvictIdleOrOverflow(overflow) => overflow.check_n(n),
+            AtCapacity::EvictIdle | AtCapacity::Deny => Ok(self.capacity_denial()),
+        }
+    }
+
+    fn capacity_denial(&self) -> Decision {
+        let retry = weir_core::nanos::duration_as_nanos_saturating(self.config.capacity_retry_after);
+        Decision::denied_because(DenyReason::KeyCapacity, Snapshot::new(self.algorithm.limit(), 0, 0), retry)
+    }
+
+    #[inline]
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &papaya::HashMap<K, A::State, S> {
+        let hash = self.shard_hasher.hash_one(key);
+        // The high bits: papaya uses the low ones of its own (different) hash.
+        &self.shards[(hash >> 32) as usize & (self.shards.len() - 1)]
+    }
+}
+
+/// The store is full and the policy did not make room.
+#[derive(Debug)]
+struct Full;
+
+/// A background thread sweeping a store for idle keys; stops when dropped, or when
+/// the store is dropped.
+#[derive(Debug)]
+pub struct Sweeper {
+    stop: Arc<weir_core::sync::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        // Ordering: Relaxed; the flag carries no data, only "stop".
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+impl<K, A, C, S> Keyed<K, A, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A: Retire + Send + Sync + 'static,
+    A::State: Send + Sync + 'static,
+    C: Clock + Send + Sync + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    /// Starts a background thread that sweeps the whole store for idle keys every
+    /// `interval`, a shard at a time (an opt-in complement to the sweep amortized on
+    /// insertions). It holds only a weak reference to the store.
+    pub fn spawn_sweeper(self: &Arc<Self>, interval: Duration) -> std::io::Result<Sweeper> {
+        let store: Weak<Self> = Arc::downgrade(self);
+        let stop = Arc::new(weir_core::sync::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new().name("weir-keyed-sweeper".into()).spawn(move || {
+            // Ordering: Relaxed; see `Sweeper::drop`.
+            while !flag.load(Ordering::Relaxed) {
+                match store.upgrade() {
+                    Some(store) => {
+                        store.sweep_all();
+                    }
+                    None => return,
+                }
+                std::thread::park_timeout(interval);
+            }
+        })?;
+        Ok(Sweeper { stop, thread: Some(thread) })
+    }
+}

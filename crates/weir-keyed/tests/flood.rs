@@ -1,0 +1,86 @@
+//! A flood of distinct keys (spoofed source addresses) into a bounded store: memory
+//! stays bounded and nothing panics. Memory is measured exactly, by counting the
+//! bytes this test binary has allocated and not yet freed.
+//!
+//! 10 million keys in optimized builds (2 million for the variant with pauses) (`cargo test --release -p weir-keyed --test
+//! flood`, which CI runs); 300 000 in debug builds, to keep `cargo test` fast.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Duration;
+use weir_core::{DenyReason, ManualClock, Quota};
+use weir_keyed::{AtCapacity, Keyed, KeyedConfig};
+
+struct Counting;
+
+static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const MAX_KEYS: usize = 100_000;
+/// Generous bound per stored key: the measured figure is about 55 bytes for `u64`
+/// keys (BENCHMARKS.md); this leaves room for tables mid-resize and entries
+/// awaiting reclamation.
+const BYTES_PER_KEY_BOUND: isize = 160;
+
+fn flood(policy: AtCapacity, idle_between: bool, release_keys: u64) {
+    let keys: u64 = if cfg!(debug_assertions) { 300_000 } else { release_keys };
+    let clock = ManualClock::new();
+    let before = LIVE_BYTES.load(Ordering::Relaxed);
+    let store: Keyed<u64, _, _> = Keyed::gcra_with_clock(
+        Quota::per_second(10).unwrap(),
+        KeyedConfig::new(MAX_KEYS).unwrap().at_capacity(policy),
+        clock.clone(),
+    );
+    let (mut capacity_denials, mut peak) = (0u64, 0isize);
+    for key in 0..keys {
+        // Each spoofed address sends one request; time moves 1 µs per request.
+        clock.advance(Duration::from_micros(1));
+        let d = store.check(&key.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        capacity_denials += (d.deny_reason() == Some(DenyReason::KeyCapacity)) as u64;
+        if key % 65_536 == 0 {
+            assert!(store.len() <= MAX_KEYS);
+            peak = peak.max(LIVE_BYTES.load(Ordering::Relaxed) - before);
+        }
+        if idle_between && key % 1_000_000 == 999_999 {
+            clock.advance(Duration::from_secs(1)); // a pause: every key goes idle
+        }
+    }
+    let bound = MAX_KEYS as isize * BYTES_PER_KEY_BOUND;
+    eprintln!(
+        "{keys} keys: peak {:.1} MB ({:.0} B per stored key), {} capacity denials, {} stored",
+        peak as f64 / 1e6,
+        peak as f64 / MAX_KEYS as f64,
+        capacity_denials,
+        store.len()
+    );
+    assert!(peak <= bound, "peak {peak} B above the bound {bound} B");
+    assert!(store.len() <= MAX_KEYS);
+}
+
+#[test]
+fn a_flood_of_distinct_keys_keeps_memory_bounded() {
+    // 10 per second: a key stays non-idle for 100 ms, i.e. for the next 100 000
+    // requests at 1 µs each, so the store runs full and must refuse or evict.
+    flood(AtCapacity::EvictIdle, false, 10_000_000);
+}
+
+#[test]
+fn a_flood_with_pauses_recycles_idle_keys() {
+    flood(AtCapacity::EvictIdle, true, 2_000_000);
+}
