@@ -100,3 +100,42 @@ fn a_state_in_use_is_never_retired() {
         assert!(!store.check(0));
     });
 }
+
+/// Promotion to a hot bucket racing with checks: every admission lands in exactly
+/// one of the two buckets, so at a frozen clock the total admitted never exceeds the
+/// burst and no permit is lost.
+#[test]
+fn promotion_racing_with_checks_loses_nothing() {
+    use weir_gcra::{LeaseConfig, LeaseStripes};
+    loom::model(|| {
+        let quota = Quota::per_second(100_000_000).unwrap().with_burst(3).unwrap();
+        let algorithm = Arc::new(GcraAlgorithm::new(quota, Nanos::ZERO));
+        let state = Arc::new(algorithm.new_state());
+        let lease = LeaseConfig::new(1).unwrap().with_max_lease(2).unwrap();
+        let hot = Arc::new(LeaseStripes::new(lease, Nanos::ZERO));
+        // weir-keyed's check: on a denial of a promoted state, route to the hot bucket.
+        let check = |algorithm: &GcraAlgorithm, state: &GcraState, hot: &LeaseStripes| {
+            let d = algorithm.check(state, &Nanos::new(0));
+            if d.is_denied() && algorithm.is_promoted(state) {
+                return hot.check_on(algorithm, 0, 1, &Nanos::new(0)).unwrap().is_allowed();
+            }
+            d.is_allowed()
+        };
+        let promoter = {
+            let (algorithm, state, hot) = (algorithm.clone(), state.clone(), hot.clone());
+            thread::spawn(move || algorithm.promote(&state, &hot))
+        };
+        let checker = {
+            let (algorithm, state, hot) = (algorithm.clone(), state.clone(), hot.clone());
+            thread::spawn(move || check(&algorithm, &state, &hot) as u64 + check(&algorithm, &state, &hot) as u64)
+        };
+        let mine = check(&algorithm, &state, &hot) as u64;
+        let promoted = promoter.join().unwrap();
+        let admitted = mine + checker.join().unwrap();
+        assert!(promoted);
+        assert!(admitted <= 3);
+        hot.release(&algorithm, Nanos::new(0));
+        let left = algorithm.snapshot(hot.bucket(), Nanos::new(0)).remaining();
+        assert_eq!(left + admitted, 3, "a permit was lost in the hand-over");
+    });
+}

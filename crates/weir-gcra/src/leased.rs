@@ -205,6 +205,195 @@ const fn unpack(word: u64) -> (u64, u64) {
     (word & MAX_LEASE, word >> PERMIT_BITS)
 }
 
+/// A GCRA bucket and the stripes that lease permits from it, without a quota or a
+/// clock of their own: the parts of a [`LeasedGcra`] that a per-key store keeps per
+/// hot key (the quota and clock are the store's).
+#[derive(Debug)]
+pub struct LeaseStripes {
+    state: CachePadded<GcraState>,
+    stripes: Box<[CachePadded<Stripe>]>,
+    config: LeaseConfig,
+    /// Clock reading (ns) the lease expiries count from.
+    origin_ns: u64,
+    lifetime_units: u64,
+}
+
+impl LeaseStripes {
+    /// A full bucket spread as `config` says; lease expiries count from `origin`.
+    pub fn new(config: LeaseConfig, origin: Nanos) -> Self {
+        let stripes: Vec<CachePadded<Stripe>> = (0..config.stripes).map(|_| CachePadded::default()).collect();
+        let lifetime_ns = weir_core::nanos::duration_as_nanos_saturating(config.lifetime);
+        Self {
+            state: CachePadded::new(GcraState::new()),
+            stripes: stripes.into_boxed_slice(),
+            config,
+            origin_ns: origin.as_u64(),
+            lifetime_units: lifetime_ns >> EXPIRY_SHIFT_NS,
+        }
+    }
+
+    /// The bucket the stripes lease from.
+    pub fn bucket(&self) -> &GcraState {
+        &self.state
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LeaseConfig {
+        &self.config
+    }
+
+    /// Checks a request of cost `n` on stripe `stripe` (taken modulo the stripe
+    /// count), under `algorithm`'s quota, at `clock`'s time.
+    #[inline]
+    pub fn check_on<C: Clock + ?Sized>(
+        &self,
+        algorithm: &GcraAlgorithm,
+        stripe: usize,
+        n: u64,
+        clock: &C,
+    ) -> Result<Decision, InsufficientCapacity> {
+        let stripe = &self.stripes[stripe & (self.stripes.len() - 1)];
+        let now = clock.now();
+        let now_units = self.units(now);
+        // Ordering: Relaxed; a lease word carries only its own permits and expiry;
+        // permits leave the shared bucket by the bucket's own CAS, so no other memory
+        // is published through it.
+        let mut word = stripe.lease.load(Ordering::Relaxed);
+        loop {
+            let (permits, expiry) = unpack(word);
+            if n == 0 || permits < n || now_units >= expiry {
+                break;
+            }
+            // Ordering: Relaxed; see the load above.
+            match stripe.lease.compare_exchange_weak(word, word - n, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(Self::leased_decision(stripe, permits - n, now)),
+                Err(actual) => word = actual,
+            }
+        }
+        self.refill(algorithm, stripe, word, n, now, now_units)
+    }
+
+    /// The slow path: give back what is left of the stripe's lease, take a new one
+    /// (or exactly `n` near the limit), and install what is left of it.
+    #[cold]
+    fn refill(
+        &self,
+        algorithm: &GcraAlgorithm,
+        stripe: &Stripe,
+        mut word: u64,
+        n: u64,
+        now: Nanos,
+        now_units: u64,
+    ) -> Result<Decision, InsufficientCapacity> {
+        let burst = algorithm.limit();
+        if n > burst {
+            return Err(InsufficientCapacity { requested: n, capacity: burst });
+        }
+        if n == 0 {
+            return Ok(Decision::allowed(algorithm.snapshot(&self.state, now)));
+        }
+        // Claim the stripe's lease (so no other thread of this stripe spends it while
+        // it is being given back), then give back what is left of its debt.
+        while word != 0 {
+            // Ordering: Relaxed; see `check_on`.
+            match stripe.lease.compare_exchange_weak(word, 0, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    self.give_back(algorithm, word, now);
+                    break;
+                }
+                Err(actual) => word = actual,
+            }
+        }
+        // Lease size: a share of what the bucket can admit now, at least n.
+        let remaining = algorithm.snapshot(&self.state, now).remaining();
+        let share = remaining / (2 * self.stripes.len() as u64);
+        let lease = share.clamp(n, self.config.max_lease.max(n)).min(burst);
+        let mut decision = algorithm.check_n(&self.state, lease, &now)?;
+        let mut granted = lease;
+        if decision.is_denied() && lease > n {
+            decision = algorithm.check_n(&self.state, n, &now)?;
+            granted = n;
+        }
+        if decision.is_denied() {
+            return Ok(decision);
+        }
+        let left = granted - n;
+        if left > 0 {
+            let expiry = now_units.saturating_add(self.lifetime_units).min(u64::MAX >> PERMIT_BITS);
+            // Ordering: Relaxed; these describe the lease to its own stripe's readers,
+            // which only use them to fill in decisions (approximate by design).
+            stripe.granted_limit.store(burst, Ordering::Relaxed);
+            // Ordering: Relaxed; as above.
+            stripe.granted_reset_ns.store(decision.reset_after().as_nanos() as u64, Ordering::Relaxed);
+            // Ordering: Relaxed; as above.
+            stripe.granted_at_ns.store(now.as_u64(), Ordering::Relaxed);
+            // Install the rest, unless another thread of this stripe installed a lease
+            // meanwhile: then give ours back.
+            let lease = pack(left, expiry);
+            // Ordering: Relaxed; see `check_on`.
+            if stripe.lease.compare_exchange(0, lease, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+                self.give_back(algorithm, lease, now);
+            }
+        }
+        Ok(Decision::allowed(Snapshot::new(burst, left, decision.reset_after().as_nanos() as u64)))
+    }
+
+    fn leased_decision(stripe: &Stripe, left: u64, now: Nanos) -> Decision {
+        // Ordering: Relaxed (all three); approximate by design (see the module docs).
+        let limit = stripe.granted_limit.load(Ordering::Relaxed);
+        let reset = stripe.granted_reset_ns.load(Ordering::Relaxed);
+        let at = stripe.granted_at_ns.load(Ordering::Relaxed);
+        let reset = reset.saturating_sub(now.as_u64().saturating_sub(at));
+        Decision::allowed(Snapshot::new(limit, left, reset))
+    }
+
+    /// Gives back to the bucket what is left of a claimed lease `word`: the unused
+    /// permits' debt less the time since the grant. The bucket has been refilling
+    /// since the grant, and that refill may already have repaid this lease's debt,
+    /// so crediting all unused permits could credit other stripes' debt (over-admit).
+    /// The lease's remaining share of the bucket's debt is at least
+    /// `unused·T − elapsed`, never more than `unused·T`; crediting that lower bound
+    /// is always safe. The grant time is recovered from the expiry, rounded down,
+    /// which only overstates the elapsed time.
+    fn give_back(&self, algorithm: &GcraAlgorithm, word: u64, now: Nanos) {
+        let (permits, expiry) = unpack(word);
+        if permits == 0 || expiry >= u64::MAX >> PERMIT_BITS {
+            return; // nothing left, or an expiry clamped at the horizon: credit nothing
+        }
+        let granted_ns = self.origin_ns.saturating_add(expiry.saturating_sub(self.lifetime_units) << EXPIRY_SHIFT_NS);
+        let elapsed_ticks = weir_core::ticks::from_nanos(now.as_u64().saturating_sub(granted_ns));
+        let owed = permits.saturating_mul(algorithm.quota().emission_interval_ticks());
+        let credit = owed.saturating_sub(elapsed_ticks);
+        if credit > 0 {
+            algorithm.refund_ticks(&self.state, credit, &now);
+        }
+    }
+
+    /// Gives every lease back to the bucket (what is left of its debt).
+    pub fn release(&self, algorithm: &GcraAlgorithm, now: Nanos) {
+        for stripe in self.stripes.iter() {
+            // Ordering: Relaxed; see `check_on`.
+            let word = stripe.lease.swap(0, Ordering::Relaxed);
+            self.give_back(algorithm, word, now);
+        }
+    }
+
+    /// Whether every lease granted so far has expired at `now`: every grant advanced
+    /// the bucket's TAT past its grant time, so a TAT at least one lifetime in the
+    /// past means no lease can still be spent.
+    pub fn all_leases_expired(&self, algorithm: &GcraAlgorithm, now: Nanos) -> bool {
+        let lifetime = Nanos::new(self.lifetime_units << EXPIRY_SHIFT_NS);
+        let earlier = Nanos::new(now.as_u64().saturating_sub(lifetime.as_u64() + (1 << EXPIRY_SHIFT_NS)));
+        algorithm.is_idle(&self.state, earlier)
+    }
+
+    /// `now` in lease-expiry units since the origin.
+    #[inline]
+    fn units(&self, now: Nanos) -> u64 {
+        now.as_u64().saturating_sub(self.origin_ns) >> EXPIRY_SHIFT_NS
+    }
+}
+
 macro_rules! leased_struct {
     ($($default:ty)?) => {
         /// One GCRA bucket that every core can hit at once: stripes lease batches of
@@ -227,12 +416,7 @@ macro_rules! leased_struct {
         #[derive(Debug)]
         pub struct LeasedGcra<C $(= $default)?> {
             algorithm: GcraAlgorithm,
-            state: CachePadded<GcraState>,
-            stripes: Box<[CachePadded<Stripe>]>,
-            config: LeaseConfig,
-            /// Clock reading (ns) the lease expiries count from.
-            origin_ns: u64,
-            lifetime_units: u64,
+            stripes: LeaseStripes,
             clock: C,
         }
     };
@@ -255,17 +439,7 @@ impl<C: Clock> LeasedGcra<C> {
     /// A full bucket enforcing `quota`, spread as `config` says, reading `clock`.
     pub fn with_clock(quota: Quota, config: LeaseConfig, clock: C) -> Self {
         let origin = clock.now();
-        let stripes: Vec<CachePadded<Stripe>> = (0..config.stripes).map(|_| CachePadded::default()).collect();
-        let lifetime_ns = weir_core::nanos::duration_as_nanos_saturating(config.lifetime);
-        Self {
-            algorithm: GcraAlgorithm::new(quota, origin),
-            state: CachePadded::new(GcraState::new()),
-            stripes: stripes.into_boxed_slice(),
-            config,
-            origin_ns: origin.as_u64(),
-            lifetime_units: lifetime_ns >> EXPIRY_SHIFT_NS,
-            clock,
-        }
+        Self { algorithm: GcraAlgorithm::new(quota, origin), stripes: LeaseStripes::new(config, origin), clock }
     }
 
     /// Checks one request on the calling thread's stripe.
@@ -286,150 +460,28 @@ impl<C: Clock> LeasedGcra<C> {
     /// count). For `no_std` callers, or callers that pin work to stripes themselves.
     #[inline]
     pub fn check_on(&self, stripe: usize, n: u64) -> Result<Decision, InsufficientCapacity> {
-        let stripe = &self.stripes[stripe & (self.stripes.len() - 1)];
-        let now = self.clock.now();
-        let now_units = self.units(now);
-        // Ordering: Relaxed; a lease word carries only its own permits and expiry;
-        // permits leave the shared bucket by the bucket's own CAS, so no other memory
-        // is published through it.
-        let mut word = stripe.lease.load(Ordering::Relaxed);
-        loop {
-            let (permits, expiry) = unpack(word);
-            if n == 0 || permits < n || now_units >= expiry {
-                break;
-            }
-            // Ordering: Relaxed; see the load above.
-            match stripe.lease.compare_exchange_weak(word, word - n, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Ok(self.leased_decision(stripe, permits - n, now)),
-                Err(actual) => word = actual,
-            }
-        }
-        self.refill(stripe, word, n, now, now_units)
-    }
-
-    /// The slow path: give back what is left of the stripe's lease, take a new one
-    /// (or exactly `n` near the limit), and install what is left of it.
-    #[cold]
-    fn refill(
-        &self,
-        stripe: &Stripe,
-        mut word: u64,
-        n: u64,
-        now: Nanos,
-        now_units: u64,
-    ) -> Result<Decision, InsufficientCapacity> {
-        let burst = self.algorithm.limit();
-        if n > burst {
-            return Err(InsufficientCapacity { requested: n, capacity: burst });
-        }
-        if n == 0 {
-            return Ok(Decision::allowed(self.snapshot_at(now)));
-        }
-        // Claim the stripe's lease (so no other thread of this stripe spends it while
-        // it is being given back), then give back what is left of its debt.
-        while word != 0 {
-            // Ordering: Relaxed; see `check_on`.
-            match stripe.lease.compare_exchange_weak(word, 0, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => {
-                    self.give_back(word, now);
-                    break;
-                }
-                Err(actual) => word = actual,
-            }
-        }
-        // Lease size: a share of what the bucket can admit now, at least n.
-        let remaining = self.algorithm.snapshot(&self.state, now).remaining();
-        let share = remaining / (2 * self.stripes.len() as u64);
-        let lease = share.clamp(n, self.config.max_lease.max(n)).min(burst);
-        let mut decision = self.algorithm.check_n(&self.state, lease, &now)?;
-        let mut granted = lease;
-        if decision.is_denied() && lease > n {
-            decision = self.algorithm.check_n(&self.state, n, &now)?;
-            granted = n;
-        }
-        if decision.is_denied() {
-            return Ok(decision);
-        }
-        let left = granted - n;
-        if left > 0 {
-            let expiry = now_units.saturating_add(self.lifetime_units).min(u64::MAX >> PERMIT_BITS);
-            // Ordering: Relaxed; these describe the lease to its own stripe's readers,
-            // which only use them to fill in decisions (approximate by design).
-            stripe.granted_limit.store(burst, Ordering::Relaxed);
-            // Ordering: Relaxed; as above.
-            stripe.granted_reset_ns.store(decision.reset_after().as_nanos() as u64, Ordering::Relaxed);
-            // Ordering: Relaxed; as above.
-            stripe.granted_at_ns.store(now.as_u64(), Ordering::Relaxed);
-            // Install the rest, unless another thread of this stripe installed a lease
-            // meanwhile: then give ours back.
-            // Ordering: Relaxed; see `check_on`.
-            let lease = pack(left, expiry);
-            if stripe.lease.compare_exchange(0, lease, Ordering::Relaxed, Ordering::Relaxed).is_err() {
-                self.give_back(lease, now);
-            }
-        }
-        Ok(Decision::allowed(Snapshot::new(burst, left, decision.reset_after().as_nanos() as u64)))
-    }
-
-    fn leased_decision(&self, stripe: &Stripe, left: u64, now: Nanos) -> Decision {
-        // Ordering: Relaxed (all three); approximate by design (see the module docs).
-        let limit = stripe.granted_limit.load(Ordering::Relaxed);
-        let reset = stripe.granted_reset_ns.load(Ordering::Relaxed);
-        let at = stripe.granted_at_ns.load(Ordering::Relaxed);
-        let reset = reset.saturating_sub(now.as_u64().saturating_sub(at));
-        Decision::allowed(Snapshot::new(limit, left, reset))
-    }
-
-    /// Gives back to the bucket what is left of a claimed lease `word`: the unused
-    /// permits' debt less the time since the grant. The bucket has been refilling
-    /// since the grant, and that refill may already have repaid this lease's debt,
-    /// so crediting all unused permits could credit other stripes' debt (over-admit).
-    /// The lease's remaining share of the bucket's debt is at least
-    /// `unused·T − elapsed`, never more than `unused·T`; crediting that lower bound
-    /// is always safe. The grant time is recovered from the expiry, rounded down,
-    /// which only overstates the elapsed time.
-    fn give_back(&self, word: u64, now: Nanos) {
-        let (permits, expiry) = unpack(word);
-        if permits == 0 || expiry >= u64::MAX >> PERMIT_BITS {
-            return; // nothing left, or an expiry clamped at the horizon: credit nothing
-        }
-        let granted_ns = self.origin_ns.saturating_add(expiry.saturating_sub(self.lifetime_units) << EXPIRY_SHIFT_NS);
-        let elapsed_ticks = weir_core::ticks::from_nanos(now.as_u64().saturating_sub(granted_ns));
-        let owed = permits.saturating_mul(self.algorithm.quota().emission_interval_ticks());
-        let credit = owed.saturating_sub(elapsed_ticks);
-        if credit > 0 {
-            self.algorithm.refund_ticks(&self.state, credit, &now);
-        }
+        self.stripes.check_on(&self.algorithm, stripe, n, &self.clock)
     }
 
     /// Gives every unused leased permit back to the bucket (what is left of its debt;
     /// see the module docs), e.g. before a quiet period or to read an exact snapshot.
     pub fn release_leases(&self) {
-        let now = self.clock.now();
-        for stripe in self.stripes.iter() {
-            // Ordering: Relaxed; see `check_on`.
-            let word = stripe.lease.swap(0, Ordering::Relaxed);
-            self.give_back(word, now);
-        }
+        self.stripes.release(&self.algorithm, self.clock.now());
     }
 
     /// The bucket's state, counting leased permits as used.
     pub fn snapshot(&self) -> Snapshot {
-        self.snapshot_at(self.clock.now())
-    }
-
-    fn snapshot_at(&self, now: Nanos) -> Snapshot {
-        self.algorithm.snapshot(&self.state, now)
+        self.algorithm.snapshot(self.stripes.bucket(), self.clock.now())
     }
 
     /// See [`LeaseConfig::over_admission_bound`].
     pub fn over_admission_bound(&self) -> u64 {
-        self.config.over_admission_bound(&self.algorithm.quota())
+        self.stripes.config().over_admission_bound(&self.algorithm.quota())
     }
 
     /// The configuration.
     pub fn config(&self) -> &LeaseConfig {
-        &self.config
+        self.stripes.config()
     }
 
     /// The quota in force.
@@ -446,12 +498,6 @@ impl<C: Clock> LeasedGcra<C> {
     /// The clock this limiter reads.
     pub fn clock(&self) -> &C {
         &self.clock
-    }
-
-    /// `now` in lease-expiry units since the origin.
-    #[inline]
-    fn units(&self, now: Nanos) -> u64 {
-        now.as_u64().saturating_sub(self.origin_ns) >> EXPIRY_SHIFT_NS
     }
 
     #[cfg(feature = "std")]

@@ -90,7 +90,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod leased;
-pub use leased::{LeaseConfig, LeaseConfigError, LeasedGcra};
+pub use leased::{LeaseConfig, LeaseConfigError, LeaseStripes, LeasedGcra};
 
 use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
 use weir_core::{
@@ -106,6 +106,11 @@ const HORIZON_TICKS: u64 = (1 << 63) - 1;
 /// `HORIZON_TICKS + MAX_TOLERANCE_TICKS` < 2⁶³ + 2⁶²), so a retired state admits
 /// nothing.
 const RETIRED: u64 = u64::MAX;
+
+/// The TAT of a state whose bucket has moved to a hot-key [`LeaseStripes`]
+/// ([`GcraAlgorithm::promote`]): like [`RETIRED`], beyond any live TAT, so checks on
+/// it are denied and the caller routes them to the hot bucket.
+const PROMOTED: u64 = u64::MAX - 1;
 
 /// GCRA parameters shared by any number of [`GcraState`]s: the quota and the time
 /// origin the states' ticks count from.
@@ -177,9 +182,23 @@ impl GcraAlgorithm {
     /// The one admission routine: `n <= burst` is the caller's to check.
     #[inline(always)]
     fn acquire<C: Clock + ?Sized>(&self, quota: &Quota, state: &GcraState, n: u64, clock: &C) -> Decision {
+        self.acquire_counting(quota, state, n, clock).0
+    }
+
+    /// [`acquire`](Self::acquire), also returning how many CAS races it lost (a
+    /// measure of contention on this state; unused counts compile away).
+    #[inline(always)]
+    fn acquire_counting<C: Clock + ?Sized>(
+        &self,
+        quota: &Quota,
+        state: &GcraState,
+        n: u64,
+        clock: &C,
+    ) -> (Decision, u32) {
         let increment = n * quota.emission_interval_ticks(); // n ≤ burst: ≤ 2^62
         let tolerance = quota.tolerance_ticks();
         let mut backoff = Backoff::new();
+        let mut lost = 0u32;
         // Ordering: Relaxed; the TAT is the whole state and publishes no other memory.
         // Every read-modify-write of it is ordered by its modification order alone.
         let mut tat = state.tat.load(Ordering::Relaxed);
@@ -196,19 +215,20 @@ impl GcraAlgorithm {
             if debt > tolerance {
                 // Denied: nothing is written.
                 let snapshot = Self::snapshot_of(quota, used);
-                return Decision::denied(snapshot, ticks::to_nanos_ceil(debt - tolerance));
+                return (Decision::denied(snapshot, ticks::to_nanos_ceil(debt - tolerance)), lost);
             }
             let new_tat = now + debt; // now ≤ 2^63 − 1, debt ≤ 2^62: no overflow
             // Ordering: Relaxed on success and failure; see the load above. The CAS
             // admits only if no other admission landed since `tat` was read.
             match state.tat.compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Decision::allowed(Self::snapshot_of(quota, debt)),
+                Ok(_) => return (Decision::allowed(Self::snapshot_of(quota, debt)), lost),
                 // Retry with the value the failed CAS returned (the failed `lock
                 // cmpxchg` left the line in this core's cache), after a short
                 // exponential backoff so contenders stop stealing the line from the
                 // one about to succeed. Measured in BENCHMARKS.md ("retry policy").
                 Err(actual) => tat = actual,
             }
+            lost = lost.saturating_add(1);
             backoff.spin();
         }
     }
@@ -231,8 +251,8 @@ impl GcraAlgorithm {
         let mut tat = state.tat.load(Ordering::Relaxed);
         loop {
             let now = self.ticks_at(clock.now());
-            if tat <= now || credit == 0 || tat == RETIRED {
-                return; // already full (or retired: idle, so full)
+            if tat <= now || credit == 0 || tat >= PROMOTED {
+                return; // already full, retired (idle, so full), or moved to a hot bucket
             }
             let new_tat = tat.saturating_sub(credit).max(now);
             // Ordering: Relaxed; see `acquire`.
@@ -241,6 +261,77 @@ impl GcraAlgorithm {
                 Err(actual) => tat = actual,
             }
         }
+    }
+}
+
+/// Hot keys: moving one key's bucket to per-core [`LeaseStripes`] and back.
+impl GcraAlgorithm {
+    /// [`Algorithm::check_n`], also returning how many CAS races the check lost to
+    /// other checks of the same state: a per-key store's signal that a key is hot.
+    #[inline]
+    pub fn check_n_contended<C: Clock + ?Sized>(
+        &self,
+        state: &GcraState,
+        n: u64,
+        clock: &C,
+    ) -> Result<(Decision, u32), InsufficientCapacity> {
+        let quota = self.quota.load();
+        if n > quota.burst() {
+            return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
+        }
+        if n == 0 {
+            return Ok((Decision::allowed(self.snapshot(state, clock.now())), 0));
+        }
+        Ok(self.acquire_counting(&quota, state, n, clock))
+    }
+
+    /// Moves `from`'s bucket into `to` (a fresh, not yet shared hot bucket) and marks
+    /// `from` promoted, atomically with respect to checks of `from`: a check that
+    /// lands before the hand-over is carried into `to`'s TAT; one that comes after is
+    /// denied on `from` and sees [`is_promoted`](Self::is_promoted). Returns false if
+    /// `from` was already promoted or retired. Only one thread may promote into a
+    /// given `to`, and `to` must not be checked before this returns true.
+    pub fn promote(&self, from: &GcraState, to: &LeaseStripes) -> bool {
+        // Ordering: Relaxed; see `acquire`.
+        let mut tat = from.tat.load(Ordering::Relaxed);
+        loop {
+            if tat >= PROMOTED {
+                return false;
+            }
+            // Ordering: Relaxed; published by the Release CAS below.
+            to.bucket().tat.store(tat, Ordering::Relaxed);
+            // Ordering: Release publishes `to`'s TAT to checks that see PROMOTED with
+            // the Acquire load in `is_promoted`; Relaxed on failure (nothing read).
+            match from.tat.compare_exchange(tat, PROMOTED, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+
+    /// Whether `state`'s bucket has moved to a hot bucket.
+    pub fn is_promoted(&self, state: &GcraState) -> bool {
+        // Ordering: Acquire pairs with the Release CAS in `promote`, so the hot
+        // bucket's TAT written before it is visible to this thread.
+        state.tat.load(Ordering::Acquire) == PROMOTED
+    }
+
+    /// Retires a promoted `from` whose hot bucket `to` is idle at `now` with every
+    /// lease expired, so the key can be dropped without changing any decision: `to`'s
+    /// bucket is retired first (checks routed to it are then denied and retry), then
+    /// `from`. Returns whether both were retired.
+    pub fn retire_promoted(&self, from: &GcraState, to: &LeaseStripes, now: Nanos) -> bool {
+        if !to.all_leases_expired(self, now) || !self.try_retire(to.bucket(), now) {
+            return false;
+        }
+        self.retire_orphan(from)
+    }
+
+    /// Marks a promoted `from` retired whatever its hot bucket's state: for a key
+    /// whose hot bucket is gone (retired by a sweep, or removed on purpose).
+    pub fn retire_orphan(&self, from: &GcraState) -> bool {
+        // Ordering: Relaxed; see `try_retire`.
+        from.tat.compare_exchange(PROMOTED, RETIRED, Ordering::Relaxed, Ordering::Relaxed).is_ok()
     }
 }
 

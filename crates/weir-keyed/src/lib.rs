@@ -77,9 +77,15 @@
 //! # Hot keys
 //!
 //! A key that every core hits at once (a tenant with heavy traffic) contends on its
-//! one state word like any shared limiter. For a *known* hot limit use
-//! [`weir_gcra::LeasedGcra`], which spreads one bucket over per-core stripes with a
-//! bounded over-admission; [`Keyed`] keeps every key exact.
+//! one state word like any shared limiter. A GCRA store can turn such keys hot
+//! ([`Keyed::with_hot_keys`]): a check that loses `after_lost_races` CAS races to
+//! other checks of the same key (contention the check measures for free) moves the
+//! key's bucket to per-core lease stripes, the engine of
+//! [`weir_gcra::LeasedGcra`], with its documented over-admission bound; other keys
+//! stay exact. The move is one CAS that carries the key's state over (no admission is
+//! lost: `loom-tests/tests/keyed_eviction.rs` and the property tests check it); a hot
+//! key whose bucket is idle with every lease expired is swept like any idle key.
+//! [`Keyed::promote`] turns a key hot on demand.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -90,7 +96,8 @@ use weir_core::sync::{AtomicU64, AtomicUsize, CachePadded, Ordering};
 use weir_core::{
     Algorithm, Clock, Decision, DenyReason, InsufficientCapacity, Limiter, MonotonicClock, Quota, Retire, Snapshot,
 };
-use weir_gcra::GcraAlgorithm;
+use weir_gcra::leased::stripe_of_this_thread;
+use weir_gcra::{GcraAlgorithm, GcraState, LeaseConfig, LeaseStripes};
 
 /// Keys per shard the shard count aims for at full capacity: a sweep step scans one
 /// shard, so this is the work of one step.
@@ -120,6 +127,76 @@ impl fmt::Debug for AtCapacity {
             Self::Deny => "Deny",
             Self::EvictIdleOrOverflow(_) => "EvictIdleOrOverflow(..)",
         })
+    }
+}
+
+/// An algorithm a [`Keyed`] store can run: any [`Retire`] algorithm. GCRA also
+/// supports hot keys ([`Keyed::with_hot_keys`]), through the view below; other
+/// algorithms keep the defaults (no hot mode).
+pub trait KeyedAlgorithm: Retire {
+    /// This algorithm as GCRA, if it is.
+    fn as_gcra(&self) -> Option<&GcraAlgorithm> {
+        None
+    }
+
+    /// `state` as a GCRA state, if it is one.
+    fn gcra_state<'s>(&self, state: &'s Self::State) -> Option<&'s GcraState> {
+        let _ = state;
+        None
+    }
+}
+
+impl KeyedAlgorithm for GcraAlgorithm {
+    #[inline]
+    fn as_gcra(&self) -> Option<&GcraAlgorithm> {
+        Some(self)
+    }
+    #[inline]
+    fn gcra_state<'s>(&self, state: &'s GcraState) -> Option<&'s GcraState> {
+        Some(state)
+    }
+}
+
+/// Hot-key mode for a GCRA store: when checks of one key collide (a check loses
+/// `after_lost_races` CAS races to other checks of the same key), the key's bucket
+/// moves to per-core lease stripes ([`LeaseStripes`], the engine of
+/// [`weir_gcra::LeasedGcra`]), so its checks stop contending on one cache line. The
+/// key then has the leased limiter's bounded over-admission
+/// ([`LeaseConfig::over_admission_bound`]); every other key stays exact. At most
+/// `max_hot_keys` keys are hot at once (each costs a few KiB of stripes); a hot key
+/// whose bucket is idle with every lease expired is swept like any idle key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotKeys {
+    lease: LeaseConfig,
+    after_lost_races: u32,
+    max_hot_keys: usize,
+}
+
+impl HotKeys {
+    /// Leases as `lease` says; promote a key after 2 lost races; at most 64 hot keys.
+    pub fn new(lease: LeaseConfig) -> Self {
+        Self { lease, after_lost_races: 2, max_hot_keys: 64 }
+    }
+
+    /// Promote a key when one of its checks loses `n` CAS races (at least 1).
+    pub fn after_lost_races(self, n: u32) -> Result<Self, KeyedConfigError> {
+        if n == 0 {
+            return Err(KeyedConfigError::ZeroLostRaces);
+        }
+        Ok(Self { after_lost_races: n, ..self })
+    }
+
+    /// At most `n` hot keys at once (at least 1).
+    pub fn max_hot_keys(self, n: usize) -> Result<Self, KeyedConfigError> {
+        if n == 0 {
+            return Err(KeyedConfigError::ZeroHotKeys);
+        }
+        Ok(Self { max_hot_keys: n, ..self })
+    }
+
+    /// The lease configuration of a hot key.
+    pub fn lease(&self) -> &LeaseConfig {
+        &self.lease
     }
 }
 
@@ -184,6 +261,10 @@ pub enum KeyedConfigError {
     MaxKeysTooLarge(usize),
     /// `sweep_every` of zero.
     ZeroSweepEvery,
+    /// Hot-key promotion after zero lost races.
+    ZeroLostRaces,
+    /// At most zero hot keys.
+    ZeroHotKeys,
 }
 
 impl fmt::Display for KeyedConfigError {
@@ -194,6 +275,8 @@ impl fmt::Display for KeyedConfigError {
                 write!(f, "max_keys {n} is too large to be a memory bound; use at most usize::MAX / 2")
             }
             Self::ZeroSweepEvery => f.write_str("sweep_every is zero; sweep at least every 1 new key"),
+            Self::ZeroLostRaces => f.write_str("a key cannot turn hot after 0 lost races; use at least 1"),
+            Self::ZeroHotKeys => f.write_str("max_hot_keys is zero; to disable hot keys, do not call with_hot_keys"),
         }
     }
 }
@@ -203,7 +286,7 @@ impl std::error::Error for KeyedConfigError {}
 /// A per-key limiter: one state of algorithm `A` per key, at most `max_keys` keys.
 ///
 /// See the [crate docs](crate) for the map, eviction and the memory bound.
-pub struct Keyed<K, A: Algorithm, C = MonotonicClock, S = RandomState> {
+pub struct Keyed<K, A: KeyedAlgorithm, C = MonotonicClock, S = RandomState> {
     shards: Box<[papaya::HashMap<K, A::State, S>]>,
     shard_hasher: foldhash::fast::RandomState,
     collector: Arc<seize::Collector>,
@@ -220,19 +303,26 @@ pub struct Keyed<K, A: Algorithm, C = MonotonicClock, S = RandomState> {
     /// Clock reading (ns) of the last on-demand sweep that found nothing idle; a full
     /// store under a flood does not re-sweep for every new key.
     fruitless_sweep_at: AtomicU64,
+    /// Hot-key mode (GCRA only), the hot keys' lease stripes, and how many there are.
+    hot: Option<HotKeys>,
+    hot_keys: papaya::HashMap<K, LeaseStripes, S>,
+    hot_count: AtomicUsize,
 }
 
 /// The time after a fruitless on-demand sweep during which new keys are refused
 /// without sweeping again (bounds the sweeping work a key flood can cause).
 const FRUITLESS_SWEEP_BACKOFF_NS: u64 = 100_000;
 
-impl<K, A: Algorithm, C, S> fmt::Debug for Keyed<K, A, C, S> {
+impl<K, A: KeyedAlgorithm, C, S> fmt::Debug for Keyed<K, A, C, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Keyed")
             // Ordering: Relaxed; a statistic.
             .field("len", &self.live.load(Ordering::Relaxed))
             .field("shards", &self.shards.len())
             .field("config", &self.config)
+            .field("hot", &self.hot)
+            // Ordering: Relaxed; a statistic.
+            .field("hot_keys", &self.hot_count.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -259,10 +349,68 @@ where
     }
 }
 
+impl<K, C, S> Keyed<K, GcraAlgorithm, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+    S: BuildHasher + Clone,
+{
+    /// Turns on hot-key mode (see [`HotKeys`]).
+    ///
+    /// ```
+    /// use weir_core::{ManualClock, Quota};
+    /// use weir_gcra::LeaseConfig;
+    /// use weir_keyed::{HotKeys, Keyed, KeyedConfig};
+    ///
+    /// let hot = HotKeys::new(LeaseConfig::new(8)?.with_max_lease(32)?);
+    /// let per_tenant: Keyed<u64, _, _> =
+    ///     Keyed::gcra_with_clock(Quota::per_second(1_000_000)?, KeyedConfig::new(10_000)?, ManualClock::new())
+    ///         .with_hot_keys(hot);
+    /// assert!(per_tenant.check(&7).is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_hot_keys(self, hot: HotKeys) -> Self {
+        Self { hot: Some(hot), ..self }
+    }
+
+    /// Moves `key` into hot mode now, whatever its contention (for a key known to be
+    /// hot, e.g. a tenant's global limit). Returns whether it is hot afterwards.
+    /// Without [`with_hot_keys`](Self::with_hot_keys) this does nothing.
+    pub fn promote<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if self.hot.is_none() {
+            return false;
+        }
+        let _ = self.check_n(key, 0); // make sure the key is stored
+        let guard = self.collector.enter();
+        let shard = self.shard(key);
+        match shard.get(key, &guard) {
+            Some(state) => {
+                self.try_promote(key, &self.algorithm, state, &guard);
+                self.algorithm.is_promoted(state)
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `key` is in hot mode.
+    pub fn is_hot<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let guard = self.collector.enter();
+        self.shard(key).get(key, &guard).is_some_and(|state| self.algorithm.is_promoted(state))
+    }
+}
+
 impl<K, A, C, S> Keyed<K, A, C, S>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    A: Retire,
+    A: KeyedAlgorithm,
     A::State: Send + Sync + 'static,
     C: Clock,
     S: BuildHasher + Clone,
@@ -275,6 +423,7 @@ where
         let shards: Vec<_> = (0..shards)
             .map(|_| papaya::HashMap::builder().hasher(hasher.clone()).shared_collector(collector.clone()).build())
             .collect();
+        let hot_keys = papaya::HashMap::builder().hasher(hasher).shared_collector(collector.clone()).build();
         Self {
             shards: shards.into_boxed_slice(),
             shard_hasher: foldhash::fast::RandomState::default(),
@@ -286,6 +435,9 @@ where
             inserted: CachePadded::new(AtomicUsize::new(0)),
             cursor: AtomicUsize::new(0),
             fruitless_sweep_at: AtomicU64::new(0),
+            hot: None,
+            hot_keys,
+            hot_count: AtomicUsize::new(0),
         }
     }
 
@@ -328,13 +480,32 @@ where
                     }
                 }
             };
-            let decision = self.algorithm.check_n(state, n, &self.clock)?;
-            if decision.is_denied() && self.algorithm.is_retired(state) {
-                // Raced with an eviction: the state was idle, so a fresh one decides
-                // exactly as it would have. Unlink it (if the sweep has not yet) and
-                // retry.
-                self.unlink(shard, key, state, &guard);
-                continue;
+            let hot =
+                self.hot.and_then(|hot| Some((hot, self.algorithm.as_gcra()?, self.algorithm.gcra_state(state)?)));
+            let (decision, lost_races) = match hot {
+                Some((_, gcra, gcra_state)) => gcra.check_n_contended(gcra_state, n, &self.clock)?,
+                None => (self.algorithm.check_n(state, n, &self.clock)?, 0),
+            };
+            if decision.is_denied() {
+                if self.algorithm.is_retired(state) {
+                    // Raced with an eviction: the state was idle, so a fresh one
+                    // decides exactly as it would have. Unlink it (if the sweep has not
+                    // yet) and retry.
+                    self.unlink(shard, key, state, &guard);
+                    continue;
+                }
+                if let Some((_, gcra, gcra_state)) = hot
+                    && gcra.is_promoted(gcra_state)
+                {
+                    match self.check_hot(shard, key, gcra, gcra_state, state, n, &guard) {
+                        Some(decision) => return decision,
+                        None => continue,
+                    }
+                }
+            } else if let Some((config, gcra, gcra_state)) = hot
+                && lost_races >= config.after_lost_races
+            {
+                self.try_promote(key, gcra, gcra_state, &guard);
             }
             return Ok(decision);
         }
@@ -350,7 +521,7 @@ where
         let now = self.clock.now();
         let guard = self.collector.enter();
         match self.shard(key).get(key, &guard) {
-            Some(state) if !self.algorithm.is_retired(state) => self.algorithm.snapshot(state, now),
+            Some(state) if !self.algorithm.is_retired(state) => self.snapshot_of(key, state, now, &guard),
             _ => self.algorithm.snapshot(&self.algorithm.new_state(), now),
         }
     }
@@ -369,6 +540,10 @@ where
             // Ordering: Relaxed; the count publishes nothing, and its bound is kept by
             // the CAS in `insert`.
             self.live.fetch_sub(1, Ordering::Relaxed);
+        }
+        if self.hot_keys.remove(key, &guard).is_some() {
+            // Ordering: Relaxed; as above, for the hot-key bound.
+            self.hot_count.fetch_sub(1, Ordering::Relaxed);
         }
         removed
     }
@@ -416,7 +591,7 @@ where
         for shard in self.shards.iter() {
             for (key, state) in shard.iter(&guard) {
                 if !self.algorithm.is_retired(state) {
-                    f(key, self.algorithm.snapshot(state, now));
+                    f(key, self.snapshot_of(key, state, now, &guard));
                 }
             }
         }
@@ -441,11 +616,133 @@ where
         let guard = self.collector.enter();
         let mut evicted = 0;
         for (key, state) in shard.iter(&guard) {
-            if self.algorithm.try_retire(state, now) && self.unlink(shard, key, state, &guard) {
+            let retired = self.algorithm.try_retire(state, now) || self.try_retire_hot(key, state, now, &guard);
+            if retired && self.unlink(shard, key, state, &guard) {
                 evicted += 1;
             }
         }
         evicted
+    }
+
+    /// For a hot key: retires its hot bucket if idle with every lease expired, drops
+    /// it, and retires the key's state. Returns whether the key's state was retired.
+    fn try_retire_hot(&self, key: &K, state: &A::State, now: weir_core::Nanos, guard: &impl papaya::Guard) -> bool {
+        let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) else {
+            return false;
+        };
+        if !gcra.is_promoted(gcra_state) {
+            return false;
+        }
+        match self.hot_keys.get(key, guard) {
+            Some(stripes) => {
+                if !gcra.retire_promoted(gcra_state, stripes, now) {
+                    return false;
+                }
+                self.drop_hot(key, stripes, guard);
+                true
+            }
+            None => gcra.retire_orphan(gcra_state),
+        }
+    }
+
+    /// Removes `key`'s hot stripes if they are still `stripes`.
+    fn drop_hot(&self, key: &K, stripes: &LeaseStripes, guard: &impl papaya::Guard) {
+        if matches!(self.hot_keys.remove_if(key, |_, current| std::ptr::eq(current, stripes), guard), Ok(Some(_))) {
+            // Ordering: Relaxed; see `remove`.
+            self.hot_count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Checks a promoted key on its hot stripes. `None`: the hot bucket is gone or
+    /// retired (the key is being evicted); the caller retries from the lookup.
+    #[allow(clippy::too_many_arguments)]
+    fn check_hot<Q>(
+        &self,
+        shard: &papaya::HashMap<K, A::State, S>,
+        key: &Q,
+        gcra: &GcraAlgorithm,
+        gcra_state: &GcraState,
+        state: &A::State,
+        n: u64,
+        guard: &impl papaya::Guard,
+    ) -> Option<Result<Decision, InsufficientCapacity>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        match self.hot_keys.get(key, guard) {
+            Some(stripes) => {
+                let decision = stripes.check_on(gcra, stripe_of_this_thread(), n, &self.clock);
+                match decision {
+                    Ok(d) if d.is_denied() && gcra.is_retired(stripes.bucket()) => None,
+                    other => Some(other),
+                }
+            }
+            None => {
+                // Promoted, but its stripes were dropped by a sweep or `remove`: finish
+                // retiring the key (a sweep does the same) and retry on a fresh state.
+                gcra.retire_orphan(gcra_state);
+                self.unlink(shard, key, state, guard);
+                None
+            }
+        }
+    }
+
+    /// Moves `key` to hot mode, within `max_hot_keys`. Only the thread whose stripes
+    /// entered the hot map promotes into them.
+    fn try_promote<Q>(&self, key: &Q, gcra: &GcraAlgorithm, gcra_state: &GcraState, guard: &impl papaya::Guard)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let Some(config) = self.hot else { return };
+        // Ordering: Relaxed; the bound needs only the CAS's atomicity (see `reserve`).
+        let mut count = self.hot_count.load(Ordering::Relaxed);
+        loop {
+            if count >= config.max_hot_keys || gcra.is_promoted(gcra_state) {
+                return;
+            }
+            // Ordering: Relaxed; see above.
+            match self.hot_count.compare_exchange_weak(count, count + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(actual) => count = actual,
+            }
+        }
+        let stripes = LeaseStripes::new(config.lease, self.clock.now());
+        match self.hot_keys.try_insert(key.to_owned(), stripes, guard) {
+            Ok(ours) => {
+                if !gcra.promote(gcra_state, ours) {
+                    // Retired or promoted meanwhile: ours was never used.
+                    if matches!(
+                        self.hot_keys.remove_if(key, |_, current| std::ptr::eq(current, ours), guard),
+                        Ok(Some(_))
+                    ) {
+                        // Ordering: Relaxed; see `remove`.
+                        self.hot_count.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Err(_) => {
+                // Another thread is promoting this key.
+                // Ordering: Relaxed; see `remove`.
+                self.hot_count.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// `state`'s snapshot, read from its hot bucket if the key is hot.
+    fn snapshot_of<Q>(&self, key: &Q, state: &A::State, now: weir_core::Nanos, guard: &impl papaya::Guard) -> Snapshot
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state))
+            && gcra.is_promoted(gcra_state)
+            && let Some(stripes) = self.hot_keys.get(key, guard)
+        {
+            return gcra.snapshot(stripes.bucket(), now);
+        }
+        self.algorithm.snapshot(state, now)
     }
 
     /// Removes `key` if it still maps to `state`; returns whether this call removed it.
@@ -585,7 +882,7 @@ impl Drop for Sweeper {
 impl<K, A, C, S> Keyed<K, A, C, S>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    A: Retire + Send + Sync + 'static,
+    A: KeyedAlgorithm + Send + Sync + 'static,
     A::State: Send + Sync + 'static,
     C: Clock + Send + Sync + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,

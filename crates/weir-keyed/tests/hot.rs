@@ -1,0 +1,154 @@
+//! Hot keys: a key moved to lease stripes keeps its state, stays within the leased
+//! bound, and is swept like any idle key.
+
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use weir_core::{ManualClock, Quota};
+use weir_gcra::{Gcra, GcraAlgorithm, LeaseConfig};
+use weir_keyed::{HotKeys, Keyed, KeyedConfig, KeyedConfigError};
+
+fn store(quota: Quota, lease: LeaseConfig, clock: &ManualClock) -> Keyed<u64, GcraAlgorithm, ManualClock> {
+    Keyed::gcra_with_clock(quota, KeyedConfig::new(1_000).unwrap(), clock.clone()).with_hot_keys(HotKeys::new(lease))
+}
+
+#[test]
+fn promotion_carries_the_state_over() {
+    let clock = ManualClock::new();
+    let s = store(Quota::per_second(10).unwrap(), LeaseConfig::new(4).unwrap(), &clock);
+    assert!(s.check_n(&1, 7).unwrap().is_allowed()); // 3 left
+    assert!(!s.is_hot(&1));
+    assert!(s.promote(&1));
+    assert!(s.is_hot(&1));
+    assert_eq!(s.snapshot(&1).remaining(), 3, "the hot bucket starts where the key was");
+    let admitted = (0..20).filter(|_| s.check(&1).is_allowed()).count();
+    assert_eq!(admitted, 3, "leases shrink to 1 near the limit: exact");
+    clock.advance(Duration::from_millis(100));
+    assert!(s.check(&1).is_allowed());
+    assert!(!s.is_hot(&2) && s.check(&2).is_allowed(), "other keys are unaffected");
+}
+
+#[test]
+fn an_idle_hot_key_is_swept() {
+    let clock = ManualClock::new();
+    let lease = LeaseConfig::new(2).unwrap().with_lifetime(Duration::from_millis(1)).unwrap();
+    let s = store(Quota::per_second(1_000).unwrap(), lease, &clock);
+    assert!(s.promote(&9));
+    for _ in 0..50 {
+        assert!(s.check(&9).is_allowed());
+    }
+    assert_eq!(s.sweep_all(), 0, "in use");
+    clock.advance(Duration::from_secs(2)); // refilled, leases long expired
+    assert_eq!(s.sweep_all(), 1);
+    assert!(s.is_empty() && !s.is_hot(&9));
+    assert!(s.check_n(&9, 1_000).unwrap().is_allowed(), "back as a fresh, exact key");
+}
+
+#[test]
+fn removing_a_hot_key_drops_its_stripes() {
+    let clock = ManualClock::new();
+    let s = store(Quota::per_second(10).unwrap(), LeaseConfig::new(2).unwrap(), &clock);
+    assert!(s.promote(&5));
+    assert!(s.check_n(&5, 10).unwrap().is_allowed());
+    assert!(s.remove(&5));
+    assert!(!s.is_hot(&5));
+    assert!(s.check_n(&5, 10).unwrap().is_allowed(), "fresh after removal");
+}
+
+#[test]
+fn hot_key_configuration_errors_are_typed() {
+    let hot = HotKeys::new(LeaseConfig::new(1).unwrap());
+    assert_eq!(hot.after_lost_races(0).unwrap_err(), KeyedConfigError::ZeroLostRaces);
+    assert_eq!(hot.max_hot_keys(0).unwrap_err(), KeyedConfigError::ZeroHotKeys);
+}
+
+#[test]
+fn at_most_max_hot_keys_are_hot() {
+    let clock = ManualClock::new();
+    let hot = HotKeys::new(LeaseConfig::new(2).unwrap()).max_hot_keys(3).unwrap();
+    let s = Keyed::<u64, _, _>::gcra_with_clock(Quota::per_second(10).unwrap(), KeyedConfig::new(100).unwrap(), clock)
+        .with_hot_keys(hot);
+    let promoted = (0..10u64).filter(|k| s.promote(k)).count();
+    assert_eq!(promoted, 3);
+}
+
+#[test]
+fn eight_threads_on_one_hot_key_at_a_frozen_clock_never_exceed_the_burst() {
+    for promote_first in [true, false] {
+        let clock = ManualClock::new();
+        let burst = 20_000;
+        let lease = LeaseConfig::new(8).unwrap().with_max_lease(64).unwrap();
+        let hot = HotKeys::new(lease).after_lost_races(1).unwrap();
+        let s = Keyed::<u64, _, _>::gcra_with_clock(
+            Quota::per_second(1).unwrap().with_burst(burst).unwrap(),
+            KeyedConfig::new(100).unwrap(),
+            clock,
+        )
+        .with_hot_keys(hot);
+        if promote_first {
+            assert!(s.promote(&42));
+        }
+        let barrier = Barrier::new(8);
+        let admitted = AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                scope.spawn(|| {
+                    barrier.wait();
+                    let mine = (0..burst).filter(|_| s.check(&42).is_allowed()).count() as u64;
+                    admitted.fetch_add(mine, Ordering::Relaxed);
+                });
+            }
+        });
+        let admitted = admitted.into_inner();
+        assert!(admitted <= burst, "admitted {admitted} > burst {burst} (promoted first: {promote_first})");
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Advance(u64),
+    Check { key: u8, n: u64 },
+    Promote(u8),
+    SweepAll,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// With leases of one permit a hot key is exact, so promotion (and sweeping hot
+    /// keys) must never change a decision: the store decides as per-key `Gcra`s.
+    #[test]
+    fn promotion_never_changes_a_decision_when_leases_are_exact(
+        burst in 1u64..6,
+        ops in prop::collection::vec(prop_oneof![
+            3 => (0u64..300_000_000).prop_map(Op::Advance),
+            10 => (0u8..6, 1u64..4).prop_map(|(key, n)| Op::Check { key, n }),
+            2 => (0u8..6).prop_map(Op::Promote),
+            1 => Just(Op::SweepAll),
+        ], 1..150),
+    ) {
+        let quota = Quota::per_second(5).unwrap().with_burst(burst).unwrap();
+        let clock = ManualClock::new();
+        let lease = LeaseConfig::new(4).unwrap().with_max_lease(1).unwrap().with_lifetime(Duration::from_millis(1)).unwrap();
+        let s = store(quota, lease, &clock);
+        let mut model: HashMap<u8, Gcra<ManualClock>> = HashMap::new();
+        for op in ops {
+            match op {
+                Op::Advance(ns) => { clock.advance(Duration::from_nanos(ns)); }
+                Op::Check { key, n } => {
+                    let n = n.min(burst);
+                    let expected = model.entry(key).or_insert_with(|| Gcra::with_clock(quota, clock.clone())).check_n(n).unwrap();
+                    let actual = s.check_n(&(key as u64), n).unwrap();
+                    prop_assert_eq!(actual.is_allowed(), expected.is_allowed(), "key {}", key);
+                }
+                Op::Promote(key) => {
+                    model.entry(key).or_insert_with(|| Gcra::with_clock(quota, clock.clone()));
+                    s.promote(&(key as u64));
+                }
+                Op::SweepAll => { s.sweep_all(); }
+            }
+        }
+    }
+}
