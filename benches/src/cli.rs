@@ -1,9 +1,6 @@
-//! The command line: parse, validate, run, report.
+//! The command line: parse, validate, run the suites, write the report.
 
-use crate::harness::{Sample, median};
-use crate::report::{Machine, Table, rate, write_csv};
-use crate::single::{SingleResult, singles};
-use crate::throughput::{Subject, subjects};
+use crate::report::Machine;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::ffi::OsString;
@@ -39,11 +36,11 @@ pub struct Args {
     #[arg(long, global = true, value_name = "N")]
     pub reps: Option<usize>,
 
-    /// Run only subjects whose `scenario/subject` id contains this text (repeatable).
+    /// Run only subjects whose id contains this text (repeatable; `list` shows ids).
     #[arg(long, global = true, value_name = "TEXT")]
     pub only: Vec<String>,
 
-    /// Folder for the CSV files (created if missing).
+    /// Folder for the CSV, JSON, SVG and HTML output (created if missing).
     #[arg(long, global = true, default_value = "weir-bench-out", value_name = "DIR")]
     pub out: PathBuf,
 
@@ -53,18 +50,28 @@ pub struct Args {
 }
 
 /// The parts of the suite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum Command {
     /// Every suite below, one after the other (the default).
     All,
     /// Aggregate checks per second over a thread sweep: hot limiter (allowed and
-    /// denied paths), per-thread limiters, hardware references, with peers.
+    /// denied paths), per-thread limiters, keyed stores, hardware references, peers.
     Throughput,
     /// ns per check on one thread, every subject interleaved round by round (best
     /// and median round), with clock read costs.
     Single,
+    /// Bytes per key of every keyed store, each measured in a fresh process.
+    Memory,
     /// List every subject id, for `--only`.
     List,
+    /// (internal) Measure one keyed store's memory in this process and print it.
+    #[command(hide = true)]
+    MemoryProbe {
+        /// The subject.
+        subject: String,
+        /// Keys to insert.
+        keys: u64,
+    },
 }
 
 /// A duration like `200ms`, `1s`, `1.5s`, `500us`.
@@ -107,6 +114,18 @@ pub struct Config {
     pub progress: bool,
 }
 
+impl Config {
+    /// Whether `id` passes the `--only` filters.
+    pub fn selects(&self, id: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| id.contains(o.as_str()))
+    }
+
+    /// Whether this is the full profile.
+    pub fn full(&self) -> bool {
+        self.profile == "full"
+    }
+}
+
 /// Why a run could not start or finish.
 #[derive(Debug)]
 pub enum BenchError {
@@ -118,6 +137,8 @@ pub enum BenchError {
     UnknownSubject(String),
     /// The output folder cannot be created or written.
     Output(PathBuf, std::io::Error),
+    /// A measurement could not be made (a child process failed, say).
+    Measurement(String),
 }
 
 impl fmt::Display for BenchError {
@@ -130,11 +151,20 @@ impl fmt::Display for BenchError {
                 "--only {text:?} matches no subject; `weir-bench list` shows them all (e.g. hot-allowed/weir-gcra)"
             ),
             Self::Output(dir, e) => write!(f, "cannot write to the output folder {}: {e}", dir.display()),
+            Self::Measurement(why) => write!(f, "measurement failed: {why}"),
         }
     }
 }
 
 impl std::error::Error for BenchError {}
+
+/// Every subject id of every suite.
+pub fn all_ids() -> Vec<String> {
+    let mut ids: Vec<String> = crate::throughput::subjects().iter().map(|s| s.id()).collect();
+    ids.extend(crate::single::singles().iter().map(|s| format!("single/{}", s.id)));
+    ids.extend(crate::memory::ids());
+    ids
+}
 
 impl Args {
     /// Validates the arguments into a [`Config`].
@@ -154,15 +184,14 @@ impl Args {
         if reps == 0 {
             return Err(BenchError::ZeroReps);
         }
-        let all: Vec<String> =
-            subjects().iter().map(Subject::id).chain(singles().iter().map(|s| format!("single/{}", s.id))).collect();
+        let ids = all_ids();
         for text in &self.only {
-            if !all.iter().any(|id| id.contains(text.as_str())) {
+            if !ids.iter().any(|id| id.contains(text.as_str())) {
                 return Err(BenchError::UnknownSubject(text.clone()));
             }
         }
         let command = self.command.unwrap_or(Command::All);
-        if command != Command::List {
+        if !matches!(command, Command::List | Command::MemoryProbe { .. }) {
             ensure_writable(&self.out).map_err(|e| BenchError::Output(self.out.clone(), e))?;
         }
         Ok(Config {
@@ -203,142 +232,63 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
     }
 }
 
+/// The suites `All` runs, in order.
+const SUITES: [Command; 3] = [Command::Throughput, Command::Single, Command::Memory];
+
 /// Runs a validated configuration.
 pub fn execute(config: &Config) -> Result<(), BenchError> {
-    match config.command {
+    let out = Output::new(&config.out);
+    match &config.command {
+        Command::List => {
+            for id in all_ids() {
+                println!("{id}");
+            }
+            return Ok(());
+        }
+        Command::MemoryProbe { subject, keys } => return crate::memory::probe(subject, *keys),
         Command::All => {
-            for command in [Command::Throughput, Command::Single] {
-                let part = Config { command, ..config.clone() };
-                // `--only` filters that match nothing in one suite skip it.
-                if part.only.is_empty() || suite_matches(&part) {
-                    execute(&part)?;
-                    println!();
+            for command in SUITES {
+                let part = Config { command: command.clone(), ..config.clone() };
+                if suite_selected(&part) {
+                    println!("{}", run_suite(&part, &out)?);
                 }
             }
-            Ok(())
         }
-        Command::List => {
-            for subject in subjects() {
-                println!("{}", subject.id());
-            }
-            for single in singles() {
-                println!("single/{}", single.id);
-            }
-            Ok(())
-        }
-        Command::Single => {
-            let (text, rows) = single(config);
-            print!("{text}");
-            let path = config.out.join("single.csv");
-            let header = ["subject", "best_ns", "median_ns", "cpu", "cores", "commit"];
-            let machine = Machine::detect();
-            let rows: Vec<Vec<String>> = rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.id.replace(['(', ')', ' '], ""),
-                        format!("{:.3}", r.best_ns),
-                        format!("{:.3}", r.median_ns),
-                        machine.cpu.replace(',', " "),
-                        machine.cores.to_string(),
-                        machine.commit.to_string(),
-                    ]
-                })
-                .collect();
-            write_csv(&path, &header, &rows).map_err(|e| BenchError::Output(config.out.clone(), e))?;
-            println!("\nwrote {}", path.display());
-            Ok(())
-        }
-        Command::Throughput => {
-            let result = throughput(config);
-            print!("{}", result.render(config));
-            let path = config.out.join("throughput.csv");
-            result.write_csv(&path).map_err(|e| BenchError::Output(config.out.clone(), e))?;
-            println!("\nwrote {}", path.display());
-            Ok(())
-        }
+        _ => println!("{}", run_suite(config, &out)?),
     }
-}
-
-fn suite_matches(config: &Config) -> bool {
-    match config.command {
-        Command::Throughput => !selected(config).is_empty(),
-        Command::Single => {
-            singles().iter().any(|s| config.only.iter().any(|o| format!("single/{}", s.id).contains(o.as_str())))
-        }
-        _ => true,
-    }
-}
-
-/// Runs the single-thread suite; returns the report and the rows.
-pub fn single(config: &Config) -> (String, Vec<SingleResult>) {
-    let chosen: Vec<_> = singles()
-        .into_iter()
-        .filter(|s| {
-            config.only.is_empty() || config.only.iter().any(|o| format!("single/{}", s.id).contains(o.as_str()))
-        })
-        .collect();
-    let rounds = if config.profile == "full" { 200 } else { 60 };
-    let bar = progress(config, rounds);
-    let results = crate::single::run(&chosen, rounds, 100_000, || bar.inc(1));
-    bar.finish_and_clear();
-    let mut out = format!(
-        "weir-bench single ({} profile)\nmachine: {}\n{rounds} rounds of 100k operations, every subject once per round \
-         (interleaved); ns per operation\n\n",
+    let header = format!(
+        "weir-bench ({} profile)\nmachine: {}\ncommand: {}",
         config.profile,
-        Machine::detect().describe()
+        Machine::detect().describe(),
+        std::env::args().collect::<Vec<_>>().join(" ")
     );
-    let mut table = Table::new(vec!["subject".into(), "".into(), "best ns".into(), "median ns".into()]);
-    for r in &results {
-        table.row(vec![r.id.to_string(), String::new(), format!("{:.2}", r.best_ns), format!("{:.2}", r.median_ns)]);
+    crate::chart::write_index(&config.out, &header).map_err(|e| out.error(e))?;
+    println!("wrote {}", config.out.join("index.html").display());
+    Ok(())
+}
+
+fn run_suite(config: &Config, out: &Output) -> Result<String, BenchError> {
+    match config.command {
+        Command::Throughput => crate::throughput::run(config, out),
+        Command::Single => crate::single::run(config, out),
+        Command::Memory => crate::memory::run(config, out),
+        Command::All | Command::List | Command::MemoryProbe { .. } => Ok(String::new()),
     }
-    out.push_str(&table.render());
-    (out, results)
 }
 
-/// The medians of one subject over the thread sweep.
-#[derive(Debug, Clone)]
-pub struct Row {
-    /// Who.
-    pub subject: Subject,
-    /// One point per thread count: (threads, median ops/s, min, max, admitted fraction).
-    pub points: Vec<Point>,
+/// Whether any subject of `config.command`'s suite passes the `--only` filters.
+fn suite_selected(config: &Config) -> bool {
+    let ids: Vec<String> = match config.command {
+        Command::Throughput => crate::throughput::subjects().iter().map(|s| s.id()).collect(),
+        Command::Single => crate::single::singles().iter().map(|s| format!("single/{}", s.id)).collect(),
+        Command::Memory => crate::memory::ids(),
+        _ => return true,
+    };
+    ids.iter().any(|id| config.selects(id))
 }
 
-/// One subject at one thread count.
-#[derive(Debug, Clone, Copy)]
-pub struct Point {
-    /// Threads.
-    pub threads: usize,
-    /// Median aggregate ops/s over the repetitions.
-    pub median: f64,
-    /// Slowest repetition.
-    pub min: f64,
-    /// Fastest repetition.
-    pub max: f64,
-    /// Fraction of operations that admitted, over all repetitions.
-    pub admitted: f64,
-    /// The lowest fairness of any repetition (see [`Sample::fairness`]).
-    pub fairness: f64,
-}
-
-/// A whole throughput run.
-#[derive(Debug, Clone)]
-pub struct ThroughputResult {
-    /// Where it ran.
-    pub machine: Machine,
-    /// Every subject measured.
-    pub rows: Vec<Row>,
-}
-
-fn selected(config: &Config) -> Vec<Subject> {
-    subjects()
-        .into_iter()
-        .filter(|s| config.only.is_empty() || config.only.iter().any(|o| s.id().contains(o)))
-        .collect()
-}
-
-fn progress(config: &Config, total: usize) -> ProgressBar {
+/// A progress bar on stderr, or a hidden one.
+pub fn progress(config: &Config, total: usize) -> ProgressBar {
     let bar = if config.progress {
         ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr())
     } else {
@@ -351,133 +301,36 @@ fn progress(config: &Config, total: usize) -> ProgressBar {
     bar
 }
 
-/// Runs the throughput suite.
-pub fn throughput(config: &Config) -> ThroughputResult {
-    let machine = Machine::detect();
-    let subjects = selected(config);
-    let bar = progress(config, subjects.len() * config.threads.len());
-    let warmup = config.duration.min(Duration::from_millis(50));
-    let rows = subjects
-        .into_iter()
-        .map(|subject| {
-            let points = config
-                .threads
-                .iter()
-                .map(|&threads| {
-                    bar.set_message(format!("{} × {threads}", subject.id()));
-                    let _ = (subject.run)(threads, warmup);
-                    let samples: Vec<Sample> =
-                        (0..config.reps).map(|_| (subject.run)(threads, config.duration)).collect();
-                    bar.inc(1);
-                    let mut rates: Vec<f64> = samples.iter().map(Sample::ops_per_sec).collect();
-                    let (ops, admitted) = samples.iter().fold((0, 0), |(o, a), s| (o + s.ops, a + s.admitted));
-                    Point {
-                        threads,
-                        median: median(&mut rates),
-                        min: rates.first().copied().unwrap_or(f64::NAN),
-                        max: rates.last().copied().unwrap_or(f64::NAN),
-                        admitted: admitted as f64 / ops.max(1) as f64,
-                        fairness: samples.iter().map(|s| s.fairness).fold(1.0, f64::min),
-                    }
-                })
-                .collect();
-            Row { subject, points }
-        })
-        .collect();
-    bar.finish_and_clear();
-    ThroughputResult { machine, rows }
+/// Where a suite writes its files.
+#[derive(Debug, Clone)]
+pub struct Output {
+    dir: PathBuf,
 }
 
-impl ThroughputResult {
-    /// The point `row` is compared with at `threads`, if measured.
-    fn baseline(&self, row: &Row, threads: usize) -> Option<f64> {
-        let peer = row.subject.compare_to?;
-        self.rows
-            .iter()
-            .find(|r| r.subject.name == peer && r.subject.scenario == row.subject.scenario)
-            .and_then(|r| r.points.iter().find(|p| p.threads == threads))
-            .map(|p| p.median)
+impl Output {
+    /// Files go into `dir`.
+    pub fn new(dir: &Path) -> Self {
+        Self { dir: dir.to_path_buf() }
     }
 
-    /// The report printed on stdout.
-    pub fn render(&self, config: &Config) -> String {
-        let mut out = format!(
-            "weir-bench throughput ({} profile)\nmachine: {}\neach cell: median of {} runs of {:?}, \
-             aggregate checks per second over all threads; (×) = ratio to the governor row of the same clock class, same run;\n\
-             fairness = slowest thread's operations / mean per thread, worst run (1 = fair, 0 = starved)\n\n",
-            config.profile,
-            self.machine.describe(),
-            config.reps,
-            config.duration
-        );
-        let mut header = vec!["scenario".to_string(), "subject".to_string()];
-        header.extend(config.threads.iter().map(|t| format!("{t} thr")));
-        header.push("ns/check @1".into());
-        let widest = config.threads.last().copied().unwrap_or(1);
-        header.push(format!("fairness @{widest}"));
-        let mut table = Table::new(header);
-        for row in &self.rows {
-            let mut cells = vec![row.subject.scenario.name().to_string(), row.subject.name.to_string()];
-            for point in &row.points {
-                let mut cell = rate(point.median);
-                if let Some(base) = self.baseline(row, point.threads) {
-                    cell.push_str(&format!(" ({:.1}×)", point.median / base));
-                }
-                cells.push(cell);
-            }
-            let single =
-                row.points.iter().find(|p| p.threads == 1).map_or("-".into(), |p| format!("{:.1}", 1e9 / p.median));
-            cells.push(single);
-            let fairness =
-                row.points.iter().find(|p| p.threads == widest).map_or("-".into(), |p| format!("{:.2}", p.fairness));
-            cells.push(fairness);
-            table.row(cells);
-        }
-        out.push_str(&table.render());
-        out
+    /// The path of file `name`.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
     }
 
-    /// Saves every point as CSV.
-    pub fn write_csv(&self, path: &Path) -> std::io::Result<()> {
-        let header = [
-            "scenario",
-            "subject",
-            "threads",
-            "median_ops_per_sec",
-            "min_ops_per_sec",
-            "max_ops_per_sec",
-            "compared_to",
-            "ratio",
-            "admitted_fraction",
-            "fairness",
-            "cpu",
-            "cores",
-            "commit",
-        ];
-        let rows: Vec<Vec<String>> = self
-            .rows
-            .iter()
-            .flat_map(|row| {
-                row.points.iter().map(move |p| {
-                    let ratio = self.baseline(row, p.threads).map_or(String::new(), |b| format!("{:.3}", p.median / b));
-                    vec![
-                        row.subject.scenario.name().to_string(),
-                        row.subject.name.to_string(),
-                        p.threads.to_string(),
-                        format!("{:.0}", p.median),
-                        format!("{:.0}", p.min),
-                        format!("{:.0}", p.max),
-                        row.subject.compare_to.unwrap_or("").to_string(),
-                        ratio,
-                        format!("{:.4}", p.admitted),
-                        format!("{:.3}", p.fairness),
-                        self.machine.cpu.replace(',', " "),
-                        self.machine.cores.to_string(),
-                        self.machine.commit.to_string(),
-                    ]
-                })
-            })
-            .collect();
-        write_csv(path, &header, &rows)
+    /// An output error for this folder.
+    pub fn error(&self, e: std::io::Error) -> BenchError {
+        BenchError::Output(self.dir.clone(), e)
+    }
+
+    /// Writes `rows` under `header` as `name`.
+    pub fn csv(&self, name: &str, header: &[&str], rows: &[Vec<String>]) -> Result<(), BenchError> {
+        crate::report::write_csv(&self.path(name), header, rows).map_err(|e| self.error(e))
+    }
+
+    /// Writes `value` as pretty JSON to `name`.
+    pub fn json(&self, name: &str, value: &impl serde::Serialize) -> Result<(), BenchError> {
+        let text = serde_json::to_string_pretty(value).map_err(|e| self.error(std::io::Error::other(e)))?;
+        std::fs::write(self.path(name), text + "\n").map_err(|e| self.error(e))
     }
 }

@@ -5,8 +5,11 @@
 //! figures that hold across machines are ratios against a peer measured in the
 //! same run, which is why every table prints them.
 
+pub mod chart;
 pub mod cli;
 pub mod harness;
+pub mod keyed;
+pub mod memory;
 pub mod peers;
 pub mod report;
 pub mod single;

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// The machine and build every figure belongs to.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Machine {
     /// CPU model, from `/proc/cpuinfo` where there is one.
     pub cpu: String,

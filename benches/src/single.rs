@@ -4,7 +4,9 @@
 //! that makes back-to-back measurements (subject A for 2 s, then B for 2 s)
 //! disagree by more than the differences being measured.
 
+use crate::cli::{BenchError, Config, Output, progress};
 use crate::peers::{Governor, GovernorUpkeep, MutexTokenBucket, governor, governor_upkeep};
+use crate::report::{Machine, Table};
 use crate::throughput::Check;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -101,7 +103,7 @@ pub fn singles() -> Vec<Single> {
 }
 
 /// One subject's result: best and median ns per operation over the rounds.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct SingleResult {
     /// Which subject.
     pub id: &'static str,
@@ -112,7 +114,7 @@ pub struct SingleResult {
 }
 
 /// Runs `subjects` interleaved for `rounds` rounds of `batch` operations each.
-pub fn run(subjects: &[Single], rounds: usize, batch: u32, mut tick: impl FnMut()) -> Vec<SingleResult> {
+pub fn interleaved(subjects: &[Single], rounds: usize, batch: u32, mut tick: impl FnMut()) -> Vec<SingleResult> {
     let mut batches: Vec<Box<dyn Batch>> = subjects.iter().map(|s| (s.make)()).collect();
     for b in &mut batches {
         b.run(batch); // warm up
@@ -133,4 +135,49 @@ pub fn run(subjects: &[Single], rounds: usize, batch: u32, mut tick: impl FnMut(
             median_ns: crate::harness::median(t),
         })
         .collect()
+}
+
+/// Measures the single-thread suite; returns the report and the rows.
+pub fn measure(config: &Config) -> (String, Vec<SingleResult>) {
+    let chosen: Vec<_> = singles().into_iter().filter(|s| config.selects(&format!("single/{}", s.id))).collect();
+    let rounds = if config.profile == "full" { 200 } else { 60 };
+    let bar = progress(config, rounds);
+    let results = interleaved(&chosen, rounds, 100_000, || bar.inc(1));
+    bar.finish_and_clear();
+    let mut out = format!(
+        "weir-bench single ({} profile)\nmachine: {}\n{rounds} rounds of 100k operations, every subject once per round \
+         (interleaved); ns per operation\n\n",
+        config.profile,
+        Machine::detect().describe()
+    );
+    let mut table = Table::new(vec!["subject".into(), "".into(), "best ns".into(), "median ns".into()]);
+    for r in &results {
+        table.row(vec![r.id.to_string(), String::new(), format!("{:.2}", r.best_ns), format!("{:.2}", r.median_ns)]);
+    }
+    out.push_str(&table.render());
+    (out, results)
+}
+
+/// Runs the single-thread suite: measures, prints, writes `single.csv` and
+/// `single.json`.
+pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
+    let (text, rows) = measure(config);
+    let machine = Machine::detect();
+    let header = ["subject", "best_ns", "median_ns", "cpu", "cores", "commit"];
+    let csv: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.id.replace(['(', ')', ' '], ""),
+                format!("{:.3}", r.best_ns),
+                format!("{:.3}", r.median_ns),
+                machine.cpu.replace(',', " "),
+                machine.cores.to_string(),
+                machine.commit.to_string(),
+            ]
+        })
+        .collect();
+    out.csv("single.csv", &header, &csv)?;
+    out.json("single.json", &serde_json::json!({ "machine": machine, "results": rows }))?;
+    Ok(text)
 }

@@ -1,13 +1,19 @@
 //! The throughput suite: aggregate checks per second over a thread sweep, weir and
 //! peers side by side, allowed and denied paths separately.
 
-use crate::harness::{Workload, run};
+use crate::chart::{Scale, Series, line_chart};
+use crate::cli::{BenchError, Config, Output, progress};
+use crate::harness::{Sample, Workload, median};
+use crate::keyed::{KeyedWorkload, Keys, governor_keyed, weir_keyed, weir_keyed_hot};
 use crate::peers::{Governor, GovernorUpkeep, MutexTokenBucket, governor, governor_upkeep};
+use crate::report::{Machine, Table, rate, write_csv};
 use crossbeam_utils::CachePadded;
+use serde::Serialize;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use weir_core::{Clock, CoarseClock, MonotonicClock, Quota};
-use weir_gcra::Gcra;
+use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};
 
 /// Which situation a subject measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -18,6 +24,14 @@ pub enum Scenario {
     HotDenied,
     /// One limiter per thread, every check admitted.
     PerThread,
+    /// One keyed store, thread `t` asking for key `t`.
+    KeyPerThread,
+    /// One keyed store, 100k keys uniformly spread.
+    Keys100k,
+    /// One keyed store, 100k keys, Zipf-skewed.
+    KeysZipf,
+    /// One keyed store, every thread asking for the same key.
+    HotKey,
     /// Hardware references: what the machine can do at all.
     Reference,
 }
@@ -29,6 +43,10 @@ impl Scenario {
             Self::HotAllowed => "hot-allowed",
             Self::HotDenied => "hot-denied",
             Self::PerThread => "per-thread",
+            Self::KeyPerThread => "keyed-per-thread",
+            Self::Keys100k => "keyed-100k",
+            Self::KeysZipf => "keyed-zipf",
+            Self::HotKey => "keyed-hot-key",
             Self::Reference => "reference",
         }
     }
@@ -85,6 +103,13 @@ impl Check for Governor {
     #[inline]
     fn check_one(&self) -> bool {
         self.check().is_ok()
+    }
+}
+
+impl<C: Clock + Sync> Check for LeasedGcra<C> {
+    #[inline]
+    fn check_one(&self) -> bool {
+        self.check().is_allowed()
     }
 }
 
@@ -170,41 +195,302 @@ impl Workload for PerThreadAtomic {
 pub fn subjects() -> Vec<Subject> {
     use Scenario::*;
     let s = |scenario, name, compare_to, run| Subject { scenario, name, compare_to, run };
-    let (gov, gov_upkeep) = (Some("governor"), Some("governor+upkeep"));
+    let (gov, gov_upkeep, gov_keyed) = (Some("governor"), Some("governor+upkeep"), Some("governor-keyed"));
     vec![
         s(HotAllowed, "weir-gcra", gov, |t, d| {
-            run(&Shared(Gcra::with_clock(open_quota(), MonotonicClock::new())), t, d)
+            crate::harness::run(&Shared(Gcra::with_clock(open_quota(), MonotonicClock::new())), t, d)
         }),
         s(HotAllowed, "weir-gcra+coarse", gov_upkeep, |t, d| {
-            run(&Shared(Gcra::with_clock(open_quota(), coarse_clock())), t, d)
+            crate::harness::run(&Shared(Gcra::with_clock(open_quota(), coarse_clock())), t, d)
         }),
-        s(HotAllowed, "governor", None, |t, d| run(&Shared(governor(OPEN, OPEN)), t, d)),
-        s(HotAllowed, "governor+upkeep", None, |t, d| run(&Shared(governor_upkeep(OPEN, OPEN)), t, d)),
-        s(HotAllowed, "mutex-bucket", gov, |t, d| run(&Shared(MutexTokenBucket::new(OPEN as f64, OPEN as f64)), t, d)),
-        s(HotDenied, "weir-gcra", gov, |t, d| run(&Shared(drained_gcra(MonotonicClock::new())), t, d)),
-        s(HotDenied, "weir-gcra+coarse", gov_upkeep, |t, d| run(&Shared(drained_gcra(coarse_clock())), t, d)),
+        s(HotAllowed, "governor", None, |t, d| crate::harness::run(&Shared(governor(OPEN, OPEN)), t, d)),
+        s(HotAllowed, "governor+upkeep", None, |t, d| crate::harness::run(&Shared(governor_upkeep(OPEN, OPEN)), t, d)),
+        s(HotAllowed, "weir-leased", gov, |t, d| {
+            crate::harness::run(
+                &Shared(LeasedGcra::with_clock(open_quota(), LeaseConfig::per_core(), MonotonicClock::new())),
+                t,
+                d,
+            )
+        }),
+        s(HotAllowed, "weir-leased+coarse", gov_upkeep, |t, d| {
+            crate::harness::run(
+                &Shared(LeasedGcra::with_clock(open_quota(), LeaseConfig::per_core(), coarse_clock())),
+                t,
+                d,
+            )
+        }),
+        s(HotAllowed, "mutex-bucket", gov, |t, d| {
+            crate::harness::run(&Shared(MutexTokenBucket::new(OPEN as f64, OPEN as f64)), t, d)
+        }),
+        s(HotDenied, "weir-gcra", gov, |t, d| crate::harness::run(&Shared(drained_gcra(MonotonicClock::new())), t, d)),
+        s(HotDenied, "weir-gcra+coarse", gov_upkeep, |t, d| {
+            crate::harness::run(&Shared(drained_gcra(coarse_clock())), t, d)
+        }),
         s(HotDenied, "governor", None, |t, d| {
             let limiter = governor(1, 1);
             let _ = limiter.check();
-            run(&Shared(limiter), t, d)
+            crate::harness::run(&Shared(limiter), t, d)
         }),
         s(HotDenied, "governor+upkeep", None, |t, d| {
             let limiter = governor_upkeep(1, 1);
             let _ = limiter.check();
-            run(&Shared(limiter), t, d)
+            crate::harness::run(&Shared(limiter), t, d)
         }),
         s(HotDenied, "mutex-bucket", gov, |t, d| {
             let limiter = MutexTokenBucket::new(1.0 / 3600.0, 1.0);
             limiter.drain();
-            run(&Shared(limiter), t, d)
+            crate::harness::run(&Shared(limiter), t, d)
         }),
         s(PerThread, "weir-gcra", gov, |t, d| {
-            run(&EachThread(|| Gcra::with_clock(open_quota(), MonotonicClock::new())), t, d)
+            crate::harness::run(&EachThread(|| Gcra::with_clock(open_quota(), MonotonicClock::new())), t, d)
         }),
-        s(PerThread, "governor", None, |t, d| run(&EachThread(|| governor(OPEN, OPEN)), t, d)),
-        s(Reference, "shared-fetch-add", None, |t, d| run(&SharedAtomic(CachePadded::new(AtomicU64::new(0))), t, d)),
+        s(PerThread, "governor", None, |t, d| crate::harness::run(&EachThread(|| governor(OPEN, OPEN)), t, d)),
+        s(KeyPerThread, "weir-keyed", gov_keyed, |t, d| {
+            crate::harness::run(&KeyedWorkload::new(weir_keyed(), Keys::PerThread, t), t, d)
+        }),
+        s(KeyPerThread, "governor-keyed", None, |t, d| {
+            crate::harness::run(&KeyedWorkload::new(governor_keyed(), Keys::PerThread, t), t, d)
+        }),
+        s(Keys100k, "weir-keyed", gov_keyed, |t, d| {
+            crate::harness::run(&KeyedWorkload::new(weir_keyed(), Keys::Uniform, t), t, d)
+        }),
+        s(Keys100k, "governor-keyed", None, |t, d| {
+            crate::harness::run(&KeyedWorkload::new(governor_keyed(), Keys::Uniform, t), t, d)
+        }),
+        s(KeysZipf, "weir-keyed", gov_keyed, |t, d| {
+            crate::harness::run(&KeyedWorkload::new(weir_keyed(), Keys::Zipf, t), t, d)
+        }),
+        s(KeysZipf, "governor-keyed", None, |t, d| {
+            crate::harness::run(&KeyedWorkload::new(governor_keyed(), Keys::Zipf, t), t, d)
+        }),
+        s(HotKey, "weir-keyed", gov_keyed, |t, d| {
+            crate::harness::run(&KeyedWorkload::new(weir_keyed(), Keys::Hot, t), t, d)
+        }),
+        s(HotKey, "weir-keyed+hot", gov_keyed, |t, d| {
+            crate::harness::run(&KeyedWorkload::new(weir_keyed_hot(), Keys::Hot, t), t, d)
+        }),
+        s(HotKey, "governor-keyed", None, |t, d| {
+            crate::harness::run(&KeyedWorkload::new(governor_keyed(), Keys::Hot, t), t, d)
+        }),
+        s(Reference, "shared-fetch-add", None, |t, d| {
+            crate::harness::run(&SharedAtomic(CachePadded::new(AtomicU64::new(0))), t, d)
+        }),
         s(Reference, "per-thread-counter", None, |t, d| {
-            run(&PerThreadAtomic((0..t).map(|_| CachePadded::new(AtomicU64::new(0))).collect()), t, d)
+            crate::harness::run(&PerThreadAtomic((0..t).map(|_| CachePadded::new(AtomicU64::new(0))).collect()), t, d)
         }),
     ]
+}
+
+/// The medians of one subject over the thread sweep.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Who.
+    #[serde(serialize_with = "subject_fields")]
+    pub subject: Subject,
+    /// One point per thread count: (threads, median ops/s, min, max, admitted fraction).
+    pub points: Vec<Point>,
+}
+
+/// One subject at one thread count.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Point {
+    /// Threads.
+    pub threads: usize,
+    /// Median aggregate ops/s over the repetitions.
+    pub median: f64,
+    /// Slowest repetition.
+    pub min: f64,
+    /// Fastest repetition.
+    pub max: f64,
+    /// Fraction of operations that admitted, over all repetitions.
+    pub admitted: f64,
+    /// The lowest fairness of any repetition (see [`Sample::fairness`]).
+    pub fairness: f64,
+}
+
+/// A whole throughput run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputResult {
+    /// Where it ran.
+    pub machine: Machine,
+    /// Every subject measured.
+    pub rows: Vec<Row>,
+}
+
+fn selected(config: &Config) -> Vec<Subject> {
+    subjects()
+        .into_iter()
+        .filter(|s| config.only.is_empty() || config.only.iter().any(|o| s.id().contains(o)))
+        .collect()
+}
+
+/// Measures every selected subject.
+pub fn measure(config: &Config) -> ThroughputResult {
+    let machine = Machine::detect();
+    let subjects = selected(config);
+    let bar = progress(config, subjects.len() * config.threads.len());
+    let warmup = config.duration.min(Duration::from_millis(50));
+    let rows = subjects
+        .into_iter()
+        .map(|subject| {
+            let points = config
+                .threads
+                .iter()
+                .map(|&threads| {
+                    bar.set_message(format!("{} × {threads}", subject.id()));
+                    let _ = (subject.run)(threads, warmup);
+                    let samples: Vec<Sample> =
+                        (0..config.reps).map(|_| (subject.run)(threads, config.duration)).collect();
+                    bar.inc(1);
+                    let mut rates: Vec<f64> = samples.iter().map(Sample::ops_per_sec).collect();
+                    let (ops, admitted) = samples.iter().fold((0, 0), |(o, a), s| (o + s.ops, a + s.admitted));
+                    Point {
+                        threads,
+                        median: median(&mut rates),
+                        min: rates.first().copied().unwrap_or(f64::NAN),
+                        max: rates.last().copied().unwrap_or(f64::NAN),
+                        admitted: admitted as f64 / ops.max(1) as f64,
+                        fairness: samples.iter().map(|s| s.fairness).fold(1.0, f64::min),
+                    }
+                })
+                .collect();
+            Row { subject, points }
+        })
+        .collect();
+    bar.finish_and_clear();
+    ThroughputResult { machine, rows }
+}
+
+impl ThroughputResult {
+    /// The point `row` is compared with at `threads`, if measured.
+    fn baseline(&self, row: &Row, threads: usize) -> Option<f64> {
+        let peer = row.subject.compare_to?;
+        self.rows
+            .iter()
+            .find(|r| r.subject.name == peer && r.subject.scenario == row.subject.scenario)
+            .and_then(|r| r.points.iter().find(|p| p.threads == threads))
+            .map(|p| p.median)
+    }
+
+    /// The report printed on stdout.
+    pub fn render(&self, config: &Config) -> String {
+        let mut out = format!(
+            "weir-bench throughput ({} profile)\nmachine: {}\neach cell: median of {} runs of {:?}, \
+             aggregate checks per second over all threads; (×) = ratio to the governor row of the same clock class, same run;\n\
+             fairness = slowest thread's operations / mean per thread, worst run (1 = fair, 0 = starved)\n\n",
+            config.profile,
+            self.machine.describe(),
+            config.reps,
+            config.duration
+        );
+        let mut header = vec!["scenario".to_string(), "subject".to_string()];
+        header.extend(config.threads.iter().map(|t| format!("{t} thr")));
+        header.push("ns/check @1".into());
+        let widest = config.threads.last().copied().unwrap_or(1);
+        header.push(format!("fairness @{widest}"));
+        let mut table = Table::new(header);
+        for row in &self.rows {
+            let mut cells = vec![row.subject.scenario.name().to_string(), row.subject.name.to_string()];
+            for point in &row.points {
+                let mut cell = rate(point.median);
+                if let Some(base) = self.baseline(row, point.threads) {
+                    cell.push_str(&format!(" ({:.1}×)", point.median / base));
+                }
+                cells.push(cell);
+            }
+            let single =
+                row.points.iter().find(|p| p.threads == 1).map_or("-".into(), |p| format!("{:.1}", 1e9 / p.median));
+            cells.push(single);
+            let fairness =
+                row.points.iter().find(|p| p.threads == widest).map_or("-".into(), |p| format!("{:.2}", p.fairness));
+            cells.push(fairness);
+            table.row(cells);
+        }
+        out.push_str(&table.render());
+        out
+    }
+
+    /// Saves every point as CSV.
+    pub fn write_csv(&self, path: &Path) -> std::io::Result<()> {
+        let header = [
+            "scenario",
+            "subject",
+            "threads",
+            "median_ops_per_sec",
+            "min_ops_per_sec",
+            "max_ops_per_sec",
+            "compared_to",
+            "ratio",
+            "admitted_fraction",
+            "fairness",
+            "cpu",
+            "cores",
+            "commit",
+        ];
+        let rows: Vec<Vec<String>> = self
+            .rows
+            .iter()
+            .flat_map(|row| {
+                row.points.iter().map(move |p| {
+                    let ratio = self.baseline(row, p.threads).map_or(String::new(), |b| format!("{:.3}", p.median / b));
+                    vec![
+                        row.subject.scenario.name().to_string(),
+                        row.subject.name.to_string(),
+                        p.threads.to_string(),
+                        format!("{:.0}", p.median),
+                        format!("{:.0}", p.min),
+                        format!("{:.0}", p.max),
+                        row.subject.compare_to.unwrap_or("").to_string(),
+                        ratio,
+                        format!("{:.4}", p.admitted),
+                        format!("{:.3}", p.fairness),
+                        self.machine.cpu.replace(',', " "),
+                        self.machine.cores.to_string(),
+                        self.machine.commit.to_string(),
+                    ]
+                })
+            })
+            .collect();
+        write_csv(path, &header, &rows)
+    }
+}
+
+fn subject_fields<S: serde::Serializer>(subject: &Subject, serializer: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    let mut s = serializer.serialize_struct("Subject", 3)?;
+    s.serialize_field("scenario", subject.scenario.name())?;
+    s.serialize_field("name", subject.name)?;
+    s.serialize_field("compare_to", &subject.compare_to)?;
+    s.end()
+}
+
+/// Runs the throughput suite: measures, prints, and writes `throughput.csv`,
+/// `throughput.json` and one chart per scenario.
+pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
+    let result = measure(config);
+    result.write_csv(&out.path("throughput.csv")).map_err(|e| out.error(e))?;
+    out.json("throughput.json", &result)?;
+    let mut scenarios: Vec<Scenario> = result.rows.iter().map(|r| r.subject.scenario).collect();
+    scenarios.dedup();
+    for scenario in scenarios {
+        let series: Vec<Series> = result
+            .rows
+            .iter()
+            .filter(|r| r.subject.scenario == scenario)
+            .map(|r| Series {
+                name: r.subject.name.to_string(),
+                points: r.points.iter().map(|p| (p.threads as f64, p.median / 1e6)).collect(),
+            })
+            .collect();
+        line_chart(
+            &out.path(&format!("throughput-{}.svg", scenario.name())),
+            &format!("{}: aggregate checks per second ({})", scenario.name(), result.machine.cpu),
+            "threads",
+            "million checks per second",
+            Scale::Log,
+            &series,
+        )
+        .map_err(|e| out.error(e))?;
+    }
+    Ok(result.render(config))
 }
