@@ -119,6 +119,13 @@ pub fn write_index(dir: &Path, header: &str) -> std::io::Result<()> {
     for f in files.iter().filter(|f| f.ends_with(".svg")) {
         let _ = writeln!(html, "<figure><img src=\"{0}\" alt=\"{0}\"><figcaption>{0}</figcaption></figure>", escape(f));
     }
+    // On load, record how many charts decoded, for the headless-browser check in CI
+    // (`.ci/check-html`): `data-charts-rendered="3/3"`.
+    html.push_str(
+        "<script>\nwindow.addEventListener('load', () => {\n  const imgs = [...document.images];\n  \
+         const ok = imgs.filter(i => i.complete && i.naturalWidth > 0).length;\n  \
+         document.body.dataset.chartsRendered = `${ok}/${imgs.length}`;\n});\n</script>\n",
+    );
     html.push_str("</body>\n</html>\n");
     std::fs::write(dir.join("index.html"), html)
 }

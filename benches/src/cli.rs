@@ -62,6 +62,8 @@ pub enum Command {
     Single,
     /// Bytes per key of every keyed store, each measured in a fresh process.
     Memory,
+    /// Every limiter under overload on all threads: admitted against the ideal.
+    Accuracy,
     /// List every subject id, for `--only`.
     List,
     /// (internal) Measure one keyed store's memory in this process and print it.
@@ -163,6 +165,7 @@ pub fn all_ids() -> Vec<String> {
     let mut ids: Vec<String> = crate::throughput::subjects().iter().map(|s| s.id()).collect();
     ids.extend(crate::single::singles().iter().map(|s| format!("single/{}", s.id)));
     ids.extend(crate::memory::ids());
+    ids.extend(crate::accuracy::ids());
     ids
 }
 
@@ -233,7 +236,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
 }
 
 /// The suites `All` runs, in order.
-const SUITES: [Command; 3] = [Command::Throughput, Command::Single, Command::Memory];
+const SUITES: [Command; 4] = [Command::Throughput, Command::Single, Command::Memory, Command::Accuracy];
 
 /// Runs a validated configuration.
 pub fn execute(config: &Config) -> Result<(), BenchError> {
@@ -272,6 +275,7 @@ fn run_suite(config: &Config, out: &Output) -> Result<String, BenchError> {
         Command::Throughput => crate::throughput::run(config, out),
         Command::Single => crate::single::run(config, out),
         Command::Memory => crate::memory::run(config, out),
+        Command::Accuracy => crate::accuracy::run(config, out),
         Command::All | Command::List | Command::MemoryProbe { .. } => Ok(String::new()),
     }
 }
@@ -282,6 +286,7 @@ fn suite_selected(config: &Config) -> bool {
         Command::Throughput => crate::throughput::subjects().iter().map(|s| s.id()).collect(),
         Command::Single => crate::single::singles().iter().map(|s| format!("single/{}", s.id)).collect(),
         Command::Memory => crate::memory::ids(),
+        Command::Accuracy => crate::accuracy::ids(),
         _ => return true,
     };
     ids.iter().any(|id| config.selects(id))

@@ -5,6 +5,7 @@
 //! figures that hold across machines are ratios against a peer measured in the
 //! same run, which is why every table prints them.
 
+pub mod accuracy;
 pub mod chart;
 pub mod cli;
 pub mod harness;

@@ -73,3 +73,39 @@ pub fn governor_upkeep(per_sec: u32, burst: u32) -> GovernorUpkeep {
     });
     governor::RateLimiter::direct_with_clock(governor_quota(per_sec, burst), clock.clone())
 }
+
+/// The `ratelimit` crate's lock-free token bucket (std clock).
+pub type RateLimit = ratelimit::Ratelimiter;
+
+/// A `ratelimit` bucket of `burst` tokens refilled at `per_sec`, full at the start;
+/// `per_sec == 0` makes a bucket that never refills (1 per hour, empty).
+pub fn ratelimit(per_sec: u64, burst: u64) -> RateLimit {
+    let builder = if per_sec == 0 {
+        ratelimit::Ratelimiter::builder(1)
+            .period(std::time::Duration::from_secs(3_600))
+            .max_tokens(1)
+            .initial_available(0)
+    } else {
+        ratelimit::Ratelimiter::builder(per_sec).max_tokens(burst).initial_available(burst)
+    };
+    builder.build().expect("benchmark rates are valid")
+}
+
+/// The `leaky-bucket` crate's limiter, checked with `try_acquire(1)`.
+pub type LeakyBucketPeer = leaky_bucket::RateLimiter;
+
+/// A `leaky-bucket` limiter holding up to `max` permits, full at the start, refilled
+/// `refill` per `interval`; `refill == 0` makes one that never refills (1 per hour,
+/// empty).
+pub fn leaky_bucket(max: usize, refill: usize, interval: std::time::Duration) -> LeakyBucketPeer {
+    if refill == 0 {
+        leaky_bucket::RateLimiter::builder()
+            .max(1)
+            .initial(0)
+            .refill(1)
+            .interval(std::time::Duration::from_secs(3_600))
+            .build()
+    } else {
+        leaky_bucket::RateLimiter::builder().max(max).initial(max).refill(refill).interval(interval).build()
+    }
+}

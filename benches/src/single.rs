@@ -5,7 +5,7 @@
 //! disagree by more than the differences being measured.
 
 use crate::cli::{BenchError, Config, Output, progress};
-use crate::peers::{Governor, GovernorUpkeep, MutexTokenBucket, governor, governor_upkeep};
+use crate::peers::{Governor, GovernorUpkeep, MutexTokenBucket, governor, governor_upkeep, leaky_bucket, ratelimit};
 use crate::report::{Machine, Table};
 use crate::throughput::Check;
 use std::hint::black_box;
@@ -94,11 +94,17 @@ pub fn singles() -> Vec<Single> {
         s("allowed/weir-gcra+coarse", || Box::new(Checks(Gcra::with_clock(open(), coarse())))),
         s("allowed/governor", || Box::new(Checks(governor(1_000_000_000, 1_000_000_000)))),
         s("allowed/governor+upkeep", || Box::new(Checks(governor_upkeep(1_000_000_000, 1_000_000_000)))),
+        s("allowed/ratelimit", || Box::new(Checks(ratelimit(1_000_000_000, 1_000_000_000)))),
+        s("allowed/leaky-bucket", || {
+            Box::new(Checks(leaky_bucket(1_000_000_000, 1_000_000, Duration::from_millis(1))))
+        }),
         s("allowed/mutex-bucket", || Box::new(Checks(MutexTokenBucket::new(1e9, 1e9)))),
         s("denied/weir-gcra", || Box::new(Checks(closed(MonotonicClock::new())))),
         s("denied/weir-gcra+coarse", || Box::new(Checks(closed(coarse())))),
         s("denied/governor", || Box::new(Checks(closed_governor()))),
         s("denied/governor+upkeep", || Box::new(Checks(closed_governor_upkeep()))),
+        s("denied/ratelimit", || Box::new(Checks(ratelimit(0, 1)))),
+        s("denied/leaky-bucket", || Box::new(Checks(leaky_bucket(1, 0, Duration::ZERO)))),
     ]
 }
 

@@ -5,7 +5,10 @@ use crate::chart::{Scale, Series, line_chart};
 use crate::cli::{BenchError, Config, Output, progress};
 use crate::harness::{Sample, Workload, median};
 use crate::keyed::{KeyedWorkload, Keys, governor_keyed, weir_keyed, weir_keyed_hot};
-use crate::peers::{Governor, GovernorUpkeep, MutexTokenBucket, governor, governor_upkeep};
+use crate::peers::{
+    Governor, GovernorUpkeep, LeakyBucketPeer, MutexTokenBucket, RateLimit, governor, governor_upkeep, leaky_bucket,
+    ratelimit,
+};
 use crate::report::{Machine, Table, rate, write_csv};
 use crossbeam_utils::CachePadded;
 use serde::Serialize;
@@ -120,6 +123,20 @@ impl Check for GovernorUpkeep {
     }
 }
 
+impl Check for RateLimit {
+    #[inline]
+    fn check_one(&self) -> bool {
+        self.try_wait().is_ok()
+    }
+}
+
+impl Check for LeakyBucketPeer {
+    #[inline]
+    fn check_one(&self) -> bool {
+        self.try_acquire(1)
+    }
+}
+
 impl Check for MutexTokenBucket {
     #[inline]
     fn check_one(&self) -> bool {
@@ -219,6 +236,12 @@ pub fn subjects() -> Vec<Subject> {
                 d,
             )
         }),
+        s(HotAllowed, "ratelimit", None, |t, d| {
+            crate::harness::run(&Shared(ratelimit(OPEN as u64, OPEN as u64)), t, d)
+        }),
+        s(HotAllowed, "leaky-bucket", None, |t, d| {
+            crate::harness::run(&Shared(leaky_bucket(OPEN as usize, 1_000_000, Duration::from_millis(1))), t, d)
+        }),
         s(HotAllowed, "mutex-bucket", gov, |t, d| {
             crate::harness::run(&Shared(MutexTokenBucket::new(OPEN as f64, OPEN as f64)), t, d)
         }),
@@ -235,6 +258,10 @@ pub fn subjects() -> Vec<Subject> {
             let limiter = governor_upkeep(1, 1);
             let _ = limiter.check();
             crate::harness::run(&Shared(limiter), t, d)
+        }),
+        s(HotDenied, "ratelimit", None, |t, d| crate::harness::run(&Shared(ratelimit(0, 1)), t, d)),
+        s(HotDenied, "leaky-bucket", None, |t, d| {
+            crate::harness::run(&Shared(leaky_bucket(1, 0, Duration::ZERO)), t, d)
         }),
         s(HotDenied, "mutex-bucket", gov, |t, d| {
             let limiter = MutexTokenBucket::new(1.0 / 3600.0, 1.0);

@@ -79,8 +79,9 @@
 //! # Choosing a clock
 //!
 //! [`Gcra::new`] uses [`MonotonicClock`](weir_core::MonotonicClock). For the hottest
-//! paths, [`CoarseClock`](weir_core::CoarseClock) costs one load per read and refills
-//! late by at most its upkeep interval. Measured costs are in BENCHMARKS.md.
+//! paths, [`CoarseClock`](weir_core::CoarseClock) costs one load per read; its lag `L`
+//! (upkeep interval plus scheduling delay) delays refills by up to `L` and may admit
+//! up to `L × rate` extra in a short real interval (see its docs). Measured costs are in BENCHMARKS.md.
 
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -1,0 +1,175 @@
+//! The accuracy suite: every limiter under overload, on every thread, for several
+//! refill periods; admitted requests against the ideal `burst + rate × elapsed`.
+//!
+//! A ratio above 1 is over-admission (documented for leased and approximate modes,
+//! a bug anywhere else); below 1 is capacity left unused (a lagging coarse clock
+//! refills late; a lock that serializes threads cannot keep up).
+
+use crate::cli::{BenchError, Config, Output, progress};
+use crate::harness::Workload;
+use crate::peers::{MutexTokenBucket, leaky_bucket, ratelimit};
+use crate::report::{Machine, Table};
+use crate::throughput::Check;
+use serde::Serialize;
+use std::time::Duration;
+use weir_core::{CoarseClock, MonotonicClock, Quota};
+use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};
+
+/// The overload quota: 100 000 per second, burst 1 000.
+pub const RATE: u64 = 100_000;
+/// See [`RATE`].
+pub const BURST: u64 = 1_000;
+
+fn quota() -> Quota {
+    Quota::per_second(RATE).and_then(|q| q.with_burst(BURST)).expect("a valid quota")
+}
+
+/// A limiter under test, built fresh for each run.
+#[derive(Debug, Clone, Copy)]
+pub struct Subject {
+    /// Who.
+    pub name: &'static str,
+    /// Its documented over-admission bound in requests (0: exact), for the report.
+    pub bound: fn() -> u64,
+    /// Runs it under overload on `threads` threads for `duration`; returns
+    /// (admitted, elapsed).
+    pub run: fn(usize, Duration) -> (u64, Duration),
+}
+
+struct Overload<L>(L);
+
+impl<L: Check> Workload for Overload<L> {
+    type Local = ();
+    fn local(&self, _: usize) {}
+    #[inline]
+    fn op(&self, _: &mut ()) -> bool {
+        self.0.check_one()
+    }
+}
+
+fn overload<L: Check>(limiter: L, threads: usize, duration: Duration) -> (u64, Duration) {
+    let sample = crate::harness::run(&Overload(limiter), threads, duration);
+    (sample.admitted, sample.elapsed)
+}
+
+fn coarse() -> CoarseClock {
+    CoarseClock::with_upkeep(Duration::from_millis(1)).expect("the coarse clock's upkeep thread starts")
+}
+
+fn zero() -> u64 {
+    0
+}
+
+/// Every subject of the accuracy suite.
+pub fn subjects() -> Vec<Subject> {
+    let s = |name, bound, run| Subject { name, bound, run };
+    vec![
+        s("weir-gcra", zero, |t, d| overload(Gcra::with_clock(quota(), MonotonicClock::new()), t, d)),
+        s("weir-gcra+coarse", zero, |t, d| overload(Gcra::with_clock(quota(), coarse()), t, d)),
+        s(
+            "weir-leased",
+            || LeaseConfig::per_core().over_admission_bound(&quota()),
+            |t, d| overload(LeasedGcra::with_clock(quota(), LeaseConfig::per_core(), MonotonicClock::new()), t, d),
+        ),
+        s("governor", zero, |t, d| overload(crate::peers::governor(RATE as u32, BURST as u32), t, d)),
+        s("ratelimit", zero, |t, d| overload(ratelimit(RATE, BURST), t, d)),
+        s("leaky-bucket", zero, |t, d| {
+            overload(leaky_bucket(BURST as usize, (RATE / 1_000) as usize, Duration::from_millis(1)), t, d)
+        }),
+        s("mutex-bucket", zero, |t, d| overload(MutexTokenBucket::new(RATE as f64, BURST as f64), t, d)),
+    ]
+}
+
+/// One subject's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct AccuracyResult {
+    /// Who.
+    pub subject: &'static str,
+    /// Threads.
+    pub threads: usize,
+    /// Admitted requests.
+    pub admitted: u64,
+    /// `burst + rate × elapsed`.
+    pub ideal: f64,
+    /// `admitted / ideal`.
+    pub ratio: f64,
+    /// The documented over-admission bound, in requests.
+    pub bound: u64,
+}
+
+/// Runs the accuracy suite.
+pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
+    let threads = *config.threads.last().unwrap_or(&1);
+    let duration = if config.full() { Duration::from_secs(2) } else { Duration::from_millis(500) };
+    let chosen: Vec<Subject> =
+        subjects().into_iter().filter(|s| config.selects(&format!("accuracy/{}", s.name))).collect();
+    let bar = progress(config, chosen.len());
+    let results: Vec<AccuracyResult> = chosen
+        .iter()
+        .map(|s| {
+            bar.set_message(s.name);
+            let (admitted, elapsed) = (s.run)(threads, duration);
+            bar.inc(1);
+            let ideal = BURST as f64 + RATE as f64 * elapsed.as_secs_f64();
+            AccuracyResult {
+                subject: s.name,
+                threads,
+                admitted,
+                ideal,
+                ratio: admitted as f64 / ideal,
+                bound: (s.bound)(),
+            }
+        })
+        .collect();
+    bar.finish_and_clear();
+    let machine = Machine::detect();
+    let mut table = Table::new(vec![
+        "limiter".into(),
+        "".into(),
+        "admitted".into(),
+        "ideal".into(),
+        "admitted/ideal".into(),
+        "bound".into(),
+    ]);
+    for r in &results {
+        table.row(vec![
+            r.subject.to_string(),
+            String::new(),
+            r.admitted.to_string(),
+            format!("{:.0}", r.ideal),
+            format!("{:.4}", r.ratio),
+            r.bound.to_string(),
+        ]);
+    }
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            vec![
+                r.subject.to_string(),
+                r.threads.to_string(),
+                r.admitted.to_string(),
+                format!("{:.1}", r.ideal),
+                format!("{:.5}", r.ratio),
+                r.bound.to_string(),
+                machine.commit.to_string(),
+            ]
+        })
+        .collect();
+    out.csv("accuracy.csv", &["subject", "threads", "admitted", "ideal", "ratio", "bound", "commit"], &rows)?;
+    out.json(
+        "accuracy.json",
+        &serde_json::json!({ "machine": machine, "rate_per_sec": RATE, "burst": BURST, "results": results }),
+    )?;
+    Ok(format!(
+        "weir-bench accuracy ({} profile)\nmachine: {}\n{RATE}/s, burst {BURST}, every limiter hammered by {threads} threads for \
+         {duration:?}; ideal = burst + rate × elapsed\n\n{}",
+        config.profile,
+        machine.describe(),
+        table.render()
+    ))
+}
+
+/// Subject ids for `--only`.
+pub fn ids() -> Vec<String> {
+    subjects().iter().map(|s| format!("accuracy/{}", s.name)).collect()
+}
