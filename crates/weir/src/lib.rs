@@ -5,7 +5,8 @@
 //!
 //! | feature | crate | what |
 //! |---|---|---|
-//! | `gcra` (default) | [`gcra`] | token bucket in GCRA encoding: one atomic word, one CAS per admission |
+//! | `gcra` (default) | [`gcra`] | token bucket in GCRA encoding: one atomic word, one CAS per admission; `LeasedGcra` for one limit hit by every core |
+//! | `keyed` (default) | [`keyed`] | per-key limiting: bounded memory, exact idle eviction, hot keys |
 //! | `std` (default) | | OS clocks ([`MonotonicClock`], [`CoarseClock`]) |
 //!
 //! ```
@@ -27,6 +28,12 @@ pub use weir_core::*;
 #[cfg(feature = "gcra")]
 pub mod gcra {
     pub use weir_gcra::*;
+}
+
+/// Per-key limiting (the `weir-keyed` crate).
+#[cfg(feature = "keyed")]
+pub mod keyed {
+    pub use weir_keyed::*;
 }
 
 /// The README's Rust example, compiled and run as a doc test.
