@@ -1,1 +1,102 @@
-//! weir-window (in progress).
+//! Window rate limiters: the fixed window, the sliding window counter (in one word,
+//! and striped across cores for one hot limit), and the exact sliding log.
+//!
+//! Every limiter here enforces "`limit` requests per window of length `P`", built
+//! from a [`Quota`](weir_core::Quota) (`limit = quota.count()`, `P =
+//! quota.period()`; a quota whose burst differs from its count is refused with
+//! [`WindowError::BurstIsNotCount`]), implements weir's [`Limiter`](weir_core::Limiter)
+//! contract (`check`, `check_n`, `snapshot`, with `limit`, `remaining`,
+//! `reset_after` and `retry_after` in every [`Decision`](weir_core::Decision)), and
+//! all but the striped one implement [`Algorithm`](weir_core::Algorithm) for
+//! per-key stores.
+//!
+//! # Choosing a window algorithm
+//!
+//! | algorithm | memory per limiter | burst behaviour | accuracy | throughput |
+//! |---|---|---|---|---|
+//! | [`FixedWindow`] | one `u64` state (8 B; 128 B padded as a limiter) | up to **2 × limit** in an interval shorter than a window, across a boundary | exact per window (linearizable) | see BENCHMARKS.md |
+//! | [`SlidingWindow`] | one `u64` state (8 B; 128 B padded) | smoothed: the previous window counts by its overlap | estimate of a true sliding window, exact to its formula (linearizable); limit bounded by window length (131,071 per second) | see BENCHMARKS.md |
+//! | [`SlidingLog`] | 8 B × limit + 40 B, allocated once; limit ≤ 2²⁴ | never more than `limit` in **any** interval of length `P` | exact true sliding window (linearizable); the reference; **blocking** (sequence lock) | see BENCHMARKS.md |
+//! | [`StripedSlidingWindow`], exact | 128 B × stripes + 128 B | as [`SlidingWindow`] | never over-admits; may deny while other threads hold unused leases (≤ batch − 1 each) | see BENCHMARKS.md |
+//! | [`StripedSlidingWindow`], approximate | 128 B × stripes + 128 B | as [`SlidingWindow`] | estimate exceeds the limit by at most **batch − 1** (default batch `limit / 1024`: < 0.1%) | see BENCHMARKS.md |
+//!
+//! Rules of thumb: per-key limits with small counts: [`SlidingWindow`] (or
+//! [`FixedWindow`] if the boundary burst is acceptable). One limit shared by every
+//! core of a busy server: [`StripedSlidingWindow`]. When the limit must hold in
+//! every interval, not on average, and the limit is small: [`SlidingLog`].
+//!
+//! # Windows and time
+//!
+//! Windows are aligned to the clock's origin by default: window `k` covers
+//! `[k·P, (k+1)·P)` of the clock's readings, so limiters with the same period share
+//! boundaries and, with a clock counting from midnight, a minute window starts on the
+//! minute (the worked examples use a [`ManualClock`](weir_core::ManualClock) set to
+//! 12:00:00 that way). Each limiter takes a `window_start` to align elsewhere, e.g.
+//! its creation reading. The sliding log has no boundaries.
+//!
+//! A reading earlier than one already used (a clock stepping backwards, or a thread
+//! whose reading is older than another's) is treated as no time having passed:
+//! decisions are as strict as at the later reading, or stricter, never looser. The
+//! window counters remember the latest window any check (admitted or denied) was
+//! decided in; the sliding log remembers the latest *admitted* reading only (its
+//! denials write nothing at all), so after a denied reading a log may decide an
+//! earlier reading as of that earlier time. A monotonic clock never shows either.
+//! Window numbers count from the limiter's creation and last at least 2⁵⁸ ns (9.1
+//! years); quotas whose encoding cannot reach that are refused with
+//! [`WindowError::LimitTooLarge`]. Nothing panics on any input: `check_n(u64::MAX)`
+//! is [`InsufficientCapacity`](weir_core::InsufficientCapacity), readings near
+//! [`Nanos::MAX`](weir_core::Nanos::MAX) saturate.
+//!
+//! # Progress
+//!
+//! | operation | fixed / sliding | sliding log | striped |
+//! |---|---|---|---|
+//! | allowed check | lock-free, one CAS | blocking (sequence lock, `n` + 3 stores) | lock-free, one CAS on the thread's stripe (plus one on the global line per lease) |
+//! | denied check | one load, no write (the sliding counter's first denial in a new window records the rollover: one CAS) | lock-free read, no write (waits out a write under way) | two cache lines read, no write (in exact mode the first denial once capacity runs out reclaims leases and records it) |
+//! | snapshot | one load | as a denied check | one load per stripe |
+//!
+//! No check allocates, locks (except the log's sequence lock) or makes a syscall;
+//! the clock read is the caller's choice (weir-core's `CoarseClock`
+//! costs one load).
+//!
+//! # Example
+//!
+//! ```
+//! use weir_core::{Limiter, ManualClock, Quota};
+//! use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedBuilder};
+//!
+//! let quota = Quota::per_minute(100)?;
+//! let clock = ManualClock::new();
+//! let limiters: Vec<Box<dyn Limiter>> = vec![
+//!     Box::new(FixedWindow::with_clock(quota, clock.clone())?),
+//!     Box::new(SlidingWindow::with_clock(quota, clock.clone())?),
+//!     Box::new(SlidingLog::with_clock(quota, clock.clone())?),
+//!     Box::new(StripedBuilder::new(quota).build_with_clock(clock.clone())?),
+//! ];
+//! for limiter in &limiters {
+//!     assert!(limiter.check_n(100)?.is_allowed());
+//!     let denied = limiter.check();
+//!     assert!(denied.is_denied() && denied.limit() == 100 && denied.remaining() == 0);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+mod error;
+pub mod fixed;
+mod frame;
+pub mod log;
+pub mod sliding;
+pub mod striped;
+
+pub use error::WindowError;
+pub use fixed::{FixedWindow, FixedWindowAlgorithm, FixedWindowState};
+pub use log::{MAX_LOG_LIMIT, SlidingLog, SlidingLogAlgorithm, SlidingLogState};
+pub use sliding::{SlidingWindow, SlidingWindowAlgorithm, SlidingWindowState};
+pub use striped::{MAX_STRIPES, StripedBuilder, StripedMode, StripedSlidingWindow};

@@ -1,0 +1,374 @@
+//! The fixed window counter: one atomic word per limiter.
+//!
+//! # The algorithm
+//!
+//! Time is cut into windows of the quota's period; each window admits up to `limit`
+//! requests and the count starts again from zero when the next window begins. It is
+//! the oldest and simplest rate limiter (it is what `INCR key; EXPIRE key period`
+//! does in Redis), and the one whose weakness every write-up on window limiters
+//! starts from.
+//!
+//! # The boundary burst
+//!
+//! A fixed window never admits more than `limit` *per window*, but a client can
+//! spend one window's limit at its very end and the next window's at the very
+//! start: up to **2 × limit in any interval shorter than a window**. With 100 per
+//! minute, 100 requests at 12:00:55 and 100 more at 12:01:05 are all admitted, 200
+//! in ten seconds (the worked example below, and a test). When that matters, use
+//! [`SlidingWindow`](crate::SlidingWindow) (estimates the last full window) or
+//! [`SlidingLog`](crate::SlidingLog) (exact, at a memory cost).
+//!
+//! # Encoding and guarantees
+//!
+//! The state is one `u64`: the window number in the high bits and the count in the
+//! low `⌈log₂(limit + 1)⌉` bits. A window rollover is therefore the same single
+//! compare-and-swap as an admission — the new window number and the new count are
+//! written together — so there is no moment at which a new window shows an old
+//! count or a reset races with an increment.
+//!
+//! - **Exact**: concurrent checks decide exactly as the sequential algorithm, in the
+//!   order their compare-and-swaps land (linearizable; loom model
+//!   `loom-tests/tests/window.rs`, proptest against a reference model).
+//! - **Lock-free**: a check retries only when another check's CAS succeeded.
+//! - **Allowed path**: one CAS on one word. **Denied path**: one load, nothing written.
+//! - **Exact times**: a denial's `retry_after` is the start of the next window, to the
+//!   nanosecond; `reset_after` is the same instant (or zero when nothing is counted).
+//! - **No panic** on any input. A reading earlier than the window already counted in
+//!   is treated as a reading in that window (no time passing). Window numbers count
+//!   from the limiter's creation and last at least 2⁶³ emission intervals (18 years
+//!   at the fastest quota weir accepts); after that the last window never ends and
+//!   the limiter fails closed.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use weir_core::{ManualClock, Nanos, Quota};
+//! use weir_window::FixedWindow;
+//!
+//! let at = |h: u64, m: u64, s: u64| Nanos::new(((h * 60 + m) * 60 + s) * 1_000_000_000);
+//! let clock = ManualClock::starting_at(at(12, 0, 0));
+//! // Windows start at the clock's origin and every minute after: 12:00:00, 12:01:00, ...
+//! let limiter = FixedWindow::with_clock(Quota::per_minute(100)?, clock.clone())?;
+//!
+//! clock.set(at(12, 0, 55));
+//! assert!(limiter.check_n(100)?.is_allowed());
+//! let denied = limiter.check();
+//! assert_eq!(denied.retry_after(), Some(Duration::from_secs(5))); // 12:01:00
+//!
+//! clock.set(at(12, 1, 5));
+//! assert!(limiter.check_n(100)?.is_allowed()); // 200 in ten seconds: the boundary burst
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use crate::WindowError;
+use crate::frame::{self, Frame};
+use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
+use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, Snapshot};
+
+/// Fixed-window parameters shared by any number of [`FixedWindowState`]s: the limit,
+/// the window length and alignment, and the state's bit layout.
+///
+/// This is the [`Algorithm`] half, for per-key stores; most users want
+/// [`FixedWindow`].
+///
+/// ```
+/// use weir_core::{Algorithm, Nanos, Quota};
+/// use weir_window::FixedWindowAlgorithm;
+///
+/// let algorithm = FixedWindowAlgorithm::new(Quota::per_second(2)?, Nanos::ZERO)?;
+/// let (alice, bob) = (algorithm.new_state(), algorithm.new_state());
+/// let now = Nanos::new(5);
+/// assert!(algorithm.check_n(&alice, 2, &now)?.is_allowed());
+/// assert!(algorithm.check(&alice, &now).is_denied());
+/// assert!(algorithm.check(&bob, &now).is_allowed());
+/// assert!(algorithm.is_idle(&alice, Nanos::new(1_000_000_000)), "a new window");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct FixedWindowAlgorithm {
+    frame: Frame,
+    /// Bits of the count field: the low bits of the state word.
+    count_bits: u32,
+}
+
+/// One fixed window's state: `window << count_bits | count`, where `window` is the
+/// window number since the [`FixedWindowAlgorithm`]'s creation and `count` the
+/// requests admitted in it. The initial value, 0, is window 0 with nothing counted.
+#[derive(Debug, Default)]
+pub struct FixedWindowState {
+    word: AtomicU64,
+}
+
+impl FixedWindowState {
+    /// An empty window.
+    pub fn new() -> Self {
+        Self { word: AtomicU64::new(0) }
+    }
+}
+
+impl FixedWindowAlgorithm {
+    /// Parameters for `quota` (`count` per `period`), created at the clock reading
+    /// `now`, with windows starting at the clock's origin and every period after it.
+    ///
+    /// Errors: the quota's burst differs from its count.
+    pub fn new(quota: Quota, now: Nanos) -> Result<Self, WindowError> {
+        Self::aligned(quota, now, Nanos::ZERO)
+    }
+
+    /// Like [`new`](Self::new), with windows starting at the reading `window_start`
+    /// and every period before and after it (pass `now` to start them at creation).
+    pub fn aligned(quota: Quota, now: Nanos, window_start: Nanos) -> Result<Self, WindowError> {
+        let (limit, period) = frame::limit_and_period(&quota)?;
+        let max_window = |count_bits: u32| u64::MAX.checked_shr(count_bits);
+        let count_bits = frame::bits(limit);
+        max_window(count_bits)
+            .and_then(|max| Frame::new(limit, period, now, window_start, max))
+            .map(|frame| Self { frame, count_bits })
+            .ok_or_else(|| Frame::too_large(limit, period, 0, max_window))
+    }
+
+    /// The most requests admitted per window.
+    pub fn limit(&self) -> u64 {
+        self.frame.limit
+    }
+
+    /// The window length.
+    pub fn window(&self) -> core::time::Duration {
+        core::time::Duration::from_nanos(self.frame.period)
+    }
+
+    #[inline]
+    fn unpack(&self, word: u64) -> (u64, u64) {
+        (word.checked_shr(self.count_bits).unwrap_or(0), word & self.count_mask())
+    }
+
+    #[inline]
+    fn pack(&self, window: u64, count: u64) -> u64 {
+        window.checked_shl(self.count_bits).unwrap_or(0) | count
+    }
+
+    #[inline]
+    fn count_mask(&self) -> u64 {
+        u64::MAX.checked_shr(u64::BITS - self.count_bits).unwrap_or(0)
+    }
+
+    /// The window a reading counts in and what that window holds, given the state
+    /// word: the stored window if the reading is in it or earlier, else a fresh one.
+    #[inline]
+    fn effective(&self, word: u64, rel: u64) -> (u64, u64) {
+        let (stored, count) = self.unpack(word);
+        let (window, _) = frame::position(&self.frame, stored, rel);
+        (window, if window == stored { count } else { 0 })
+    }
+
+    /// The snapshot of a window holding `count`, read at `now`.
+    #[inline]
+    fn snapshot_of(&self, window: u64, count: u64, now: Nanos) -> Snapshot {
+        let f = &self.frame;
+        let reset = if count == 0 { 0 } else { f.delay(f.start(window).saturating_add(f.period), now) };
+        Snapshot::new(f.limit, f.limit.saturating_sub(count), reset)
+    }
+
+    /// The one admission routine: `n ≤ limit` is the caller's to check.
+    #[inline(always)]
+    fn acquire<C: Clock + ?Sized>(&self, state: &FixedWindowState, n: u64, clock: &C) -> Decision {
+        let f = &self.frame;
+        let mut backoff = Backoff::new();
+        // Ordering: Relaxed; the word is the whole state and publishes no other memory.
+        // Every read-modify-write of it is ordered by its modification order alone.
+        let mut word = state.word.load(Ordering::Relaxed);
+        loop {
+            // Read inside the loop: a retry decides with a fresh reading.
+            let now = clock.now();
+            let (window, count) = self.effective(word, f.rel(now));
+            let end = f.start(window).saturating_add(f.period);
+            if count.saturating_add(n) > f.limit {
+                // Denied: nothing is written. A fresh window admits any n ≤ limit, so
+                // the wait is exactly the time to the next window's start.
+                return Decision::denied(self.snapshot_of(window, count, now), f.delay(end, now));
+            }
+            let new = self.pack(window, count + n);
+            // Ordering: Relaxed on success and failure; see the load above. The CAS
+            // admits only if nothing was admitted (and no rollover happened) since
+            // `word` was read; a rollover is this same CAS writing a new window number.
+            match state.word.compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Decision::allowed(self.snapshot_of(window, count + n, now)),
+                Err(actual) => word = actual,
+            }
+            backoff.spin();
+        }
+    }
+}
+
+impl Algorithm for FixedWindowAlgorithm {
+    type State = FixedWindowState;
+
+    #[inline]
+    fn limit(&self) -> u64 {
+        self.frame.limit
+    }
+
+    fn new_state(&self) -> FixedWindowState {
+        FixedWindowState::new()
+    }
+
+    #[inline]
+    fn check_n<C: Clock + ?Sized>(
+        &self,
+        state: &FixedWindowState,
+        n: u64,
+        clock: &C,
+    ) -> Result<Decision, InsufficientCapacity> {
+        if n > self.frame.limit {
+            return Err(InsufficientCapacity { requested: n, capacity: self.frame.limit });
+        }
+        if n == 0 {
+            return Ok(Decision::allowed(self.snapshot(state, clock.now())));
+        }
+        Ok(self.acquire(state, n, clock))
+    }
+
+    #[inline]
+    fn check<C: Clock + ?Sized>(&self, state: &FixedWindowState, clock: &C) -> Decision {
+        self.acquire(state, 1, clock) // 1 ≤ limit, always
+    }
+
+    fn snapshot(&self, state: &FixedWindowState, now: Nanos) -> Snapshot {
+        // Ordering: Relaxed; see `acquire`.
+        let (window, count) = self.effective(state.word.load(Ordering::Relaxed), self.frame.rel(now));
+        self.snapshot_of(window, count, now)
+    }
+
+    fn is_idle(&self, state: &FixedWindowState, now: Nanos) -> bool {
+        // Ordering: Relaxed; see `acquire`.
+        let (window, count) = self.unpack(state.word.load(Ordering::Relaxed));
+        count == 0 || self.frame.window_of(self.frame.rel(now)).0 > window
+    }
+}
+
+macro_rules! fixed_window_struct {
+    ($($default:ty)?) => {
+        /// A fixed window counter: at most `limit` requests per window, one atomic word.
+        ///
+        /// See the [module docs](crate::fixed) for the algorithm, its boundary burst
+        /// and its guarantees. Share it between threads by reference (`&FixedWindow`,
+        /// `Arc<FixedWindow>`); every method takes `&self`.
+        ///
+        /// ```
+        /// use weir_core::Quota;
+        /// use weir_window::FixedWindow;
+        ///
+        /// let limiter = FixedWindow::new(Quota::per_second(100)?)?;
+        /// let decision = limiter.check();
+        /// assert!(decision.is_allowed());
+        /// assert_eq!(decision.remaining(), 99);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        #[derive(Debug)]
+        pub struct FixedWindow<C $(= $default)?> {
+            algorithm: FixedWindowAlgorithm,
+            state: CachePadded<FixedWindowState>,
+            clock: C,
+        }
+    };
+}
+
+#[cfg(feature = "std")]
+fixed_window_struct!(weir_core::MonotonicClock);
+#[cfg(not(feature = "std"))]
+fixed_window_struct!();
+
+#[cfg(feature = "std")]
+impl FixedWindow<weir_core::MonotonicClock> {
+    /// An empty window enforcing `quota` (`count` per `period`) on the default
+    /// [`MonotonicClock`](weir_core::MonotonicClock), windows aligned to its origin
+    /// (the first `MonotonicClock` made in the process).
+    pub fn new(quota: Quota) -> Result<Self, WindowError> {
+        Self::with_clock(quota, weir_core::MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> FixedWindow<C> {
+    /// An empty window enforcing `quota`, reading time from `clock`, with windows
+    /// starting at the clock's origin and every period after it.
+    pub fn with_clock(quota: Quota, clock: C) -> Result<Self, WindowError> {
+        Self::with_clock_aligned(quota, clock, Nanos::ZERO)
+    }
+
+    /// Like [`with_clock`](Self::with_clock), with windows starting at the reading
+    /// `window_start` and every period before and after it.
+    ///
+    /// ```
+    /// use weir_core::{Clock, ManualClock, Nanos, Quota};
+    /// use weir_window::FixedWindow;
+    ///
+    /// let clock = ManualClock::starting_at(Nanos::new(25_000_000_000)); // 25 s
+    /// // Windows start when the limiter is made: [25 s, 85 s), [85 s, 145 s), ...
+    /// let limiter = FixedWindow::with_clock_aligned(Quota::per_minute(1)?, clock.clone(), clock.now())?;
+    /// assert!(limiter.check().is_allowed());
+    /// assert_eq!(limiter.check().retry_after().unwrap().as_secs(), 60);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_clock_aligned(quota: Quota, clock: C, window_start: Nanos) -> Result<Self, WindowError> {
+        let algorithm = FixedWindowAlgorithm::aligned(quota, clock.now(), window_start)?;
+        Ok(Self { algorithm, state: CachePadded::new(FixedWindowState::new()), clock })
+    }
+
+    /// Checks one request: admits it or denies it (consuming nothing).
+    #[inline]
+    pub fn check(&self) -> Decision {
+        self.algorithm.check(&self.state, &self.clock)
+    }
+
+    /// Checks a request of cost `n`, all or nothing. `n` above the limit is an
+    /// error (it can never be admitted); `n == 0` is admitted and consumes nothing.
+    #[inline]
+    pub fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        self.algorithm.check_n(&self.state, n, &self.clock)
+    }
+
+    /// The current state, without consuming anything.
+    pub fn snapshot(&self) -> Snapshot {
+        self.algorithm.snapshot(&self.state, self.clock.now())
+    }
+
+    /// The most requests admitted per window.
+    pub fn limit(&self) -> u64 {
+        self.algorithm.limit()
+    }
+
+    /// The window length.
+    pub fn window(&self) -> core::time::Duration {
+        self.algorithm.window()
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The parameters, for use with [`state`](Self::state) through [`Algorithm`].
+    pub fn algorithm(&self) -> &FixedWindowAlgorithm {
+        &self.algorithm
+    }
+
+    /// The window's state.
+    pub fn state(&self) -> &FixedWindowState {
+        &self.state
+    }
+}
+
+impl<C: Clock> Limiter for FixedWindow<C> {
+    #[inline]
+    fn check(&self) -> Decision {
+        FixedWindow::check(self)
+    }
+    #[inline]
+    fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        FixedWindow::check_n(self, n)
+    }
+    fn snapshot(&self) -> Snapshot {
+        FixedWindow::snapshot(self)
+    }
+}

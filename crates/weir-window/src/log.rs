@@ -1,0 +1,522 @@
+//! The sliding window log: the exact sliding window, and the reference the window
+//! counters are measured against.
+//!
+//! # The algorithm
+//!
+//! The log keeps the timestamp of every admitted request of the last window-length
+//! and admits `n` more at time `t` iff fewer than `limit − n + 1` of them are later
+//! than `t − P`:
+//!
+//! ```text
+//! live(t)  = |{ admitted timestamps s : s > t − P }|
+//! admitted   iff   live(t) + n ≤ limit              (then log n timestamps t)
+//! ```
+//!
+//! It is the textbook "sliding log" (e.g. Figma's "An alternative approach to rate
+//! limiting", 2017, and the Redis sorted-set recipe): no window boundaries at all, so
+//! no boundary burst and no estimate: **at most `limit` requests in any interval of
+//! length `P`**, exactly. The price is memory that grows with the limit: one 8-byte
+//! timestamp per request of the limit, allocated once at construction (a ring of
+//! `limit` entries; nothing is allocated on the check path). Limits above
+//! [`MAX_LOG_LIMIT`] are refused.
+//!
+//! Worked example: 5 per 60 s, admitted at 12:04:40, 12:05:00, 12:05:10, 12:05:20 and
+//! 12:05:25. At 12:05:30 all five are within the last 60 s, so a request is denied;
+//! the oldest leaves the window at 12:05:40, which is the denial's `retry_after`.
+//!
+//! # Concurrency and guarantees
+//!
+//! The entries are timestamps in a ring, in admission order; because a clock reading
+//! earlier than the newest entry is stamped as the newest entry (no time passing),
+//! they never decrease, so `live(t)` is a binary search and admitting `n` only has
+//! to look at one entry (the `n`-th oldest of the last `limit`). Admitting writes
+//! `n` entries, the count and the newest time together, which one atomic word
+//! cannot hold, so the log is guarded by a **sequence lock** (the `seq` word, odd
+//! while a write is under way):
+//!
+//! - a check reads optimistically and validates the sequence number afterwards; a
+//!   **denial writes nothing** and never blocks a writer;
+//! - an admission claims the write side with one CAS on `seq`, validated against the
+//!   number its reads were made under (so it admits only on the state it read), then
+//!   writes `n` timestamps and releases it.
+//!
+//! So the log is **exact and linearizable** (loom model, proptest against a
+//! `VecDeque` reference), but **blocking**: a check that finds a write under way
+//! waits for it (a few stores, or `n` stores for `check_n(n)`), and a thread
+//! preempted inside that write delays every check of the log. It is the reference
+//! for accuracy, not for throughput; for hot limits use
+//! [`StripedSlidingWindow`](crate::StripedSlidingWindow).
+//!
+//! Times are exact: a denial's `retry_after` is the instant the entry that must
+//! expire leaves the window; `reset_after` is when the newest one does. No panic on
+//! any input; timestamps count from the limiter's creation (584 years).
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use weir_core::{ManualClock, Nanos, Quota};
+//! use weir_window::SlidingLog;
+//!
+//! let at = |h: u64, m: u64, s: u64| Nanos::new(((h * 60 + m) * 60 + s) * 1_000_000_000);
+//! let clock = ManualClock::starting_at(at(12, 4, 40));
+//! let limiter = SlidingLog::with_clock(Quota::per_minute(5)?, clock.clone())?;
+//! for t in [at(12, 4, 40), at(12, 5, 0), at(12, 5, 10), at(12, 5, 20), at(12, 5, 25)] {
+//!     clock.set(t);
+//!     assert!(limiter.check().is_allowed());
+//! }
+//! clock.set(at(12, 5, 30));
+//! let denied = limiter.check();
+//! assert!(denied.is_denied());
+//! assert_eq!(denied.retry_after(), Some(Duration::from_secs(10))); // 12:04:40 + 60 s
+//! clock.set(at(12, 5, 40));
+//! assert!(limiter.check().is_allowed());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use crate::WindowError;
+use crate::frame;
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::fmt;
+use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering, fence};
+use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, Snapshot};
+
+/// The largest limit a sliding log accepts: 2²⁴ (16,777,216) timestamps, 128 MiB.
+pub const MAX_LOG_LIMIT: u64 = 1 << 24;
+
+/// Sliding-log parameters shared by any number of [`SlidingLogState`]s.
+///
+/// This is the [`Algorithm`] half, for per-key stores (each state allocates
+/// `8 × limit` bytes when it is made); most users want [`SlidingLog`].
+///
+/// ```
+/// use weir_core::{Algorithm, Nanos, Quota};
+/// use weir_window::SlidingLogAlgorithm;
+///
+/// let algorithm = SlidingLogAlgorithm::new(Quota::per_second(2)?, Nanos::ZERO)?;
+/// let key = algorithm.try_new_state()?;
+/// assert!(algorithm.check(&key, &Nanos::new(0)).is_allowed());
+/// assert!(algorithm.check(&key, &Nanos::new(600_000_000)).is_allowed());
+/// let denied = algorithm.check(&key, &Nanos::new(700_000_000));
+/// assert_eq!(denied.retry_after().unwrap().as_millis(), 300); // the first leaves at 1 s
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct SlidingLogAlgorithm {
+    limit: u64,
+    period: u64,
+    /// The clock reading timestamps count from (the creation reading).
+    base: u64,
+    /// The latest timestamp used: later readings are clamped to it, so that
+    /// `timestamp + period` never overflows.
+    last: u64,
+}
+
+/// One sliding log: the timestamps (ns since the algorithm's creation) of the last
+/// `limit` admitted requests, in a ring, guarded by a sequence lock.
+///
+/// Made by [`SlidingLogAlgorithm::new_state`] (or `try_new_state`) for that
+/// algorithm's limit; using it with another algorithm never panics but decides
+/// nonsense.
+pub struct SlidingLogState {
+    /// Completed writes × 2, plus 1 while a write is under way.
+    seq: AtomicU64,
+    /// Requests ever admitted: the ring position of the next entry. Written only
+    /// under the write side of `seq`.
+    head: AtomicU64,
+    /// The newest entry's timestamp (0 before any). Written only under `seq`.
+    newest: AtomicU64,
+    /// Entry `p` (the `p`-th admitted request) is `ring[p % ring.len()]`. Written
+    /// only under `seq`.
+    ring: Box<[AtomicU64]>,
+}
+
+impl fmt::Debug for SlidingLogState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Ordering: Relaxed; a debugging glimpse, not a consistent read.
+        f.debug_struct("SlidingLogState")
+            .field("capacity", &self.ring.len())
+            .field("admitted", &self.head.load(Ordering::Relaxed))
+            .field("newest", &self.newest.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl SlidingLogState {
+    /// An empty log of `capacity` entries, or `None` if the memory is not there.
+    fn try_with_capacity(capacity: u64) -> Option<Self> {
+        let capacity = usize::try_from(capacity).ok()?;
+        let mut ring = Vec::new();
+        ring.try_reserve_exact(capacity).ok()?;
+        ring.extend((0..capacity).map(|_| AtomicU64::new(0)));
+        Some(Self {
+            seq: AtomicU64::new(0),
+            head: AtomicU64::new(0),
+            newest: AtomicU64::new(0),
+            ring: ring.into_boxed_slice(),
+        })
+    }
+
+    /// Entry `position`, or `None` for an empty ring.
+    #[inline]
+    fn entry(&self, position: u64) -> Option<&AtomicU64> {
+        let len = self.ring.len() as u64; // usize ≤ 64 bits on every supported target
+        self.ring.get(usize::try_from(position.checked_rem(len)?).ok()?)
+    }
+
+    /// The timestamp of entry `position` (`u64::MAX`, never expiring, for an empty
+    /// ring). Read inside a sequence-lock read section, so it may be torn; the
+    /// section's validation discards what was read then.
+    #[inline]
+    fn timestamp(&self, position: u64) -> u64 {
+        // Ordering: Relaxed; validated by the sequence lock (see `read_validated`).
+        self.entry(position).map_or(u64::MAX, |entry| entry.load(Ordering::Relaxed))
+    }
+}
+
+/// What a read section found: the log's state at an effective time.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    /// The sequence number the reads were made under.
+    seq: u64,
+    /// Requests ever admitted.
+    head: u64,
+    /// The effective time: the reading, or the newest entry if that is later.
+    at: u64,
+    /// The newest entry's timestamp.
+    newest: u64,
+    /// The oldest position whose entry is still in the window at `at`.
+    first_live: u64,
+}
+
+impl Reading {
+    /// Entries still in the window.
+    fn live(&self) -> u64 {
+        self.head - self.first_live
+    }
+}
+
+impl SlidingLogAlgorithm {
+    /// Parameters for `quota` (`count` per `period`), created at the clock reading
+    /// `now`.
+    ///
+    /// Errors: the quota's burst differs from its count; the count is above
+    /// [`MAX_LOG_LIMIT`].
+    pub fn new(quota: Quota, now: Nanos) -> Result<Self, WindowError> {
+        let (limit, period) = frame::limit_and_period(&quota)?;
+        if limit > MAX_LOG_LIMIT {
+            return Err(WindowError::LogTooLarge { limit, max: MAX_LOG_LIMIT });
+        }
+        Ok(Self { limit, period, base: now.as_u64(), last: u64::MAX - period })
+    }
+
+    /// The most requests admitted in any window-length.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window length.
+    pub fn window(&self) -> core::time::Duration {
+        core::time::Duration::from_nanos(self.period)
+    }
+
+    /// An empty log, or [`WindowError::OutOfMemory`] if its `8 × limit` bytes cannot
+    /// be allocated ([`Algorithm::new_state`] aborts instead, like any allocation).
+    pub fn try_new_state(&self) -> Result<SlidingLogState, WindowError> {
+        SlidingLogState::try_with_capacity(self.limit).ok_or(WindowError::OutOfMemory {
+            bytes: usize::try_from(self.limit).unwrap_or(usize::MAX).saturating_mul(8),
+        })
+    }
+
+    /// A reading in ns since creation, clamped to `[0, last]`.
+    #[inline]
+    fn rel(&self, now: Nanos) -> u64 {
+        now.as_u64().saturating_sub(self.base).min(self.last)
+    }
+
+    /// Nanoseconds from the reading `now` to the relative time `target`.
+    #[inline]
+    fn delay(&self, target: u64, now: Nanos) -> u64 {
+        self.base.saturating_add(target).saturating_sub(now.as_u64())
+    }
+
+    /// One read section: waits out a write under way, then reads the log at `now`.
+    /// The result is consistent only if `seq` is unchanged afterwards (the caller
+    /// validates, by CAS to admit or by `still_valid` to deny).
+    fn read(&self, state: &SlidingLogState, now: Nanos, backoff: &mut Backoff) -> Reading {
+        let seq = loop {
+            // Ordering: Acquire pairs with the Release store that ended the last
+            // write: everything that write stored is visible to the reads below.
+            let seq = state.seq.load(Ordering::Acquire);
+            if seq & 1 == 0 {
+                break seq;
+            }
+            backoff.spin(); // a write is under way: wait for it (blocking; see the module docs)
+        };
+        // Ordering: Relaxed; validated by the sequence lock.
+        let head = state.head.load(Ordering::Relaxed);
+        // Ordering: Relaxed; validated by the sequence lock.
+        let newest = state.newest.load(Ordering::Relaxed);
+        let at = self.rel(now).max(newest);
+        // The oldest live position: entries never decrease, so binary search the last
+        // `limit` positions for the first whose timestamp is after `at − period`.
+        let (mut lo, mut hi) = (head.saturating_sub(self.limit), head);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if state.timestamp(mid).saturating_add(self.period) > at {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        Reading { seq, head, at, newest, first_live: lo }
+    }
+
+    /// Whether nothing was written since `reading` began: its values are a
+    /// consistent view of the log.
+    #[inline]
+    fn still_valid(state: &SlidingLogState, reading: &Reading) -> bool {
+        // Ordering: the Acquire fence pairs with the writer's Release fence: if any
+        // read of the section saw a value stored by a write that began later, this
+        // load sees that write's odd `seq` (or later) and the section is discarded.
+        fence(Ordering::Acquire);
+        // Ordering: Relaxed; ordered after the section's reads by the fence above.
+        state.seq.load(Ordering::Relaxed) == reading.seq
+    }
+
+    /// The snapshot of a log with `live` entries in the window, the newest at `newest`.
+    fn snapshot_of(&self, live: u64, newest: u64, now: Nanos) -> Snapshot {
+        let reset = if live == 0 { 0 } else { self.delay(newest.saturating_add(self.period), now) };
+        Snapshot::new(self.limit, self.limit.saturating_sub(live), reset)
+    }
+
+    /// The one admission routine: `1 ≤ n ≤ limit` is the caller's to check.
+    fn acquire<C: Clock + ?Sized>(&self, state: &SlidingLogState, n: u64, clock: &C) -> Decision {
+        let mut backoff = Backoff::new();
+        loop {
+            let now = clock.now();
+            let reading = self.read(state, now, &mut backoff);
+            let live = reading.live();
+            if live + n <= self.limit {
+                // Ordering: Acquire on success takes the write side after the last
+                // writer's Release (its stores are visible); the CAS succeeds only if
+                // `seq` is still the number the reads were made under, so nothing was
+                // written since and the reading is the state being replaced.
+                if state
+                    .seq
+                    .compare_exchange(reading.seq, reading.seq.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {
+                    backoff.spin();
+                    continue;
+                }
+                // Ordering: Release fence before the entry stores pairs with the Acquire
+                // fence in `still_valid`: a reader that sees any store below also sees
+                // the odd `seq` stored above, and discards its section.
+                fence(Ordering::Release);
+                // `head` counts admitted requests: it cannot reach 2^64 in practice, and
+                // saturates rather than wrapping if it ever did.
+                let head = reading.head.saturating_add(n);
+                for position in reading.head..head {
+                    if let Some(entry) = state.entry(position) {
+                        // Ordering: Relaxed; published by the Release store of `seq`.
+                        entry.store(reading.at, Ordering::Relaxed);
+                    }
+                }
+                // Ordering: Relaxed; published by the Release store of `seq`.
+                state.head.store(head, Ordering::Relaxed);
+                // Ordering: Relaxed; published by the Release store of `seq`.
+                state.newest.store(reading.at, Ordering::Relaxed);
+                // Ordering: Release publishes the write; pairs with the Acquire load in
+                // `read` and the Acquire CAS of the next writer.
+                state.seq.store(reading.seq.wrapping_add(2), Ordering::Release);
+                return Decision::allowed(self.snapshot_of(live + n, reading.at, now));
+            }
+            // Denied: the entry that must expire first is the (live + n − limit)-th
+            // live one; the request fits the instant it leaves the window.
+            let blocking = reading.first_live + (live + n - self.limit) - 1;
+            let expires = state.timestamp(blocking).saturating_add(self.period);
+            if !Self::still_valid(state, &reading) {
+                backoff.spin();
+                continue;
+            }
+            let snapshot = self.snapshot_of(live, reading.newest, now);
+            return Decision::denied(snapshot, self.delay(expires, now));
+        }
+    }
+
+    /// A consistent reading at `now` (retrying while writes interfere).
+    fn read_consistent(&self, state: &SlidingLogState, now: Nanos) -> Reading {
+        let mut backoff = Backoff::new();
+        loop {
+            let reading = self.read(state, now, &mut backoff);
+            if Self::still_valid(state, &reading) {
+                return reading;
+            }
+            backoff.spin();
+        }
+    }
+}
+
+impl Algorithm for SlidingLogAlgorithm {
+    type State = SlidingLogState;
+
+    #[inline]
+    fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// An empty log. Allocates `8 × limit` bytes, and aborts if they are not there,
+    /// like any allocation; [`try_new_state`](SlidingLogAlgorithm::try_new_state)
+    /// reports it instead.
+    fn new_state(&self) -> SlidingLogState {
+        // The limit fits a usize on every target with 64-bit or 32-bit pointers
+        // (it is at most 2^24): the fallback is an empty ring, which denies.
+        let capacity = usize::try_from(self.limit).unwrap_or(0);
+        SlidingLogState {
+            seq: AtomicU64::new(0),
+            head: AtomicU64::new(0),
+            newest: AtomicU64::new(0),
+            ring: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn check_n<C: Clock + ?Sized>(
+        &self,
+        state: &SlidingLogState,
+        n: u64,
+        clock: &C,
+    ) -> Result<Decision, InsufficientCapacity> {
+        if n > self.limit {
+            return Err(InsufficientCapacity { requested: n, capacity: self.limit });
+        }
+        if n == 0 {
+            return Ok(Decision::allowed(self.snapshot(state, clock.now())));
+        }
+        Ok(self.acquire(state, n, clock))
+    }
+
+    fn check<C: Clock + ?Sized>(&self, state: &SlidingLogState, clock: &C) -> Decision {
+        self.acquire(state, 1, clock) // 1 ≤ limit, always
+    }
+
+    fn snapshot(&self, state: &SlidingLogState, now: Nanos) -> Snapshot {
+        let reading = self.read_consistent(state, now);
+        self.snapshot_of(reading.live(), reading.newest, now)
+    }
+
+    fn is_idle(&self, state: &SlidingLogState, now: Nanos) -> bool {
+        self.read_consistent(state, now).live() == 0
+    }
+}
+
+macro_rules! sliding_log_struct {
+    ($($default:ty)?) => {
+        /// A sliding window log: the timestamps of the requests admitted in the last
+        /// window-length; exact, at `8 × limit` bytes.
+        ///
+        /// See the [module docs](crate::log) for the algorithm and its guarantees
+        /// (exact, but blocking under contention). Share it by reference.
+        ///
+        /// ```
+        /// use weir_core::Quota;
+        /// use weir_window::SlidingLog;
+        ///
+        /// let limiter = SlidingLog::new(Quota::per_second(3)?)?;
+        /// let admitted = (0..10).filter(|_| limiter.check().is_allowed()).count();
+        /// assert_eq!(admitted, 3);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        #[derive(Debug)]
+        pub struct SlidingLog<C $(= $default)?> {
+            algorithm: SlidingLogAlgorithm,
+            state: CachePadded<SlidingLogState>,
+            clock: C,
+        }
+    };
+}
+
+#[cfg(feature = "std")]
+sliding_log_struct!(weir_core::MonotonicClock);
+#[cfg(not(feature = "std"))]
+sliding_log_struct!();
+
+#[cfg(feature = "std")]
+impl SlidingLog<weir_core::MonotonicClock> {
+    /// An empty log enforcing `quota` on the default
+    /// [`MonotonicClock`](weir_core::MonotonicClock).
+    ///
+    /// Errors: the burst differs from the count; the count is above
+    /// [`MAX_LOG_LIMIT`]; the ring cannot be allocated.
+    pub fn new(quota: Quota) -> Result<Self, WindowError> {
+        Self::with_clock(quota, weir_core::MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> SlidingLog<C> {
+    /// An empty log enforcing `quota`, reading time from `clock`. A sliding log has
+    /// no window boundaries, so there is nothing to align.
+    pub fn with_clock(quota: Quota, clock: C) -> Result<Self, WindowError> {
+        let algorithm = SlidingLogAlgorithm::new(quota, clock.now())?;
+        let state = algorithm.try_new_state()?;
+        Ok(Self { algorithm, state: CachePadded::new(state), clock })
+    }
+
+    /// Checks one request: admits it or denies it (consuming nothing).
+    #[inline]
+    pub fn check(&self) -> Decision {
+        self.algorithm.check(&self.state, &self.clock)
+    }
+
+    /// Checks a request of cost `n`, all or nothing. `n` above the limit is an
+    /// error (it can never be admitted); `n == 0` is admitted and consumes nothing.
+    #[inline]
+    pub fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        self.algorithm.check_n(&self.state, n, &self.clock)
+    }
+
+    /// The current state, without consuming anything.
+    pub fn snapshot(&self) -> Snapshot {
+        self.algorithm.snapshot(&self.state, self.clock.now())
+    }
+
+    /// The most requests admitted in any window-length.
+    pub fn limit(&self) -> u64 {
+        self.algorithm.limit()
+    }
+
+    /// The window length.
+    pub fn window(&self) -> core::time::Duration {
+        self.algorithm.window()
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The parameters, for use with [`state`](Self::state) through [`Algorithm`].
+    pub fn algorithm(&self) -> &SlidingLogAlgorithm {
+        &self.algorithm
+    }
+
+    /// The log.
+    pub fn state(&self) -> &SlidingLogState {
+        &self.state
+    }
+}
+
+impl<C: Clock> Limiter for SlidingLog<C> {
+    #[inline]
+    fn check(&self) -> Decision {
+        SlidingLog::check(self)
+    }
+    #[inline]
+    fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        SlidingLog::check_n(self, n)
+    }
+    fn snapshot(&self) -> Snapshot {
+        SlidingLog::snapshot(self)
+    }
+}

@@ -1,0 +1,411 @@
+//! The sliding window counter in one atomic word.
+//!
+//! # The algorithm
+//!
+//! The sliding window counter (described by Cloudflare in "How we built rate
+//! limiting capable of scaling to millions of domains", 2017) keeps two counts per
+//! limiter: the requests admitted in the previous fixed window and in the current
+//! one. It estimates the requests of the last full window-length by assuming the
+//! previous window's were spread evenly over it, so only the part of the previous
+//! window still inside the last window-length counts:
+//!
+//! ```text
+//! estimate = prev × (P − elapsed) / P + curr        (P: window length; elapsed: time into the current window)
+//! admitted   iff   estimate + n ≤ limit             (then curr += n)
+//! ```
+//!
+//! Worked example (Cloudflare's): 100 per minute, 80 admitted in the previous
+//! minute, 30 in this one, 45 s into it: `80 × 15/60 + 30 = 50`, so 50 more may come.
+//!
+//! # Accuracy and burst
+//!
+//! The estimate is an approximation of a true sliding window (the exact one is
+//! [`SlidingLog`](crate::SlidingLog)): it is exact when the previous window's
+//! requests were evenly spread, and otherwise can admit somewhat more or fewer than
+//! a true window would over a given window-length (Cloudflare measured 0.003% of
+//! requests wrongly decided on their traffic). It removes the fixed window's 2×
+//! boundary burst: after 100 at 12:00:55, a request at 12:01:05 sees an estimate of
+//! `100 × 55/60 = 91.7` and only 8 more are admitted. What this limiter implements
+//! exactly is the formula above: the comparison is made in integers
+//! (`prev·(P − elapsed) ≤ (limit − curr − n)·P`), with no rounding.
+//!
+//! # Encoding and guarantees
+//!
+//! The state is one `u64`: `window | prev | curr`, each count in `⌈log₂(limit + 1)⌉`
+//! bits, the window number in the rest. A rollover (previous := current, current :=
+//! 0, or both 0 after an idle window) is the same single compare-and-swap as an
+//! admission, so no admission can be counted in a window that has been rolled past
+//! or lost in the roll.
+//!
+//! - **Exact** (to the formula) and **linearizable**: concurrent checks decide as the
+//!   sequential algorithm in the order their CASes land (loom model and proptest).
+//! - **Lock-free**; **allowed path** one CAS; **denied path** one load, no write
+//!   (except the first denial in a new window, which records the rollover with one
+//!   CAS, so that a reading stepping back cannot be decided in the older window).
+//! - **Exact times**: a denial's `retry_after` is the first nanosecond at which the
+//!   same request fits if nothing else is admitted (the estimate only falls while
+//!   nothing is admitted, so that instant is well defined); `reset_after` is the time
+//!   until the estimate is zero (the end of the next window if anything is counted in
+//!   this one).
+//! - **No panic.** A reading earlier than the stored window is decided at that
+//!   window's start (its strictest point), never more loosely than the latest reading.
+//! - **Limit range**: three fields share 64 bits, so the limit is bounded by the
+//!   window length: the window numbers must last the 2⁵⁸ ns (9.1 years) every weir
+//!   limiter runs. For example at most 4,095 per millisecond, 131,071 per second,
+//!   1,048,575 per minute or 8,388,607 per hour; larger limits are [`WindowError::LimitTooLarge`] and
+//!   belong in [`StripedSlidingWindow`](crate::StripedSlidingWindow), which is built
+//!   for hot limits anyway.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use weir_core::{ManualClock, Nanos, Quota};
+//! use weir_window::SlidingWindow;
+//!
+//! let at = |h: u64, m: u64, s: u64| Nanos::new(((h * 60 + m) * 60 + s) * 1_000_000_000);
+//! let clock = ManualClock::starting_at(at(12, 0, 0));
+//! let limiter = SlidingWindow::with_clock(Quota::per_minute(100)?, clock.clone())?;
+//!
+//! clock.set(at(12, 0, 55));
+//! assert!(limiter.check_n(100)?.is_allowed());
+//! clock.set(at(12, 1, 5)); // 100 × 55/60 = 91.7 still counts
+//! let admitted = (0..100).filter(|_| limiter.check().is_allowed()).count();
+//! assert_eq!(admitted, 8);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use crate::WindowError;
+use crate::frame::{self, Frame};
+use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
+use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, Snapshot};
+
+/// Sliding-window-counter parameters shared by any number of
+/// [`SlidingWindowState`]s.
+///
+/// This is the [`Algorithm`] half, for per-key stores; most users want
+/// [`SlidingWindow`].
+///
+/// ```
+/// use weir_core::{Algorithm, Nanos, Quota};
+/// use weir_window::SlidingWindowAlgorithm;
+///
+/// let algorithm = SlidingWindowAlgorithm::new(Quota::per_second(10)?, Nanos::ZERO)?;
+/// let key = algorithm.new_state();
+/// assert!(algorithm.check_n(&key, 10, &Nanos::ZERO)?.is_allowed());
+/// // Half a second into the next window, half of the previous window still counts.
+/// let d = algorithm.check(&key, &Nanos::new(1_500_000_000));
+/// assert_eq!(d.remaining(), 4);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct SlidingWindowAlgorithm {
+    frame: Frame,
+    /// Bits of each count field.
+    count_bits: u32,
+}
+
+/// One sliding window's state: `window << 2b | prev << b | curr` with `b` count
+/// bits, where `window` is the current window's number since the
+/// [`SlidingWindowAlgorithm`]'s creation, `curr` the requests admitted in it and
+/// `prev` those admitted in the window before. The initial value, 0, is empty.
+#[derive(Debug, Default)]
+pub struct SlidingWindowState {
+    word: AtomicU64,
+}
+
+impl SlidingWindowState {
+    /// An empty window.
+    pub fn new() -> Self {
+        Self { word: AtomicU64::new(0) }
+    }
+}
+
+/// A state word, unpacked and moved to the window a reading falls in.
+#[derive(Debug, Clone, Copy)]
+struct View {
+    window: u64,
+    elapsed: u64,
+    prev: u64,
+    curr: u64,
+}
+
+impl SlidingWindowAlgorithm {
+    /// Parameters for `quota` (`count` per `period`), created at the clock reading
+    /// `now`, with windows starting at the clock's origin and every period after it.
+    ///
+    /// Errors: the quota's burst differs from its count; the limit is too large for
+    /// the one-word encoding (see the [module docs](crate::sliding)).
+    pub fn new(quota: Quota, now: Nanos) -> Result<Self, WindowError> {
+        Self::aligned(quota, now, Nanos::ZERO)
+    }
+
+    /// Like [`new`](Self::new), with windows starting at the reading `window_start`
+    /// and every period before and after it.
+    pub fn aligned(quota: Quota, now: Nanos, window_start: Nanos) -> Result<Self, WindowError> {
+        let (limit, period) = frame::limit_and_period(&quota)?;
+        let max_window = |count_bits: u32| u64::MAX.checked_shr(2 * count_bits).filter(|&m| m > 0);
+        let count_bits = frame::bits(limit);
+        max_window(count_bits)
+            .and_then(|max| Frame::new(limit, period, now, window_start, max))
+            .map(|frame| Self { frame, count_bits })
+            .ok_or_else(|| Frame::too_large(limit, period, 0, max_window))
+    }
+
+    /// The most requests admitted per window-length.
+    pub fn limit(&self) -> u64 {
+        self.frame.limit
+    }
+
+    /// The window length.
+    pub fn window(&self) -> core::time::Duration {
+        core::time::Duration::from_nanos(self.frame.period)
+    }
+
+    #[inline]
+    fn mask(&self) -> u64 {
+        u64::MAX.checked_shr(u64::BITS - self.count_bits).unwrap_or(0)
+    }
+
+    #[inline]
+    fn pack(&self, window: u64, prev: u64, curr: u64) -> u64 {
+        let b = self.count_bits;
+        window.checked_shl(2 * b).unwrap_or(0) | prev.checked_shl(b).unwrap_or(0) | curr
+    }
+
+    /// The window number stored in a state word.
+    #[inline]
+    fn window_of(&self, word: u64) -> u64 {
+        word.checked_shr(2 * self.count_bits).unwrap_or(0)
+    }
+
+    /// The state word as seen from relative time `rel`: the stored window when the
+    /// reading is in it (or earlier), else the reading's window with the counts
+    /// rolled forward (the current count becomes the previous one after one window;
+    /// both are zero after two).
+    #[inline]
+    fn view(&self, word: u64, rel: u64) -> View {
+        let b = self.count_bits;
+        let stored = self.window_of(word);
+        let prev = word.checked_shr(b).unwrap_or(0) & self.mask();
+        let curr = word & self.mask();
+        let (window, elapsed) = frame::position(&self.frame, stored, rel);
+        match window.saturating_sub(stored) {
+            0 => View { window, elapsed, prev, curr },
+            1 => View { window, elapsed, prev: curr, curr: 0 },
+            _ => View { window, elapsed, prev: 0, curr: 0 },
+        }
+    }
+
+    /// The snapshot of `view` with `curr` admitted in its window, read at `now`.
+    #[inline]
+    fn snapshot_of(&self, view: &View, curr: u64, now: Nanos) -> Snapshot {
+        let f = &self.frame;
+        let reset = match frame::sliding_reset(f.period, view.prev, curr) {
+            Some(after) => f.delay(f.start(view.window).saturating_add(after), now),
+            None => 0,
+        };
+        frame::sliding_snapshot(f.limit, f.period, view.prev, curr, view.elapsed, reset)
+    }
+
+    /// The one admission routine: `n ≤ limit` is the caller's to check.
+    #[inline(always)]
+    fn acquire<C: Clock + ?Sized>(&self, state: &SlidingWindowState, n: u64, clock: &C) -> Decision {
+        let f = &self.frame;
+        let mut backoff = Backoff::new();
+        // Ordering: Relaxed; the word is the whole state and publishes no other memory.
+        // Every read-modify-write of it is ordered by its modification order alone.
+        let mut word = state.word.load(Ordering::Relaxed);
+        loop {
+            let now = clock.now();
+            let view = self.view(word, f.rel(now));
+            if !frame::fits(f.limit, f.period, view.prev, view.curr, view.elapsed, n) {
+                if view.window != self.window_of(word) {
+                    // Denied in a later window than the stored one: record the rollover
+                    // (the same counts, re-encoded; once per window at most), so that a
+                    // reading stepping back to the stored window is not decided there.
+                    let rolled = self.pack(view.window, view.prev, view.curr);
+                    // Ordering: Relaxed; see the load above.
+                    if let Err(actual) =
+                        state.word.compare_exchange_weak(word, rolled, Ordering::Relaxed, Ordering::Relaxed)
+                    {
+                        word = actual;
+                        backoff.spin();
+                        continue;
+                    }
+                }
+                // Denied: no count is written.
+                let wait = frame::sliding_wait(f.limit, f.period, view.prev, view.curr, n);
+                let retry = f.delay(f.start(view.window).saturating_add(wait), now);
+                return Decision::denied(self.snapshot_of(&view, view.curr, now), retry);
+            }
+            let new = self.pack(view.window, view.prev, view.curr + n);
+            // Ordering: Relaxed on success and failure; see the load above. The CAS
+            // admits only if the word (window and both counts) is unchanged since it
+            // was read; a rollover is this same CAS writing the rolled counts.
+            match state.word.compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Decision::allowed(self.snapshot_of(&view, view.curr + n, now)),
+                Err(actual) => word = actual,
+            }
+            backoff.spin();
+        }
+    }
+}
+
+impl Algorithm for SlidingWindowAlgorithm {
+    type State = SlidingWindowState;
+
+    #[inline]
+    fn limit(&self) -> u64 {
+        self.frame.limit
+    }
+
+    fn new_state(&self) -> SlidingWindowState {
+        SlidingWindowState::new()
+    }
+
+    #[inline]
+    fn check_n<C: Clock + ?Sized>(
+        &self,
+        state: &SlidingWindowState,
+        n: u64,
+        clock: &C,
+    ) -> Result<Decision, InsufficientCapacity> {
+        if n > self.frame.limit {
+            return Err(InsufficientCapacity { requested: n, capacity: self.frame.limit });
+        }
+        if n == 0 {
+            return Ok(Decision::allowed(self.snapshot(state, clock.now())));
+        }
+        Ok(self.acquire(state, n, clock))
+    }
+
+    #[inline]
+    fn check<C: Clock + ?Sized>(&self, state: &SlidingWindowState, clock: &C) -> Decision {
+        self.acquire(state, 1, clock) // 1 ≤ limit, always
+    }
+
+    fn snapshot(&self, state: &SlidingWindowState, now: Nanos) -> Snapshot {
+        // Ordering: Relaxed; see `acquire`.
+        let view = self.view(state.word.load(Ordering::Relaxed), self.frame.rel(now));
+        self.snapshot_of(&view, view.curr, now)
+    }
+
+    fn is_idle(&self, state: &SlidingWindowState, now: Nanos) -> bool {
+        // Ordering: Relaxed; see `acquire`.
+        let view = self.view(state.word.load(Ordering::Relaxed), self.frame.rel(now));
+        view.prev == 0 && view.curr == 0
+    }
+}
+
+macro_rules! sliding_window_struct {
+    ($($default:ty)?) => {
+        /// A sliding window counter: the previous window's count, weighted by its
+        /// overlap with the last window-length, plus the current window's, in one
+        /// atomic word.
+        ///
+        /// See the [module docs](crate::sliding) for the algorithm, its accuracy and
+        /// guarantees. Share it by reference (`&SlidingWindow`, `Arc<SlidingWindow>`).
+        ///
+        /// ```
+        /// use weir_core::Quota;
+        /// use weir_window::SlidingWindow;
+        ///
+        /// let limiter = SlidingWindow::new(Quota::per_minute(600)?)?;
+        /// assert!(limiter.check().is_allowed());
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        #[derive(Debug)]
+        pub struct SlidingWindow<C $(= $default)?> {
+            algorithm: SlidingWindowAlgorithm,
+            state: CachePadded<SlidingWindowState>,
+            clock: C,
+        }
+    };
+}
+
+#[cfg(feature = "std")]
+sliding_window_struct!(weir_core::MonotonicClock);
+#[cfg(not(feature = "std"))]
+sliding_window_struct!();
+
+#[cfg(feature = "std")]
+impl SlidingWindow<weir_core::MonotonicClock> {
+    /// An empty limiter enforcing `quota` on the default
+    /// [`MonotonicClock`](weir_core::MonotonicClock), windows aligned to its origin.
+    pub fn new(quota: Quota) -> Result<Self, WindowError> {
+        Self::with_clock(quota, weir_core::MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> SlidingWindow<C> {
+    /// An empty limiter enforcing `quota`, reading time from `clock`, with windows
+    /// starting at the clock's origin and every period after it.
+    pub fn with_clock(quota: Quota, clock: C) -> Result<Self, WindowError> {
+        Self::with_clock_aligned(quota, clock, Nanos::ZERO)
+    }
+
+    /// Like [`with_clock`](Self::with_clock), with windows starting at the reading
+    /// `window_start` and every period before and after it.
+    pub fn with_clock_aligned(quota: Quota, clock: C, window_start: Nanos) -> Result<Self, WindowError> {
+        let algorithm = SlidingWindowAlgorithm::aligned(quota, clock.now(), window_start)?;
+        Ok(Self { algorithm, state: CachePadded::new(SlidingWindowState::new()), clock })
+    }
+
+    /// Checks one request: admits it or denies it (consuming nothing).
+    #[inline]
+    pub fn check(&self) -> Decision {
+        self.algorithm.check(&self.state, &self.clock)
+    }
+
+    /// Checks a request of cost `n`, all or nothing. `n` above the limit is an
+    /// error (it can never be admitted); `n == 0` is admitted and consumes nothing.
+    #[inline]
+    pub fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        self.algorithm.check_n(&self.state, n, &self.clock)
+    }
+
+    /// The current state, without consuming anything.
+    pub fn snapshot(&self) -> Snapshot {
+        self.algorithm.snapshot(&self.state, self.clock.now())
+    }
+
+    /// The most requests admitted per window-length.
+    pub fn limit(&self) -> u64 {
+        self.algorithm.limit()
+    }
+
+    /// The window length.
+    pub fn window(&self) -> core::time::Duration {
+        self.algorithm.window()
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The parameters, for use with [`state`](Self::state) through [`Algorithm`].
+    pub fn algorithm(&self) -> &SlidingWindowAlgorithm {
+        &self.algorithm
+    }
+
+    /// The limiter's state.
+    pub fn state(&self) -> &SlidingWindowState {
+        &self.state
+    }
+}
+
+impl<C: Clock> Limiter for SlidingWindow<C> {
+    #[inline]
+    fn check(&self) -> Decision {
+        SlidingWindow::check(self)
+    }
+    #[inline]
+    fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        SlidingWindow::check_n(self, n)
+    }
+    fn snapshot(&self) -> Snapshot {
+        SlidingWindow::snapshot(self)
+    }
+}
