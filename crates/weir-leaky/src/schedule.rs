@@ -1,0 +1,403 @@
+//! [`LeakSchedule`]: the shared schedule of leak slots that paces every consumer of a
+//! bucket together, GCRA-style.
+//!
+//! # The schedule
+//!
+//! One word, `next`: the earliest time, in ticks (1/16 ns) since the schedule's
+//! origin, that the next slot may take. With leak interval `T` and tolerance `τ`
+//! (zero by default), claiming a slot at time `now` is
+//!
+//! ```text
+//! slot = max(next, now − τ)        next := slot + T
+//! ```
+//!
+//! in one compare-and-swap: GCRA's update (`new_tat = max(tat, now) + T`), applied
+//! to leaks instead of admissions. Slots are points in absolute time, so pacing does
+//! not drift: a consumer that claims its next slot before it is due (one that is
+//! already waiting when the previous item leaves) gets exactly `previous + T`, however
+//! late its own wake-up was. Slot claims may be made ahead of time (the claimer then
+//! waits until its slot), by any number of threads.
+//!
+//! # Guarantees
+//!
+//! - **Never faster than the rate.** Each slot is at least `T` after the one claimed
+//!   before it (`next` only grows by claims), so any window of length `W` contains at
+//!   most `⌊W / T⌋ + 1` slots. An item released at its slot (or later) never makes the
+//!   output exceed `rate × W + 1` in slot time. With a tolerance `τ`, a slot may be up
+//!   to `τ` in the past when claimed, so *release* times obey `⌊(W + τ) / T⌋ + 1`.
+//! - **Give-back.** [`give_back`](LeakSchedule::give_back) undoes the latest claim
+//!   exactly, so a caller that claims slots one at a time (as [`Throttle`] does) never
+//!   wastes one.
+//! - **Lock-free**: a claim retries only when another claim (or give-back) landed.
+//! - **No panic.** Time arithmetic saturates; a clock reading earlier than one already
+//!   used is treated as no time having passed.
+//!
+//! [`Throttle`]: crate::Throttle
+
+use core::fmt;
+use core::time::Duration;
+use weir_core::nanos::duration_as_nanos_saturating;
+use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
+use weir_core::{Clock, MAX_TOLERANCE_TICKS, Nanos, Quota, ticks};
+
+use crate::BuildError;
+
+/// The latest time, in ticks since the origin, a schedule uses: later clock readings
+/// are clamped to it (about 18 years after the schedule's creation), so
+/// `now + T` cannot overflow.
+const HORIZON_TICKS: u64 = (1 << 63) - 1;
+
+/// A leak slot claimed from a [`LeakSchedule`]: the time its item may leave, and what
+/// [`give_back`](LeakSchedule::give_back) needs to undo the claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a claimed slot is spent unless its item leaves or it is given back"]
+pub struct LeakSlot {
+    /// The slot's time, in ticks since the schedule's origin.
+    at_ticks: u64,
+    /// The schedule's `next` before this claim.
+    previous: u64,
+    /// The slot's time as a clock reading, rounded up to a whole nanosecond.
+    at: Nanos,
+}
+
+impl LeakSlot {
+    /// The time (a reading of the schedule's clock) at which this slot's item may
+    /// leave: never earlier than the slot, rounded up to a nanosecond.
+    #[inline]
+    pub const fn at(&self) -> Nanos {
+        self.at
+    }
+}
+
+/// The shared leak schedule: one atomic word, slots `T` apart in absolute time, any
+/// number of claimers. See the [module docs](self).
+///
+/// Most users want [`LeakyBucket`](crate::LeakyBucket) or
+/// [`Throttle`](crate::Throttle), which are built on it; it is public for callers
+/// that pace something else (a batch loop, say) with the same guarantees.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_core::{Nanos, Quota};
+/// use weir_leaky::LeakSchedule;
+///
+/// let schedule = LeakSchedule::new(Quota::per_second(10)?, Nanos::ZERO);
+/// let now = Nanos::ZERO;
+/// let first = schedule.claim(&now);
+/// let second = schedule.claim(&now); // claimed ahead of time
+/// assert_eq!(first.at(), Nanos::ZERO);
+/// assert_eq!(second.at(), Nanos::new(100_000_000)); // 100 ms later, however late we are
+/// assert!(schedule.try_claim(&now).is_err());       // nothing due before 200 ms
+/// assert!(schedule.give_back(second));              // the latest claim can be undone
+/// assert_eq!(schedule.next_slot(&now), Nanos::new(100_000_000));
+/// # Ok::<(), weir_core::QuotaError>(())
+/// ```
+pub struct LeakSchedule {
+    /// The earliest time, in ticks since `origin`, the next slot may take: `T` after
+    /// the latest slot claimed (and not given back), or 0. Grows by claims only;
+    /// a give-back restores the value a claim replaced.
+    next: CachePadded<AtomicU64>,
+    /// The leak interval `T` in ticks: `1..=MAX_TOLERANCE_TICKS` (a [`Quota`]'s
+    /// emission interval).
+    interval: u64,
+    /// How far in the past a slot may be claimed, in ticks (`τ`); at most
+    /// [`MAX_TOLERANCE_TICKS`].
+    tolerance: u64,
+    /// The clock reading that tick 0 corresponds to.
+    origin: Nanos,
+}
+
+impl LeakSchedule {
+    /// A schedule leaking one item per `quota.emission_interval()` (the quota's burst
+    /// is not used: a leak has no burst; see [`with_tolerance`](Self::with_tolerance)),
+    /// with tick 0 at the clock reading `origin` (use the clock's `now()`). The first
+    /// slot is due at `origin`.
+    pub fn new(quota: Quota, origin: Nanos) -> Self {
+        Self {
+            next: CachePadded::new(AtomicU64::new(0)),
+            interval: quota.emission_interval_ticks(),
+            tolerance: 0,
+            origin,
+        }
+    }
+
+    /// The same schedule with tolerance `τ`: a slot may be claimed up to `τ` in the past,
+    /// so a consumer that comes late by less than `τ` keeps the schedule (the long-run
+    /// rate stays exact) at the price of releases up to `⌊τ / T⌋` items closer together
+    /// than `T` (see the crate docs, "Pacing and tolerance"). Zero by default.
+    ///
+    /// A tolerance above about 9.1 years ([`MAX_TOLERANCE_TICKS`]) is an error.
+    pub fn with_tolerance(mut self, tolerance: Duration) -> Result<Self, BuildError> {
+        self.set_tolerance(tolerance)?;
+        Ok(self)
+    }
+
+    /// Sets the tolerance (see [`with_tolerance`](Self::with_tolerance)).
+    pub(crate) fn set_tolerance(&mut self, tolerance: Duration) -> Result<(), BuildError> {
+        let tolerance_ticks = ticks::from_nanos(duration_as_nanos_saturating(tolerance));
+        if tolerance_ticks > MAX_TOLERANCE_TICKS {
+            return Err(BuildError::ToleranceTooLong { tolerance });
+        }
+        self.tolerance = tolerance_ticks;
+        Ok(())
+    }
+
+    /// The leak interval `T`, in ticks (1/16 ns), exactly as enforced.
+    #[inline]
+    pub fn interval_ticks(&self) -> u64 {
+        self.interval
+    }
+
+    /// The leak interval `T`, rounded up to a whole nanosecond.
+    pub fn interval(&self) -> Duration {
+        Duration::from_nanos(ticks::to_nanos_ceil(self.interval))
+    }
+
+    /// The tolerance `τ` (see [`with_tolerance`](Self::with_tolerance)), rounded up to a
+    /// whole nanosecond.
+    pub fn tolerance(&self) -> Duration {
+        Duration::from_nanos(ticks::to_nanos_ceil(self.tolerance))
+    }
+
+    /// The clock reading that tick 0 corresponds to.
+    pub fn origin(&self) -> Nanos {
+        self.origin
+    }
+
+    /// `now` in ticks since the origin, clamped to the horizon (in ns first, so that
+    /// the shift cannot overflow).
+    #[inline]
+    fn ticks_at(&self, now: Nanos) -> u64 {
+        now.as_u64().saturating_sub(self.origin.as_u64()).min(HORIZON_TICKS >> ticks::SHIFT) << ticks::SHIFT
+    }
+
+    /// A time in ticks as a clock reading, rounded up: never earlier than the slot.
+    #[inline]
+    fn nanos_at(&self, at_ticks: u64) -> Nanos {
+        Nanos::new(self.origin.as_u64().saturating_add(ticks::to_nanos_ceil(at_ticks)))
+    }
+
+    /// The slot a claim at `now_ticks` would take given `next`.
+    #[inline]
+    fn slot_for(&self, next: u64, now_ticks: u64) -> u64 {
+        next.max(now_ticks.saturating_sub(self.tolerance))
+    }
+
+    /// Claims the next slot, however far ahead it is, and returns it: the caller's
+    /// item may leave at [`LeakSlot::at`].
+    #[inline]
+    pub fn claim<C: Clock + ?Sized>(&self, clock: &C) -> LeakSlot {
+        let mut backoff = Backoff::new();
+        // Ordering: Relaxed; see `claim_by`.
+        let mut next = self.next.load(Ordering::Relaxed);
+        loop {
+            let at = self.slot_for(next, self.ticks_at(clock.now()));
+            match self.replace(next, at) {
+                Ok(slot) => return slot,
+                Err(actual) => next = actual,
+            }
+            backoff.spin();
+        }
+    }
+
+    /// Claims the next slot if it is at or before `latest` (a clock reading); otherwise
+    /// claims nothing and returns when the next slot would be.
+    ///
+    /// The clock is read inside the retry loop, so a claim that loses a race decides
+    /// with a fresh reading.
+    #[inline]
+    pub fn claim_by<C: Clock + ?Sized>(&self, clock: &C, latest: Nanos) -> Result<LeakSlot, Nanos> {
+        let latest_ticks = self.ticks_at(latest);
+        let mut backoff = Backoff::new();
+        // Ordering: Relaxed; `next` is the whole state of the schedule and publishes no
+        // other memory (an item's data travels through the queue's own Release/Acquire
+        // stamps); every claim is a read-modify-write ordered by `next`'s modification
+        // order alone, which is what makes slots distinct and `T` apart.
+        let mut next = self.next.load(Ordering::Relaxed);
+        loop {
+            let at = self.slot_for(next, self.ticks_at(clock.now()));
+            if at > latest_ticks {
+                // Too late for the caller: nothing is written.
+                return Err(self.nanos_at(at));
+            }
+            match self.replace(next, at) {
+                Ok(slot) => return Ok(slot),
+                Err(actual) => next = actual,
+            }
+            backoff.spin();
+        }
+    }
+
+    /// The claim itself: moves `next` from `next` to `at + T` if no other claim landed
+    /// since `next` was read.
+    #[inline(always)]
+    fn replace(&self, next: u64, at: u64) -> Result<LeakSlot, u64> {
+        // Ordering: Relaxed on success and failure; see `claim_by`.
+        match self.next.compare_exchange_weak(
+            next,
+            at.saturating_add(self.interval),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => Ok(LeakSlot { at_ticks: at, previous: next, at: self.nanos_at(at) }),
+            Err(actual) => Err(actual),
+        }
+    }
+
+    /// Claims the next slot if it is due now; otherwise claims nothing and returns how
+    /// long until it is.
+    #[inline]
+    pub fn try_claim<C: Clock + ?Sized>(&self, clock: &C) -> Result<LeakSlot, Duration> {
+        let now = clock.now();
+        self.claim_by(&now, now).map_err(|at| at.saturating_duration_since(now))
+    }
+
+    /// Undoes `slot`'s claim if no slot has been claimed after it (and not given back),
+    /// restoring the schedule exactly as it was; returns whether it did. A slot that
+    /// cannot be given back stays spent: the output falls behind by one interval, never
+    /// ahead.
+    pub fn give_back(&self, slot: LeakSlot) -> bool {
+        let claimed = slot.at_ticks.saturating_add(self.interval);
+        // Ordering: Relaxed; see `claim_by`. The CAS succeeds only if `next` is still
+        // the value this claim wrote, i.e. every later claim has been given back.
+        self.next.compare_exchange(claimed, slot.previous, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
+    /// When the next slot would be if claimed at the clock's `now` (read-only).
+    pub fn next_slot<C: Clock + ?Sized>(&self, clock: &C) -> Nanos {
+        let now = self.ticks_at(clock.now());
+        // Ordering: Relaxed; see `claim_by`.
+        self.nanos_at(self.slot_for(self.next.load(Ordering::Relaxed), now))
+    }
+
+    /// How long, from `now`, until the next slot boundary: `(0, T]`. When consumers keep
+    /// pace with the schedule, an item leaves by then; a hint for callers turned away
+    /// from a full bucket.
+    pub(crate) fn until_next_leak(&self, now: Nanos) -> Duration {
+        let now_ticks = self.ticks_at(now);
+        // Ordering: Relaxed; see `claim_by`.
+        let next = self.next.load(Ordering::Relaxed);
+        let wait = if next > now_ticks { (next - now_ticks - 1) % self.interval + 1 } else { self.interval };
+        Duration::from_nanos(ticks::to_nanos_ceil(wait))
+    }
+
+    /// When the next slot would be, in ticks since the origin, and `now` in ticks.
+    pub(crate) fn next_and_now(&self, now: Nanos) -> (u64, u64) {
+        let now_ticks = self.ticks_at(now);
+        // Ordering: Relaxed; see `claim_by`.
+        (self.slot_for(self.next.load(Ordering::Relaxed), now_ticks), now_ticks)
+    }
+}
+
+impl fmt::Debug for LeakSchedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeakSchedule")
+            .field("interval_ticks", &self.interval)
+            .field("tolerance_ticks", &self.tolerance)
+            .field("origin", &self.origin)
+            // Ordering: Relaxed; a reading for display.
+            .field("next_ticks", &self.next.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::vec::Vec;
+
+    fn per_second(n: u64) -> Quota {
+        Quota::per_second(n).unwrap()
+    }
+
+    #[test]
+    fn slots_are_an_interval_apart_in_absolute_time() {
+        let schedule = LeakSchedule::new(per_second(10), Nanos::new(1_000));
+        let at = |ms: u64| Nanos::new(1_000 + ms * 1_000_000);
+        assert_eq!(schedule.claim(&at(0)).at(), at(0));
+        // Claimed ahead, the next slot is exactly one interval later.
+        assert_eq!(schedule.claim(&at(0)).at(), at(100));
+        // A late claim within no tolerance starts from now: the bucket idled.
+        assert_eq!(schedule.claim(&at(250)).at(), at(250));
+        assert_eq!(schedule.try_claim(&at(300)), Err(Duration::from_millis(50)));
+        assert_eq!(schedule.claim_by(&at(300), at(349)), Err(at(350)));
+        assert_eq!(schedule.claim_by(&at(300), at(350)).map(|s| s.at()), Ok(at(350)));
+    }
+
+    #[test]
+    fn tolerance_keeps_the_schedule_for_late_claims() {
+        let schedule =
+            LeakSchedule::new(per_second(1_000), Nanos::ZERO).with_tolerance(Duration::from_micros(300)).unwrap();
+        let us = |n: u64| Nanos::new(n * 1_000);
+        assert_eq!(schedule.claim(&us(0)).at(), us(0));
+        // 200 µs late for the slot at 1 ms: still given the slot at 1 ms.
+        assert_eq!(schedule.claim(&us(1_200)).at(), us(1_000));
+        // 500 µs late for the slot at 2 ms: beyond the tolerance, so 300 µs back.
+        assert_eq!(schedule.claim(&us(2_500)).at(), us(2_200));
+        assert_eq!(schedule.tolerance(), Duration::from_micros(300));
+        assert!(matches!(
+            LeakSchedule::new(per_second(1), Nanos::ZERO).with_tolerance(Duration::MAX),
+            Err(BuildError::ToleranceTooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn give_back_undoes_only_the_latest_claim() {
+        let schedule = LeakSchedule::new(per_second(10), Nanos::ZERO);
+        let now = Nanos::new(5);
+        let a = schedule.claim(&now);
+        let b = schedule.claim(&now);
+        let c = schedule.claim(&now);
+        assert!(!schedule.give_back(b), "not the latest");
+        assert!(schedule.give_back(c));
+        assert!(schedule.give_back(b), "the latest once c is back");
+        assert_eq!(schedule.claim(&now), b, "the same slot again");
+        assert_eq!(a.at(), now);
+        // Giving back the very first claim restores the untouched schedule.
+        let fresh = LeakSchedule::new(per_second(10), Nanos::ZERO);
+        let first = fresh.claim(&Nanos::new(7));
+        assert!(fresh.give_back(first));
+        assert_eq!(fresh.claim(&Nanos::new(9)).at(), Nanos::new(9));
+    }
+
+    #[test]
+    fn backwards_clock_and_extremes_never_panic() {
+        let schedule = LeakSchedule::new(per_second(1), Nanos::new(1_000_000));
+        assert_eq!(schedule.claim(&Nanos::ZERO).at(), Nanos::new(1_000_000)); // before origin
+        assert_eq!(schedule.claim(&Nanos::new(1)).at(), Nanos::new(1_001_000_000));
+        let far = Nanos::MAX;
+        let late = schedule.claim(&far);
+        assert!(late.at() >= schedule.origin());
+        let _ = schedule.claim(&far);
+        let _ = schedule.try_claim(&far);
+        let _ = schedule.next_slot(&far);
+        let slowest = LeakSchedule::new(Quota::per_day(1).unwrap(), Nanos::ZERO);
+        let mut last = Nanos::ZERO;
+        for _ in 0..if cfg!(miri) { 100 } else { 10_000 } {
+            let slot = slowest.claim(&Nanos::ZERO);
+            assert!(slot.at() >= last);
+            last = slot.at();
+        }
+    }
+
+    #[test]
+    fn concurrent_claims_are_distinct_and_an_interval_apart() {
+        let schedule = LeakSchedule::new(Quota::per_second(1_000_000_000).unwrap(), Nanos::ZERO);
+        let per_thread = if cfg!(miri) { 20 } else { 5_000 };
+        let mut slots: Vec<u64> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..3)
+                .map(|t| {
+                    let schedule = &schedule;
+                    s.spawn(move || {
+                        (0..per_thread).map(|i| schedule.claim(&Nanos::new(i * t)).at_ticks).collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        slots.sort_unstable();
+        for pair in slots.windows(2) {
+            assert!(pair[1] - pair[0] >= 16, "{pair:?}");
+        }
+    }
+}

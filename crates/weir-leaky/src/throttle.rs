@@ -1,0 +1,323 @@
+//! [`Throttle`]: request handlers wait their turn, in FIFO order, and proceed at the
+//! leak rate; and [`TokioClock`], a clock that tokio's (pausable) time drives.
+//!
+//! # Design, and why each property holds
+//!
+//! A throttle is a leaky bucket whose items are the waiting requests themselves. Its
+//! parts:
+//!
+//! - a [`LeakSchedule`], the same shared slot schedule as [`LeakyBucket`]'s;
+//! - *the line*: a `tokio::sync::Mutex<()>`, whose waiters tokio serves strictly in
+//!   the order they called `lock` (its documented FIFO guarantee; `try_lock` cannot
+//!   barge past queued waiters), and which removes a waiter whose future is dropped;
+//! - a count of admitted waiters, at most `capacity`.
+//!
+//! [`acquire`](Throttle::acquire) is admission, then the line, then the slot:
+//!
+//! 1. **Admission**: if `capacity` requests are already waiting, it fails at once with
+//!    [`ThrottleError::Full`] and a retry-after (the time to the next slot); otherwise
+//!    it counts itself in (a guard counts it out on every exit).
+//! 2. **The line**: it waits for the line's lock. Holding it makes it the head of the
+//!    line; nobody else claims slots meanwhile.
+//! 3. **The slot**: the head claims the next slot and sleeps until it, *still holding
+//!    the line*; at its slot it returns `Ok`, releasing the line to the next waiter,
+//!    which claims the slot after.
+//!
+//! Hence:
+//!
+//! - **FIFO.** Slots are claimed only by the head, in line order, and are increasing,
+//!   so requests proceed in the order they queued.
+//! - **Rate.** Slots are at least `T` apart (see [`LeakSchedule`]); the next head claims
+//!   its slot as soon as the previous one leaves, ahead of time, so pacing does not
+//!   drift with wake-up latency below `T` (or below the tolerance).
+//! - **Deadlines.** [`acquire_timeout`](Throttle::acquire_timeout) waits in line at most
+//!   until its deadline; at the head, it claims a slot only if the slot is at or before
+//!   the deadline, otherwise it gives up *at once* (it knows it cannot make it).
+//! - **Cancellation and time-outs leak nothing.** A request dropped while in line never
+//!   held a slot (tokio removes it from the line). A request dropped at the head gives
+//!   its slot back: since only the head claims, the schedule's `next` is still the
+//!   value its own claim wrote, so the give-back restores the schedule *exactly* and
+//!   the next request in line gets that very slot. Either way the admission guard
+//!   counts it out, freeing its place.
+//!
+//! Why not the bucket's lock-free ring for the line? A waiting request can be cancelled
+//! at any moment, and a ring cannot remove an entry from its middle: a cancelled entry
+//! would keep its place (and the capacity it holds) until the line reached it. tokio's
+//! waiter list removes a cancelled waiter in O(1), under a lock that lives off the check
+//! path (waiting is, by definition, not the hot path). A request that finds the line
+//! empty and its slot due takes the uncontended lock and returns without waiting.
+
+use core::fmt;
+use core::time::Duration;
+use weir_core::sync::{AtomicU64, CachePadded, Ordering};
+use weir_core::{Clock, Nanos, Quota};
+
+use crate::{BuildError, LeakSchedule, LeakSlot};
+
+#[cfg(doc)]
+use crate::LeakyBucket;
+
+/// A [`Clock`] read from tokio's time: [`tokio::time::Instant`] since the clock's
+/// creation. Under tokio's paused time (`#[tokio::test(start_paused = true)]`) it moves
+/// only as the runtime advances time, so throttles and async consumers can be tested
+/// to the nanosecond without sleeping.
+///
+/// ```
+/// use weir_core::Clock;
+/// use weir_leaky::TokioClock;
+///
+/// let clock = TokioClock::new();
+/// let t = clock.now();
+/// assert!(clock.now() >= t);
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock reading zero now.
+    pub fn new() -> Self {
+        Self { origin: tokio::time::Instant::now() }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for TokioClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        Nanos::new(weir_core::nanos::duration_as_nanos_saturating(self.origin.elapsed()))
+    }
+}
+
+/// Why [`Throttle::acquire`] did not let a request through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ThrottleError {
+    /// `capacity` requests were already waiting: turned away at once. While requests
+    /// keep leaving, a place frees within `retry_after` (the time to the next slot).
+    Full {
+        /// When to try again: at most one leak interval.
+        retry_after: Duration,
+    },
+    /// The request could not proceed by its deadline (it waited in line until then, or
+    /// its slot would have come later); it spent no slot.
+    TimedOut,
+}
+
+impl fmt::Display for ThrottleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Full { retry_after } => {
+                write!(f, "too many requests are waiting; retry after {retry_after:?} (answer 429 or 503)")
+            }
+            Self::TimedOut => f.write_str("the request's turn would come after its deadline"),
+        }
+    }
+}
+
+impl std::error::Error for ThrottleError {}
+
+/// A throttle for request handlers: [`acquire`](Self::acquire)`.await` waits its turn,
+/// in FIFO order, and returns when the request may proceed, at most one request per
+/// leak interval; at most `capacity` wait, more are turned away at once.
+///
+/// See the [module docs](self) for how FIFO order, deadlines and cancellation without
+/// leaked capacity follow from the design.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_core::Quota;
+/// use weir_leaky::{Throttle, ThrottleError};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let throttle = Throttle::new(Quota::per_second(10)?, 2)?;
+/// let start = tokio::time::Instant::now();
+/// throttle.acquire().await?; // an idle throttle lets the first request through at once
+/// let (b, c, d) = tokio::join!(throttle.acquire(), throttle.acquire(), throttle.acquire());
+/// assert_eq!((b, c), (Ok(()), Ok(()))); // 100 ms and 200 ms later, in order
+/// assert!(matches!(d, Err(ThrottleError::Full { .. }))); // two were waiting: turned away
+/// assert_eq!(start.elapsed(), Duration::from_millis(200));
+/// # Ok(())
+/// # }
+/// ```
+pub struct Throttle<C = TokioClock> {
+    /// When requests may proceed.
+    schedule: LeakSchedule,
+    /// The line: its holder is the head, the only claimer of slots.
+    line: tokio::sync::Mutex<()>,
+    /// Requests admitted and not yet gone: at most `capacity`.
+    waiting: CachePadded<AtomicU64>,
+    /// The most requests waiting at once (`1..`).
+    capacity: u64,
+    clock: C,
+}
+
+impl Throttle<TokioClock> {
+    /// A throttle letting one request through every `quota.emission_interval()`, with
+    /// at most `capacity` requests waiting, on a [`TokioClock`]. The quota's burst is
+    /// not used (see [`LeakSchedule::with_tolerance`] instead).
+    pub fn new(quota: Quota, capacity: usize) -> Result<Self, BuildError> {
+        Self::with_clock(quota, capacity, TokioClock::new())
+    }
+}
+
+impl<C: Clock> Throttle<C> {
+    /// [`new`](Throttle::new) with another clock. The clock must move with tokio's
+    /// timer (the waits are tokio sleeps of the clock's remaining time), so under
+    /// paused time use a [`TokioClock`].
+    pub fn with_clock(quota: Quota, capacity: usize, clock: C) -> Result<Self, BuildError> {
+        if capacity == 0 {
+            return Err(BuildError::ZeroCapacity);
+        }
+        Ok(Self {
+            schedule: LeakSchedule::new(quota, clock.now()),
+            line: tokio::sync::Mutex::new(()),
+            waiting: CachePadded::new(AtomicU64::new(0)),
+            capacity: capacity as u64,
+            clock,
+        })
+    }
+
+    /// The same throttle with a leak tolerance (see [`LeakSchedule::with_tolerance`]).
+    pub fn with_tolerance(mut self, tolerance: Duration) -> Result<Self, BuildError> {
+        self.schedule.set_tolerance(tolerance)?;
+        Ok(self)
+    }
+
+    /// Waits for this request's turn (FIFO), then returns `Ok`: the request may
+    /// proceed. Fails at once with [`ThrottleError::Full`] if `capacity` requests are
+    /// already waiting. Dropping the future gives back its place and, at the head of
+    /// the line, its slot.
+    pub async fn acquire(&self) -> Result<(), ThrottleError> {
+        self.acquire_until(None).await
+    }
+
+    /// [`acquire`](Self::acquire), giving up with [`ThrottleError::TimedOut`] if the
+    /// request cannot proceed within `timeout` (by the throttle's clock).
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<(), ThrottleError> {
+        self.acquire_until(Some(self.clock.now() + timeout)).await
+    }
+
+    /// [`acquire`](Self::acquire), giving up with [`ThrottleError::TimedOut`] if the
+    /// request cannot proceed by `deadline` (a reading of the throttle's clock).
+    pub async fn acquire_deadline(&self, deadline: Nanos) -> Result<(), ThrottleError> {
+        self.acquire_until(Some(deadline)).await
+    }
+
+    async fn acquire_until(&self, deadline: Option<Nanos>) -> Result<(), ThrottleError> {
+        let _place = self.admit()?;
+        let _head = match deadline {
+            None => self.line.lock().await,
+            Some(deadline) => self.lock_by(deadline).await.ok_or(ThrottleError::TimedOut)?,
+        };
+        // At the head of the line: the only claimer of slots.
+        let slot = match deadline {
+            None => self.schedule.claim(&self.clock),
+            Some(deadline) => self.schedule.claim_by(&self.clock, deadline).map_err(|_| ThrottleError::TimedOut)?,
+        };
+        let mut claim = Claim { schedule: &self.schedule, slot: Some(slot) };
+        crate::wait::sleep_until_async(&self.clock, slot.at()).await;
+        // The request proceeds at its slot: the slot is spent.
+        claim.slot = None;
+        Ok(())
+    }
+
+    /// Counts a request in, unless `capacity` already wait.
+    fn admit(&self) -> Result<Place<'_>, ThrottleError> {
+        // Ordering: Relaxed; a count of places, publishing no other memory; the CAS keeps
+        // it at most `capacity`.
+        let mut waiting = self.waiting.load(Ordering::Relaxed);
+        loop {
+            if waiting >= self.capacity {
+                return Err(ThrottleError::Full { retry_after: self.schedule.until_next_leak(self.clock.now()) });
+            }
+            // Ordering: Relaxed on success and failure; see the load above.
+            match self.waiting.compare_exchange_weak(waiting, waiting + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(Place(&self.waiting)),
+                Err(actual) => waiting = actual,
+            }
+        }
+    }
+
+    /// Waits in line until `deadline`; `None` if the head was not reached by then.
+    async fn lock_by(&self, deadline: Nanos) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        let lock = self.line.lock();
+        let mut lock = core::pin::pin!(lock);
+        loop {
+            let remaining = deadline.saturating_duration_since(self.clock.now());
+            // `timeout` polls the lock before the timer, so a free line is taken even
+            // with no time left.
+            match tokio::time::timeout(remaining, lock.as_mut()).await {
+                Ok(guard) => return Some(guard),
+                Err(_) if self.clock.now() >= deadline => return None,
+                Err(_) => continue,
+            }
+        }
+    }
+
+    /// How many requests are waiting (admitted and not yet through), at a moment during
+    /// the call.
+    pub fn waiting(&self) -> usize {
+        // Ordering: Relaxed; a reading.
+        self.waiting.load(Ordering::Relaxed) as usize
+    }
+
+    /// The most requests waiting at once.
+    pub fn capacity(&self) -> usize {
+        self.capacity as usize
+    }
+
+    /// The leak schedule.
+    pub fn schedule(&self) -> &LeakSchedule {
+        &self.schedule
+    }
+
+    /// The clock this throttle reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<C> fmt::Debug for Throttle<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Throttle")
+            // Ordering: Relaxed; a reading for display.
+            .field("waiting", &self.waiting.load(Ordering::Relaxed))
+            .field("capacity", &self.capacity)
+            .field("schedule", &self.schedule)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An admitted request's place; counted out on drop.
+struct Place<'a>(&'a AtomicU64);
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        // Ordering: Relaxed; see `Throttle::admit`.
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The head's claimed slot; given back on drop unless spent.
+struct Claim<'a> {
+    schedule: &'a LeakSchedule,
+    slot: Option<LeakSlot>,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            // Only the head claims, so this is the latest claim: always given back.
+            let given_back = self.schedule.give_back(slot);
+            debug_assert!(given_back, "the head's slot is always the latest claim");
+        }
+    }
+}
