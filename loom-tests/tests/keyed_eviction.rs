@@ -134,7 +134,7 @@ fn promotion_racing_with_checks_loses_nothing() {
         let admitted = mine + checker.join().unwrap();
         assert!(promoted);
         assert!(admitted <= 3);
-        hot.release(&algorithm, Nanos::new(0));
+        hot.release(&algorithm, &Nanos::new(0));
         let left = algorithm.snapshot(hot.bucket(), Nanos::new(0)).remaining();
         assert_eq!(left + admitted, 3, "a permit was lost in the hand-over");
     });

@@ -132,13 +132,9 @@ pub use manual::ManualClock;
 
 #[cfg(feature = "std")]
 mod os {
-    use crate::sync::{AtomicU64, CachePadded, Ordering};
     use crate::{Clock, Nanos};
     use core::fmt;
-    use core::time::Duration;
-    // std's Arc, not the facade's: the upkeep thread needs `Weak`, and the coarse
-    // clock is not part of any loom model (models pass time explicitly).
-    use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+    use std::sync::OnceLock;
     use std::time::Instant;
 
     /// The process-wide origin shared by every [`MonotonicClock`], so that their
@@ -262,133 +258,145 @@ mod os {
         }
     }
 
-    /// The cached time every [`CoarseClock`] in the process reads: ns since
-    /// [`MonotonicClock`]'s origin. Only grows.
     #[cfg(not(loom))]
-    static COARSE_NOW: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+    pub use coarse::CoarseClock;
 
-    /// The running upkeep thread's token, if any: the thread exits once every clock
-    /// holding the token is dropped.
+    /// The coarse clock: a process-wide cached time (not available under loom, whose
+    /// atomics cannot live in statics; models pass time explicitly).
     #[cfg(not(loom))]
-    static UPKEEP: Mutex<Weak<UpkeepToken>> = Mutex::new(Weak::new());
+    mod coarse {
+        use super::{CoarseClockError, MonotonicClock};
+        use crate::sync::{AtomicU64, CachePadded, Ordering};
+        use crate::{Clock, Nanos};
+        use core::fmt;
+        use core::time::Duration;
+        use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-    #[derive(Debug)]
-    struct UpkeepToken {
-        /// The shortest interval any holder asked for, in ns; read by the thread on
-        /// every turn.
-        interval_ns: AtomicU64,
-    }
+        /// The cached time every [`CoarseClock`] in the process reads: ns since
+        /// [`MonotonicClock`]'s origin. Only grows.
+        static COARSE_NOW: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
 
-    /// A clock whose reading costs one atomic load: a process-wide cached
-    /// [`MonotonicClock`] reading, refreshed by an upkeep thread
-    /// ([`CoarseClock::with_upkeep`]) or by whoever calls [`CoarseClock::refresh`].
-    ///
-    /// **Precision.** A reading lags the true time by at most `L`, the upkeep
-    /// interval plus the upkeep thread's scheduling delay. For a limiter this means
-    /// refills arrive up to `L` late, and, because the lag varies, a real interval can
-    /// look up to `L` longer to the limiter than it was (lagging by `L` at its start
-    /// and by nothing at its end): in any real interval the limiter admits at most
-    /// what the precise clock would in an interval `L` longer, i.e. at most
-    /// `L × rate` more. Over long runs the rate is the same. (`weir-bench accuracy`
-    /// measured +0.76% over 0.5 s at 100 000/s on a VM whose upkeep thread was
-    /// delayed about 4 ms by load.) Readings never go backwards.
-    /// Every `CoarseClock` in a process reads one cached time (so the read is a single
-    /// load from a static, no pointer to follow); with several upkeep intervals asked
-    /// for, the shortest is used. Its origin is [`MonotonicClock`]'s, so the two clocks'
-    /// readings are comparable. Not available under `cfg(loom)` (models pass time
-    /// explicitly).
-    ///
-    /// ```
-    /// use weir_core::{Clock, CoarseClock};
-    /// use std::time::Duration;
-    ///
-    /// // Refreshed every millisecond by a background thread, which exits soon after
-    /// // the last clock holding it is dropped.
-    /// let clock = CoarseClock::with_upkeep(Duration::from_millis(1))?;
-    /// let t = clock.now(); // one atomic load
-    /// assert!(clock.refresh() >= t); // readings never go backwards
-    /// # Ok::<(), weir_core::CoarseClockError>(())
-    /// ```
-    #[derive(Clone)]
-    pub struct CoarseClock {
-        /// Keeps the upkeep thread running while this clock lives.
-        _upkeep: Option<Arc<UpkeepToken>>,
-    }
+        /// The running upkeep thread's token, if any: the thread exits once every clock
+        /// holding the token is dropped.
+        static UPKEEP: Mutex<Weak<UpkeepToken>> = Mutex::new(Weak::new());
 
-    #[cfg(not(loom))]
-    impl CoarseClock {
-        /// A coarse clock with no upkeep thread of its own: it moves only when some
-        /// caller runs [`refresh`](Self::refresh) (a server might call it once per
-        /// event-loop turn), or while another clock's upkeep thread runs.
-        pub fn manual_refresh() -> Self {
-            refresh();
-            Self { _upkeep: None }
+        #[derive(Debug)]
+        struct UpkeepToken {
+            /// The shortest interval any holder asked for, in ns; read by the thread on
+            /// every turn.
+            interval_ns: AtomicU64,
         }
 
-        /// A coarse clock refreshed every `interval` (or more often, if another clock
-        /// asked for a shorter one) by a background thread, started on first use and
-        /// stopped within one interval after the last clock holding it is dropped.
-        pub fn with_upkeep(interval: Duration) -> Result<Self, CoarseClockError> {
-            if interval.is_zero() {
-                return Err(CoarseClockError::ZeroInterval);
-            }
-            let interval_ns = crate::nanos::duration_as_nanos_saturating(interval);
-            let mut running = UPKEEP.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(token) = running.upgrade() {
-                // Ordering: Relaxed; the thread reads the interval on its next turn.
-                token.interval_ns.fetch_min(interval_ns, Ordering::Relaxed);
+        /// A clock whose reading costs one atomic load: a process-wide cached
+        /// [`MonotonicClock`] reading, refreshed by an upkeep thread
+        /// ([`CoarseClock::with_upkeep`]) or by whoever calls [`CoarseClock::refresh`].
+        ///
+        /// **Precision.** A reading lags the true time by at most `L`, the upkeep
+        /// interval plus the upkeep thread's scheduling delay. For a limiter this means
+        /// refills arrive up to `L` late, and, because the lag varies, a real interval can
+        /// look up to `L` longer to the limiter than it was (lagging by `L` at its start
+        /// and by nothing at its end): in any real interval the limiter admits at most
+        /// what the precise clock would in an interval `L` longer, i.e. at most
+        /// `L × rate` more. Over long runs the rate is the same. (`weir-bench accuracy`
+        /// measured +0.76% over 0.5 s at 100 000/s on a VM whose upkeep thread was
+        /// delayed about 4 ms by load.) Readings never go backwards.
+        /// Every `CoarseClock` in a process reads one cached time (so the read is a single
+        /// load from a static, no pointer to follow); with several upkeep intervals asked
+        /// for, the shortest is used. Its origin is [`MonotonicClock`]'s, so the two clocks'
+        /// readings are comparable. Not available under `cfg(loom)` (models pass time
+        /// explicitly).
+        ///
+        /// ```
+        /// use weir_core::{Clock, CoarseClock};
+        /// use std::time::Duration;
+        ///
+        /// // Refreshed every millisecond by a background thread, which exits soon after
+        /// // the last clock holding it is dropped.
+        /// let clock = CoarseClock::with_upkeep(Duration::from_millis(1))?;
+        /// let t = clock.now(); // one atomic load
+        /// assert!(clock.refresh() >= t); // readings never go backwards
+        /// # Ok::<(), weir_core::CoarseClockError>(())
+        /// ```
+        #[derive(Clone)]
+        pub struct CoarseClock {
+            /// Keeps the upkeep thread running while this clock lives.
+            _upkeep: Option<Arc<UpkeepToken>>,
+        }
+
+        impl CoarseClock {
+            /// A coarse clock with no upkeep thread of its own: it moves only when some
+            /// caller runs [`refresh`](Self::refresh) (a server might call it once per
+            /// event-loop turn), or while another clock's upkeep thread runs.
+            pub fn manual_refresh() -> Self {
                 refresh();
-                return Ok(Self { _upkeep: Some(token) });
+                Self { _upkeep: None }
             }
-            let token = Arc::new(UpkeepToken { interval_ns: AtomicU64::new(interval_ns) });
-            let weak = Arc::downgrade(&token);
-            std::thread::Builder::new()
-                .name("weir-coarse-clock".into())
-                .spawn(move || {
-                    while let Some(token) = weak.upgrade() {
-                        refresh();
-                        // Ordering: Relaxed; see `fetch_min` above.
-                        let interval = Duration::from_nanos(token.interval_ns.load(Ordering::Relaxed));
-                        drop(token);
-                        std::thread::sleep(interval);
-                    }
-                })
-                .map_err(CoarseClockError::Spawn)?;
-            *running = Arc::downgrade(&token);
-            refresh();
-            Ok(Self { _upkeep: Some(token) })
+
+            /// A coarse clock refreshed every `interval` (or more often, if another clock
+            /// asked for a shorter one) by a background thread, started on first use and
+            /// stopped within one interval after the last clock holding it is dropped.
+            pub fn with_upkeep(interval: Duration) -> Result<Self, CoarseClockError> {
+                if interval.is_zero() {
+                    return Err(CoarseClockError::ZeroInterval);
+                }
+                let interval_ns = crate::nanos::duration_as_nanos_saturating(interval);
+                let mut running = UPKEEP.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(token) = running.upgrade() {
+                    // Ordering: Relaxed; the thread reads the interval on its next turn.
+                    token.interval_ns.fetch_min(interval_ns, Ordering::Relaxed);
+                    refresh();
+                    return Ok(Self { _upkeep: Some(token) });
+                }
+                let token = Arc::new(UpkeepToken { interval_ns: AtomicU64::new(interval_ns) });
+                let weak = Arc::downgrade(&token);
+                std::thread::Builder::new()
+                    .name("weir-coarse-clock".into())
+                    .spawn(move || {
+                        while let Some(token) = weak.upgrade() {
+                            refresh();
+                            // Ordering: Relaxed; see `fetch_min` above.
+                            let interval = Duration::from_nanos(token.interval_ns.load(Ordering::Relaxed));
+                            drop(token);
+                            std::thread::sleep(interval);
+                        }
+                    })
+                    .map_err(CoarseClockError::Spawn)?;
+                *running = Arc::downgrade(&token);
+                refresh();
+                Ok(Self { _upkeep: Some(token) })
+            }
+
+            /// Reads the precise clock, stores it as the cached time, and returns it.
+            pub fn refresh(&self) -> Nanos {
+                refresh()
+            }
         }
 
-        /// Reads the precise clock, stores it as the cached time, and returns it.
-        pub fn refresh(&self) -> Nanos {
-            refresh()
+        fn refresh() -> Nanos {
+            let now = MonotonicClock::new().now().as_u64();
+            // Ordering: Relaxed; the cached time publishes no other memory, and fetch_max
+            // keeps it from going backwards when refreshers race.
+            let previous = COARSE_NOW.fetch_max(now, Ordering::Relaxed);
+            Nanos::new(previous.max(now))
         }
-    }
 
-    #[cfg(not(loom))]
-    fn refresh() -> Nanos {
-        let now = MonotonicClock::new().now().as_u64();
-        // Ordering: Relaxed; the cached time publishes no other memory, and fetch_max
-        // keeps it from going backwards when refreshers race.
-        let previous = COARSE_NOW.fetch_max(now, Ordering::Relaxed);
-        Nanos::new(previous.max(now))
-    }
-
-    #[cfg(not(loom))]
-    impl Clock for CoarseClock {
-        #[inline]
-        fn now(&self) -> Nanos {
-            // Ordering: Relaxed; a reading needs only this word's latest value.
-            Nanos::new(COARSE_NOW.load(Ordering::Relaxed))
+        impl Clock for CoarseClock {
+            #[inline]
+            fn now(&self) -> Nanos {
+                // Ordering: Relaxed; a reading needs only this word's latest value.
+                Nanos::new(COARSE_NOW.load(Ordering::Relaxed))
+            }
         }
-    }
 
-    impl fmt::Debug for CoarseClock {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("CoarseClock").field("upkeep", &self._upkeep.is_some()).finish()
+        impl fmt::Debug for CoarseClock {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct("CoarseClock").field("upkeep", &self._upkeep.is_some()).finish()
+            }
         }
     }
 }
 
+#[cfg(all(feature = "std", not(loom)))]
+pub use os::CoarseClock;
 #[cfg(feature = "std")]
-pub use os::{CoarseClock, CoarseClockError, InstantClock, MonotonicClock};
+pub use os::{CoarseClockError, InstantClock, MonotonicClock};

@@ -33,10 +33,12 @@ mod quota_cell;
 pub mod sync;
 
 pub use clock::Clock;
+#[cfg(all(feature = "std", not(loom)))]
+pub use clock::CoarseClock;
 #[cfg(feature = "alloc")]
 pub use clock::ManualClock;
 #[cfg(feature = "std")]
-pub use clock::{CoarseClock, CoarseClockError, InstantClock, MonotonicClock};
+pub use clock::{CoarseClockError, InstantClock, MonotonicClock};
 pub use decision::{Decision, DenyReason, InsufficientCapacity, Snapshot};
 pub use limiter::{Algorithm, Limiter, Retire};
 pub use nanos::{Nanos, ticks};

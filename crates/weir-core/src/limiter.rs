@@ -121,8 +121,10 @@ pub trait Algorithm {
 /// nothing, so a check that raced with the retirement is denied; the store sees
 /// [`is_retired`](Retire::is_retired) and retries that check on a fresh state, which
 /// decides exactly as the retired one would have (it was idle). A check whose
-/// admission landed first makes the state non-idle, so the retirement fails. Either
-/// way no admission is lost and none is granted twice.
+/// admission landed first changed the state, and the retirement judges the new
+/// state: it retires it only if it is still idle at the sweep's `now`, when dropping
+/// it changes no decision at or after that time. Either way no admission is lost and
+/// none is granted twice.
 pub trait Retire: Algorithm {
     /// Retires `state` if it is idle at `now` (see [`Algorithm::is_idle`]); returns
     /// whether it did. Atomic with respect to concurrent checks.

@@ -59,14 +59,10 @@ impl QuotaCell {
             // Ordering: Acquire pairs with the Release store of `version` in `store`,
             // so the words that write put in slot `v & 1` are visible below.
             let v = self.version.load(Ordering::Acquire);
-            // Both slots are read, independently of `v`, and the current one picked
-            // after: the loads issue in parallel instead of waiting for `v`.
+            let slot = &self.slots[(v & 1) as usize];
             // Ordering: Relaxed; whether these words come from one write is decided by
             // the version check below, which the fences make sound.
-            let [even, odd] = &self.slots;
-            let even: [u64; WORDS] = core::array::from_fn(|i| even[i].load(Ordering::Relaxed));
-            let odd: [u64; WORDS] = core::array::from_fn(|i| odd[i].load(Ordering::Relaxed));
-            let words = if v & 1 == 0 { even } else { odd };
+            let words = core::array::from_fn(|i| slot[i].load(Ordering::Relaxed));
             // Ordering: Acquire fence. If a load above read a word stored by a later
             // writer reusing this slot, that writer's Release fence synchronizes with
             // this fence, so the bump of `version` that preceded its writes is visible

@@ -19,14 +19,19 @@
 //!   permits, `remaining` being what the bucket can admit now: large while the
 //!   bucket is far from empty, down to exactly the request's cost near the limit, so
 //!   near the limit leased mode *is* the exact limiter (one bucket CAS per request).
-//! - **Expiry.** A lease is usable for `lifetime`; the owner gives back what is left
-//!   of an expired lease when it next comes for a new one, and
+//! - **Expiry.** A lease is spendable from its grant for `lifetime`, rounded down to
+//!   4.096 µs units (the resolution of its expiry). When its stripe next needs a
+//!   lease, the owner gives back what is left of the old one, and
 //!   [`LeasedGcra::release_leases`] gives back every lease at once. "What is left" is
-//!   the unused permits' debt *less the time since the grant*: the bucket has been
-//!   refilling meanwhile and may already have repaid that debt, so crediting every
-//!   unused permit would credit other stripes' debt and over-admit (a property test
-//!   found exactly that).
-//!
+//!   the unused permits' debt, charged at the interval they were granted at, *less the
+//!   time since the grant*: the bucket has been refilling meanwhile and may already
+//!   have repaid that debt, so crediting every unused permit would credit other
+//!   stripes' debt and over-admit (a property test found exactly that). The time is
+//!   measured to the latest reading any refill has seen, so neither a stale reading
+//!   nor a clock stepping backwards shortens it.
+//! - **Ownership.** A stripe being refilled is marked claimed; other threads of the
+//!   stripe decide exactly on the bucket meanwhile, so nobody waits for a refill.
+
 //! # The bound
 //!
 //! Leased permits are admitted by the exact bucket when the lease is granted and
@@ -44,12 +49,15 @@
 //! admitted beyond the burst (loom: `loom-tests/tests/leased.rs`). With
 //! `max_lease = 1` the bound is 0 and the limiter decides exactly as [`Gcra`].
 //!
-//! Capacity held by an unused lease is never lost for longer than `lifetime`: its
-//! remaining debt is given back when its stripe next refills, and in any case the
-//! lease's debt is repaid by the bucket's own refill within `lease × T ≤ lifetime`
-//! after the lease stopped being spendable (when `max_lease × T ≤ lifetime`; else
-//! within `max_lease × T`).
-//!
+//! Capacity is never created: a give-back credits at most the lease's remaining
+//! share of the bucket's debt. It can be *lost* for a while instead: the part of an
+//! unused lease's debt that the give-back does not credit (at most `elapsed` since
+//! the grant) stays in the bucket until the bucket is next full, at most
+//! `burst × T` later. With a clock that steps backwards, a give-back still measures
+//! time to the latest reading seen, and a lease is not spendable at a reading before
+//! its grant; an expired, unreturned lease can become spendable again at a reading
+//! back inside its lifetime, so for such clocks the bound is `stripes × max_lease`.
+
 //! # What a decision reports
 //!
 //! An admission from a lease reports the permits left in this stripe's lease as
@@ -77,6 +85,8 @@ pub const MAX_LEASE: u64 = (1 << PERMIT_BITS) - 1;
 /// A lease's expiry is kept in units of 2^12 ns (4.096 µs) since the limiter's
 /// creation, in the 48 high bits: 36 years.
 const EXPIRY_SHIFT_NS: u32 = 12;
+/// The largest expiry (below [`CLAIMED`]'s).
+const MAX_EXPIRY: u64 = (u64::MAX >> PERMIT_BITS) - 1;
 /// The most stripes a limiter may have.
 pub const MAX_STRIPES: usize = 1 << 12;
 
@@ -183,19 +193,31 @@ impl fmt::Display for LeaseConfigError {
 #[cfg(feature = "std")]
 impl std::error::Error for LeaseConfigError {}
 
-/// One stripe: its lease, and what the bucket looked like when it was granted.
+/// One stripe: its lease, and what was true when the lease was granted.
+///
+/// The lease word has three kinds of value: `0` (no lease), [`CLAIMED`] (one thread
+/// owns the stripe while it gives back the old lease and takes a new one), or a
+/// lease `expiry << 16 | permits`. Only the thread that claimed the stripe writes
+/// the grant fields; it publishes them with the Release store that installs the
+/// lease, and the next claimer reads them after its Acquire claim, so a give-back
+/// always uses the grant time and interval of exactly the lease it gives back.
 #[derive(Debug, Default)]
 struct Stripe {
-    /// `expiry << 16 | permits`: permits left, and the expiry in 4.096 µs units since
-    /// the limiter's origin. 0 = no lease.
     lease: AtomicU64,
-    /// The bucket's burst, reset-after (ns) and clock reading (ns) at the grant, for
-    /// the decisions of admissions from this lease (so the fast path reads nothing
-    /// shared). Written by the granting thread only.
+    /// The clock reading (ns) the lease was granted at (at or before the bucket's
+    /// own reading for the grant).
+    granted_at_ns: AtomicU64,
+    /// The emission interval (ticks) the lease's permits were charged at.
+    granted_interval: AtomicU64,
+    /// The bucket's burst and reset-after (ns) at the grant, for the decisions of
+    /// admissions from this lease (the fast path reads nothing shared).
     granted_limit: AtomicU64,
     granted_reset_ns: AtomicU64,
-    granted_at_ns: AtomicU64,
 }
+
+/// The lease word of a stripe being refilled: zero permits, so the fast path never
+/// spends from it; other threads of the stripe decide on the bucket meanwhile.
+const CLAIMED: u64 = (u64::MAX >> PERMIT_BITS) << PERMIT_BITS;
 
 const fn pack(permits: u64, expiry: u64) -> u64 {
     expiry << PERMIT_BITS | permits
@@ -211,11 +233,18 @@ const fn unpack(word: u64) -> (u64, u64) {
 #[derive(Debug)]
 pub struct LeaseStripes {
     state: CachePadded<GcraState>,
+    /// The latest clock reading (ns) any refill used: a give-back measures the time
+    /// since a grant from at least this, so a clock stepping backwards counts as no
+    /// time passing and cannot make an old lease's debt look unpaid.
+    latest_ns: CachePadded<AtomicU64>,
     stripes: Box<[CachePadded<Stripe>]>,
     config: LeaseConfig,
     /// Clock reading (ns) the lease expiries count from.
     origin_ns: u64,
     lifetime_units: u64,
+    /// Who these stripes belong to (a per-key store records the key's state here),
+    /// so that a holder of another state never uses them.
+    owner: usize,
 }
 
 impl LeaseStripes {
@@ -225,11 +254,24 @@ impl LeaseStripes {
         let lifetime_ns = weir_core::nanos::duration_as_nanos_saturating(config.lifetime);
         Self {
             state: CachePadded::new(GcraState::new()),
+            latest_ns: CachePadded::new(AtomicU64::new(origin.as_u64())),
             stripes: stripes.into_boxed_slice(),
             config,
             origin_ns: origin.as_u64(),
             lifetime_units: lifetime_ns >> EXPIRY_SHIFT_NS,
+            owner: 0,
         }
+    }
+
+    /// The same, recording `owner` (any identifier the caller chooses; a per-key
+    /// store uses the address of the key's state).
+    pub fn with_owner(self, owner: usize) -> Self {
+        Self { owner, ..self }
+    }
+
+    /// The owner recorded by [`with_owner`](Self::with_owner) (0 if none).
+    pub fn owner(&self) -> usize {
+        self.owner
     }
 
     /// The bucket the stripes lease from.
@@ -255,13 +297,16 @@ impl LeaseStripes {
         let stripe = &self.stripes[stripe & (self.stripes.len() - 1)];
         let now = clock.now();
         let now_units = self.units(now);
-        // Ordering: Relaxed; a lease word carries only its own permits and expiry;
-        // permits leave the shared bucket by the bucket's own CAS, so no other memory
-        // is published through it.
+        // Ordering: Relaxed; spending from a lease needs only the atomicity of this
+        // word's CAS (permits left the bucket by the bucket's own CAS); the grant
+        // fields the decision reports are approximate by design.
         let mut word = stripe.lease.load(Ordering::Relaxed);
         loop {
             let (permits, expiry) = unpack(word);
-            if n == 0 || permits < n || now_units >= expiry {
+            // A lease is spendable from its grant until its expiry; a reading before
+            // the grant (a clock stepping backwards) does not revive an old lease.
+            let valid = now_units < expiry && now_units.saturating_add(self.lifetime_units) >= expiry;
+            if n == 0 || permits < n || !valid {
                 break;
             }
             // Ordering: Relaxed; see the load above.
@@ -270,72 +315,75 @@ impl LeaseStripes {
                 Err(actual) => word = actual,
             }
         }
-        self.refill(algorithm, stripe, word, n, now, now_units)
+        self.refill(algorithm, stripe, word, n, clock)
     }
 
-    /// The slow path: give back what is left of the stripe's lease, take a new one
-    /// (or exactly `n` near the limit), and install what is left of it.
+    /// The slow path: claim the stripe, give back what is left of its lease, take a
+    /// new one (or exactly `n` near the limit), and install what is left of it.
     #[cold]
-    fn refill(
+    fn refill<C: Clock + ?Sized>(
         &self,
         algorithm: &GcraAlgorithm,
         stripe: &Stripe,
         mut word: u64,
         n: u64,
-        now: Nanos,
-        now_units: u64,
+        clock: &C,
     ) -> Result<Decision, InsufficientCapacity> {
-        let burst = algorithm.limit();
-        if n > burst {
-            return Err(InsufficientCapacity { requested: n, capacity: burst });
+        // One quota for the whole refill: sizes and charges agree even if the quota
+        // changes meanwhile.
+        let quota = algorithm.quota();
+        if n > quota.burst() {
+            return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
         }
         if n == 0 {
-            return Ok(Decision::allowed(algorithm.snapshot(&self.state, now)));
+            return Ok(Decision::allowed(algorithm.snapshot_with(&quota, &self.state, clock.now())));
         }
-        // Claim the stripe's lease (so no other thread of this stripe spends it while
-        // it is being given back), then give back what is left of its debt.
-        while word != 0 {
-            // Ordering: Relaxed; see `check_on`.
-            match stripe.lease.compare_exchange_weak(word, 0, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => {
-                    self.give_back(algorithm, word, now);
-                    break;
-                }
+        // Claim the stripe. If another thread of this stripe is refilling it, do not
+        // wait: decide this request exactly, on the bucket.
+        loop {
+            if word == CLAIMED {
+                return Ok(algorithm.acquire(&quota, &self.state, n, clock));
+            }
+            // Ordering: Acquire on success pairs with the Release store that installed
+            // this lease, so its grant fields are visible below.
+            match stripe.lease.compare_exchange_weak(word, CLAIMED, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => break,
                 Err(actual) => word = actual,
             }
         }
+        self.give_back_owned(algorithm, stripe, word, clock);
         // Lease size: a share of what the bucket can admit now, at least n.
-        let remaining = algorithm.snapshot(&self.state, now).remaining();
+        let now = clock.now();
+        // Ordering: Relaxed; see `latest_ns`.
+        self.latest_ns.fetch_max(now.as_u64(), Ordering::Relaxed);
+        let remaining = algorithm.snapshot_with(&quota, &self.state, now).remaining();
         let share = remaining / (2 * self.stripes.len() as u64);
-        let lease = share.clamp(n, self.config.max_lease.max(n)).min(burst);
-        let mut decision = algorithm.check_n(&self.state, lease, &now)?;
+        let lease = share.clamp(n, self.config.max_lease.max(n)).min(quota.burst());
+        let mut decision = algorithm.acquire(&quota, &self.state, lease, clock);
         let mut granted = lease;
         if decision.is_denied() && lease > n {
-            decision = algorithm.check_n(&self.state, n, &now)?;
+            decision = algorithm.acquire(&quota, &self.state, n, clock);
             granted = n;
         }
+        let left = if decision.is_allowed() { granted - n } else { 0 };
+        let installed = if left > 0 {
+            // Ordering: Relaxed (all four); published by the Release store below.
+            stripe.granted_at_ns.store(now.as_u64(), Ordering::Relaxed);
+            stripe.granted_interval.store(quota.emission_interval_ticks(), Ordering::Relaxed);
+            stripe.granted_limit.store(quota.burst(), Ordering::Relaxed);
+            stripe.granted_reset_ns.store(decision.reset_after().as_nanos() as u64, Ordering::Relaxed);
+            let expiry = self.units(now).saturating_add(self.lifetime_units).min(MAX_EXPIRY);
+            pack(left, expiry)
+        } else {
+            0
+        };
+        // Ordering: Release publishes the grant fields to the next claimer (see
+        // `Stripe`) and ends this thread's ownership of the stripe.
+        stripe.lease.store(installed, Ordering::Release);
         if decision.is_denied() {
             return Ok(decision);
         }
-        let left = granted - n;
-        if left > 0 {
-            let expiry = now_units.saturating_add(self.lifetime_units).min(u64::MAX >> PERMIT_BITS);
-            // Ordering: Relaxed; these describe the lease to its own stripe's readers,
-            // which only use them to fill in decisions (approximate by design).
-            stripe.granted_limit.store(burst, Ordering::Relaxed);
-            // Ordering: Relaxed; as above.
-            stripe.granted_reset_ns.store(decision.reset_after().as_nanos() as u64, Ordering::Relaxed);
-            // Ordering: Relaxed; as above.
-            stripe.granted_at_ns.store(now.as_u64(), Ordering::Relaxed);
-            // Install the rest, unless another thread of this stripe installed a lease
-            // meanwhile: then give ours back.
-            let lease = pack(left, expiry);
-            // Ordering: Relaxed; see `check_on`.
-            if stripe.lease.compare_exchange(0, lease, Ordering::Relaxed, Ordering::Relaxed).is_err() {
-                self.give_back(algorithm, lease, now);
-            }
-        }
-        Ok(Decision::allowed(Snapshot::new(burst, left, decision.reset_after().as_nanos() as u64)))
+        Ok(Decision::allowed(Snapshot::new(quota.burst(), left, decision.reset_after().as_nanos() as u64)))
     }
 
     fn leased_decision(stripe: &Stripe, left: u64, now: Nanos) -> Decision {
@@ -347,34 +395,51 @@ impl LeaseStripes {
         Decision::allowed(Snapshot::new(limit, left, reset))
     }
 
-    /// Gives back to the bucket what is left of a claimed lease `word`: the unused
-    /// permits' debt less the time since the grant. The bucket has been refilling
-    /// since the grant, and that refill may already have repaid this lease's debt,
-    /// so crediting all unused permits could credit other stripes' debt (over-admit).
-    /// The lease's remaining share of the bucket's debt is at least
-    /// `unused·T − elapsed`, never more than `unused·T`; crediting that lower bound
-    /// is always safe. The grant time is recovered from the expiry, rounded down,
-    /// which only overstates the elapsed time.
-    fn give_back(&self, algorithm: &GcraAlgorithm, word: u64, now: Nanos) {
-        let (permits, expiry) = unpack(word);
-        if permits == 0 || expiry >= u64::MAX >> PERMIT_BITS {
-            return; // nothing left, or an expiry clamped at the horizon: credit nothing
+    /// Gives back to the bucket what is left of the lease `word` of a stripe this
+    /// thread has claimed: the unused permits' debt, charged at the interval of their
+    /// grant, less the time since the grant. The bucket has been refilling since the
+    /// grant, and that refill may already have repaid part of this debt, so crediting
+    /// all of it could credit other stripes' debt (over-admit); the lease's remaining
+    /// share of the bucket's debt is at least `unused·T − elapsed`, so crediting that
+    /// is always safe. The elapsed time comes from a reading taken inside the
+    /// refund's CAS loop, after the TAT is read, never from an older one; a reading
+    /// before the grant credits nothing.
+    fn give_back_owned<C: Clock + ?Sized>(&self, algorithm: &GcraAlgorithm, stripe: &Stripe, word: u64, clock: &C) {
+        let (permits, _) = unpack(word);
+        if permits == 0 {
+            return;
         }
-        let granted_ns = self.origin_ns.saturating_add(expiry.saturating_sub(self.lifetime_units) << EXPIRY_SHIFT_NS);
-        let elapsed_ticks = weir_core::ticks::from_nanos(now.as_u64().saturating_sub(granted_ns));
-        let owed = permits.saturating_mul(algorithm.quota().emission_interval_ticks());
-        let credit = owed.saturating_sub(elapsed_ticks);
-        if credit > 0 {
-            algorithm.refund_ticks(&self.state, credit, &now);
-        }
+        // Ordering: Relaxed (both); made visible by the Acquire claim (see `Stripe`).
+        let granted_at = stripe.granted_at_ns.load(Ordering::Relaxed);
+        let interval = stripe.granted_interval.load(Ordering::Relaxed);
+        let owed = permits.saturating_mul(interval);
+        algorithm.refund_ticks_with(&self.state, clock, |now| {
+            // Ordering: Relaxed; a monotone hint (see `latest_ns`), read after the
+            // refill that granted this lease raised it.
+            let latest = self.latest_ns.fetch_max(now.as_u64(), Ordering::Relaxed).max(now.as_u64());
+            owed.saturating_sub(weir_core::ticks::from_nanos(latest.saturating_sub(granted_at)))
+        });
     }
 
-    /// Gives every lease back to the bucket (what is left of its debt).
-    pub fn release(&self, algorithm: &GcraAlgorithm, now: Nanos) {
+    /// Gives every lease back to the bucket (what is left of its debt; see
+    /// [`give_back_owned`](Self::give_back_owned)). Stripes being refilled right now
+    /// are skipped: their refill gives back their old lease itself.
+    pub fn release<C: Clock + ?Sized>(&self, algorithm: &GcraAlgorithm, clock: &C) {
         for stripe in self.stripes.iter() {
             // Ordering: Relaxed; see `check_on`.
-            let word = stripe.lease.swap(0, Ordering::Relaxed);
-            self.give_back(algorithm, word, now);
+            let mut word = stripe.lease.load(Ordering::Relaxed);
+            while word != 0 && word != CLAIMED {
+                // Ordering: Acquire on success, as in `refill`.
+                match stripe.lease.compare_exchange_weak(word, CLAIMED, Ordering::Acquire, Ordering::Relaxed) {
+                    Ok(_) => {
+                        self.give_back_owned(algorithm, stripe, word, clock);
+                        // Ordering: Release ends the ownership (nothing new to publish).
+                        stripe.lease.store(0, Ordering::Release);
+                        break;
+                    }
+                    Err(actual) => word = actual,
+                }
+            }
         }
     }
 
@@ -464,9 +529,9 @@ impl<C: Clock> LeasedGcra<C> {
     }
 
     /// Gives every unused leased permit back to the bucket (what is left of its debt;
-    /// see the module docs), e.g. before a quiet period or to read an exact snapshot.
+    /// see the module docs), e.g. before a quiet period.
     pub fn release_leases(&self) {
-        self.stripes.release(&self.algorithm, self.clock.now());
+        self.stripes.release(&self.algorithm, &self.clock);
     }
 
     /// The bucket's state, counting leased permits as used.

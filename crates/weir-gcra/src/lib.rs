@@ -32,7 +32,9 @@
 //!   order in which the compare-and-swaps land (linearizable). Concurrent checks never
 //!   admit more in total than the sequential algorithm would (loom-checked in
 //!   `loom-tests/tests/gcra.rs`, property-tested against a reference model).
-//! - **Lock-free**: a check retries its CAS only when another check's CAS succeeded.
+//! - **Lock-free**: a check retries its CAS only when another operation changed the
+//!   TAT in between (or a weak CAS failed spuriously), so some operation always
+//!   completes.
 //! - **Allowed path**: one CAS on one word. **Denied path**: one load, no write to
 //!   shared memory, so a limiter under attack scales across cores.
 //! - **No panic** on any input. Time is kept in ticks (1/16 ns) relative to the
@@ -182,7 +184,7 @@ impl GcraAlgorithm {
 
     /// The one admission routine: `n <= burst` is the caller's to check.
     #[inline(always)]
-    fn acquire<C: Clock + ?Sized>(&self, quota: &Quota, state: &GcraState, n: u64, clock: &C) -> Decision {
+    pub(crate) fn acquire<C: Clock + ?Sized>(&self, quota: &Quota, state: &GcraState, n: u64, clock: &C) -> Decision {
         self.acquire_counting(quota, state, n, clock).0
     }
 
@@ -248,10 +250,25 @@ impl GcraAlgorithm {
 
     /// Gives back `credit` ticks of capacity in use, never beyond a full bucket.
     pub(crate) fn refund_ticks<C: Clock + ?Sized>(&self, state: &GcraState, credit: u64, clock: &C) {
+        self.refund_ticks_with(state, clock, |_| credit);
+    }
+
+    /// Gives back `credit_at(now)` ticks of capacity in use, never beyond a full
+    /// bucket, where `now` is a clock reading taken after the TAT it applies to was
+    /// read (so a credit that shrinks with time is never computed from a stale
+    /// reading).
+    pub(crate) fn refund_ticks_with<C: Clock + ?Sized>(
+        &self,
+        state: &GcraState,
+        clock: &C,
+        credit_at: impl Fn(Nanos) -> u64,
+    ) {
         // Ordering: Relaxed; see `acquire`.
         let mut tat = state.tat.load(Ordering::Relaxed);
         loop {
-            let now = self.ticks_at(clock.now());
+            let reading = clock.now();
+            let now = self.ticks_at(reading);
+            let credit = credit_at(reading);
             if tat <= now || credit == 0 || tat >= PROMOTED {
                 return; // already full, retired (idle, so full), or moved to a hot bucket
             }
@@ -263,6 +280,25 @@ impl GcraAlgorithm {
             }
         }
     }
+
+    /// `state`'s snapshot at `now` under `quota` (a quota the caller loaded once).
+    pub(crate) fn snapshot_with(&self, quota: &Quota, state: &GcraState, now: Nanos) -> Snapshot {
+        let now = self.ticks_at(now);
+        // Ordering: Relaxed; see `acquire`.
+        let tat = state.tat.load(Ordering::Relaxed);
+        Self::snapshot_of(quota, tat.saturating_sub(now))
+    }
+}
+
+/// What a GCRA state currently is, read in one load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateKind {
+    /// A live bucket.
+    Live,
+    /// Retired ([`Retire`]): admits nothing; a per-key store replaces it.
+    Retired,
+    /// Promoted to a hot bucket ([`GcraAlgorithm::promote`]).
+    Promoted,
 }
 
 /// Hot keys: moving one key's bucket to per-core [`LeaseStripes`] and back.
@@ -307,6 +343,18 @@ impl GcraAlgorithm {
                 Ok(_) => return true,
                 Err(actual) => tat = actual,
             }
+        }
+    }
+
+    /// What `state` is (live, retired or promoted), from a single load, so a caller
+    /// never sees "not retired" and then "not promoted" across a change from one to
+    /// the other.
+    pub fn state_kind(&self, state: &GcraState) -> StateKind {
+        // Ordering: Acquire, as in `is_promoted`.
+        match state.tat.load(Ordering::Acquire) {
+            RETIRED => StateKind::Retired,
+            PROMOTED => StateKind::Promoted,
+            _ => StateKind::Live,
         }
     }
 
@@ -390,8 +438,9 @@ impl Retire for GcraAlgorithm {
         let now = self.ticks_at(now);
         // Ordering: Relaxed; retirement and admissions are read-modify-writes of the
         // one TAT word, ordered by its modification order: an admission that lands
-        // first makes the state non-idle and this CAS fails; one that comes after
-        // finds RETIRED and is denied.
+        // first changes the TAT, so this CAS fails and retries (and retires only if
+        // the new TAT is still idle at `now`, which changes no decision at or after
+        // `now`); one that comes after finds RETIRED and is denied.
         let mut tat = state.tat.load(Ordering::Relaxed);
         loop {
             if tat > now {

@@ -221,3 +221,90 @@ proptest! {
         }
     }
 }
+
+/// A manual clock that returns one stale reading when asked to: what a thread that
+/// read the clock and was then preempted would use.
+#[derive(Clone)]
+struct StaleOnce {
+    inner: ManualClock,
+    stale: std::sync::Arc<std::sync::Mutex<Option<weir_core::Nanos>>>,
+}
+
+impl Clock for StaleOnce {
+    fn now(&self) -> weir_core::Nanos {
+        self.stale.lock().unwrap().take().unwrap_or_else(|| self.inner.now())
+    }
+}
+
+// Regressions for give-back over-credits found in review: a lease given back must be
+// credited at its own grant's interval, from a fresh reading, never at a reading that
+// lags (stale or stepped back) the time the bucket has already seen.
+
+#[test]
+fn a_lease_is_given_back_at_the_interval_it_was_granted_at() {
+    let clock = ManualClock::new();
+    let config =
+        LeaseConfig::new(2).unwrap().with_max_lease(64).unwrap().with_lifetime(Duration::from_millis(1)).unwrap();
+    let l = LeasedGcra::with_clock(Quota::per_second(1_000).unwrap(), config, clock.clone());
+    assert_eq!(l.check_on(0, 1).unwrap().remaining(), 63);
+    let slower = Quota::per_second(1).unwrap().with_burst(10).unwrap();
+    l.set_quota(slower);
+    clock.advance(Duration::from_millis(2)); // stripe 0's lease expired, unspent
+    let admitted = (0..100).filter(|i| l.check_on(if *i < 50 { 1 } else { 0 }, 1).unwrap().is_allowed()).count() as u64;
+    assert!(admitted <= 10 + l.over_admission_bound(), "admitted {admitted}");
+}
+
+#[test]
+fn a_stale_reading_does_not_make_an_old_lease_look_unpaid() {
+    let clock = StaleOnce { inner: ManualClock::new(), stale: Default::default() };
+    let config =
+        LeaseConfig::new(2).unwrap().with_max_lease(64).unwrap().with_lifetime(Duration::from_nanos(4_096)).unwrap();
+    let l = LeasedGcra::with_clock(quota(1_000_000, 256), config, clock.clone());
+    assert_eq!(l.check_on(0, 1).unwrap().remaining(), 63); // t = 0
+    clock.inner.advance(Duration::from_secs(1));
+    let mut admitted = (0..1_000).filter(|_| l.check_on(1, 1).unwrap().is_allowed()).count() as u64;
+    *clock.stale.lock().unwrap() = Some(weir_core::Nanos::ZERO); // a thread preempted since t = 0
+    admitted += l.check_on(0, 64).unwrap().is_allowed() as u64 * 64;
+    admitted += (0..1_000).filter(|_| l.check_on(1, 1).unwrap().is_allowed()).count() as u64;
+    assert!(admitted <= 256 + l.over_admission_bound(), "admitted {admitted}");
+}
+
+#[test]
+fn a_clock_stepping_back_does_not_make_an_old_lease_look_unpaid() {
+    let clock = ManualClock::new();
+    let config =
+        LeaseConfig::new(2).unwrap().with_max_lease(64).unwrap().with_lifetime(Duration::from_nanos(4_096)).unwrap();
+    let l = LeasedGcra::with_clock(quota(1_000_000, 256), config, clock.clone());
+    assert_eq!(l.check_on(0, 1).unwrap().remaining(), 63);
+    clock.set(weir_core::Nanos::new(1_000_000_000));
+    let mut admitted = (0..1_000).filter(|_| l.check_on(1, 1).unwrap().is_allowed()).count() as u64;
+    clock.set(weir_core::Nanos::ZERO);
+    admitted += l.check_on(0, 64).unwrap().is_allowed() as u64 * 64;
+    clock.set(weir_core::Nanos::new(1_000_000_000));
+    admitted += (0..1_000).filter(|_| l.check_on(1, 1).unwrap().is_allowed()).count() as u64;
+    assert!(admitted <= 256 + l.over_admission_bound(), "admitted {admitted}");
+}
+
+#[test]
+fn a_quota_change_during_a_refill_never_turns_a_small_request_into_an_error() {
+    let config = LeaseConfig::new(1).unwrap().with_max_lease(64).unwrap();
+    let big = quota(1_000_000_000, 100_000);
+    let small = quota(1_000_000_000, 40);
+    let l = LeasedGcra::with_clock(big, config, weir_core::MonotonicClock::new());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..20_000 {
+                l.set_quota(big);
+                l.set_quota(small);
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                l.release_leases();
+                assert!(l.check_on(0, 40).is_ok(), "40 never exceeds either burst");
+            }
+        });
+    });
+}

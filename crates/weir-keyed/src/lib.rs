@@ -58,7 +58,7 @@
 //! the state is idle; a retired state admits nothing), then unlinks it. A check that
 //! raced and landed on the retired state is denied, sees [`Retire::is_retired`], and
 //! retries on a fresh state; a check that landed first made the state non-idle, and
-//! the retirement failed. loom checks this race (`loom-tests/tests/keyed.rs`).
+//! the retirement failed. loom checks this race (`loom-tests/tests/keyed_eviction.rs`).
 //!
 //! Eviction is incremental and never stops the world: every `sweep_every`-th new key
 //! sweeps the next shard (about 512 keys) for idle ones; [`Keyed::sweep`],
@@ -108,7 +108,7 @@ use weir_core::{
     Algorithm, Clock, Decision, DenyReason, InsufficientCapacity, Limiter, MonotonicClock, Quota, Retire, Snapshot,
 };
 use weir_gcra::leased::stripe_of_this_thread;
-use weir_gcra::{GcraAlgorithm, GcraState, LeaseConfig, LeaseStripes};
+use weir_gcra::{GcraAlgorithm, GcraState, LeaseConfig, LeaseStripes, StateKind};
 
 /// Keys per shard the shard count aims for at full capacity: a sweep step scans one
 /// shard, so this is the work of one step. Smaller shards sweep faster but each
@@ -399,16 +399,18 @@ where
         if self.hot.is_none() {
             return false;
         }
-        let _ = self.check_n(key, 0); // make sure the key is stored
         let guard = self.collector.enter();
         let shard = self.shard(key);
-        match shard.get(key, &guard) {
-            Some(state) => {
-                self.try_promote(key, &self.algorithm, state, &guard);
-                self.algorithm.is_promoted(state)
-            }
-            None => false,
-        }
+        let state = match shard.get(key, &guard) {
+            Some(state) => state,
+            None => match self.insert(shard, key, &guard) {
+                Ok((state, _)) => state,
+                Err(Full) => return false,
+            },
+        };
+        self.try_promote(shard, key, &self.algorithm, state, &guard);
+        self.algorithm.is_promoted(state)
+            && self.hot_keys.get(key, &guard).is_some_and(|stripes| stripes.owner() == owner_of(state))
     }
 
     /// Whether `key` is in hot mode.
@@ -479,48 +481,66 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        if n == 0 {
+            // Admitted, consumes nothing, and stores nothing.
+            return Ok(Decision::allowed(self.snapshot(key)));
+        }
         let shard = self.shard(key);
         let guard = self.collector.enter();
         loop {
-            let state = match shard.get(key, &guard) {
-                Some(state) => state,
+            let (state, inserted) = match shard.get(key, &guard) {
+                Some(state) => (state, false),
                 None => {
                     let limit = self.algorithm.limit();
                     if n > limit {
                         return Err(InsufficientCapacity { requested: n, capacity: limit });
                     }
                     match self.insert(shard, key, &guard) {
-                        Ok(state) => state,
+                        Ok(found) => found,
                         Err(Full) => return self.at_capacity(n),
                     }
                 }
             };
-            let hot =
-                self.hot.and_then(|hot| Some((hot, self.algorithm.as_gcra()?, self.algorithm.gcra_state(state)?)));
+            let gcra = self.algorithm.as_gcra().zip(self.algorithm.gcra_state(state));
+            let hot = self.hot.and_then(|hot| Some((hot, gcra?)));
             let (decision, lost_races) = match hot {
-                Some((_, gcra, gcra_state)) => gcra.check_n_contended(gcra_state, n, &self.clock)?,
+                Some((_, (gcra, gcra_state))) => gcra.check_n_contended(gcra_state, n, &self.clock)?,
                 None => (self.algorithm.check_n(state, n, &self.clock)?, 0),
             };
             if decision.is_denied() {
-                if self.algorithm.is_retired(state) {
-                    // Raced with an eviction: the state was idle, so a fresh one
-                    // decides exactly as it would have. Unlink it (if the sweep has not
-                    // yet) and retry.
-                    self.unlink(shard, key, state, &guard);
-                    continue;
-                }
-                if let Some((_, gcra, gcra_state)) = hot
-                    && gcra.is_promoted(gcra_state)
-                {
-                    match self.check_hot(shard, key, gcra, gcra_state, state, n, &guard) {
-                        Some(decision) => return decision,
-                        None => continue,
+                // Classify the state from one load: retired (raced with an eviction;
+                // it was idle, so a fresh state decides exactly as it would have),
+                // promoted (decide on its hot stripes), or live (a real denial).
+                let kind = match gcra {
+                    Some((gcra, gcra_state)) => gcra.state_kind(gcra_state),
+                    None if self.algorithm.is_retired(state) => StateKind::Retired,
+                    None => StateKind::Live,
+                };
+                match kind {
+                    StateKind::Retired => {
+                        self.unlink(shard, key, state, &guard);
+                        continue;
                     }
+                    StateKind::Promoted => {
+                        if let Some((gcra, gcra_state)) = gcra {
+                            match self.check_hot(shard, key, gcra, gcra_state, state, n, &guard) {
+                                Some(decision) => return decision,
+                                None => continue,
+                            }
+                        }
+                    }
+                    StateKind::Live => {}
                 }
-            } else if let Some((config, gcra, gcra_state)) = hot
+            } else if let Some((config, (gcra, gcra_state))) = hot
                 && lost_races >= config.after_lost_races
             {
-                self.try_promote(key, gcra, gcra_state, &guard);
+                self.try_promote(shard, key, gcra, gcra_state, &guard);
+            }
+            if inserted {
+                // Pace the incremental sweep by insertions, after this key's first
+                // decision: a sweep before it would find the fresh state idle and
+                // could evict it before it was ever checked.
+                self.paced_sweep();
             }
             return Ok(decision);
         }
@@ -550,17 +570,21 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let guard = self.collector.enter();
-        let removed = self.shard(key).remove(key, &guard).is_some();
-        if removed {
-            // Ordering: Relaxed; the count publishes nothing, and its bound is kept by
-            // the CAS in `insert`.
-            self.live.fetch_sub(1, Ordering::Relaxed);
+        let Some(state) = self.shard(key).remove(key, &guard) else {
+            return false;
+        };
+        // Ordering: Relaxed; the count publishes nothing, and its bound is kept by the
+        // CAS in `reserve`.
+        self.live.fetch_sub(1, Ordering::Relaxed);
+        if let Some(gcra_state) = self.algorithm.gcra_state(state) {
+            // Only this state's hot stripes: a newer state of the key may have its own.
+            let owner = owner_of(gcra_state);
+            if matches!(self.hot_keys.remove_if(key, |_, stripes| stripes.owner() == owner, &guard), Ok(Some(_))) {
+                // Ordering: Relaxed; as above, for the hot-key bound.
+                self.hot_count.fetch_sub(1, Ordering::Relaxed);
+            }
         }
-        if self.hot_keys.remove(key, &guard).is_some() {
-            // Ordering: Relaxed; as above, for the hot-key bound.
-            self.hot_count.fetch_sub(1, Ordering::Relaxed);
-        }
-        removed
+        true
     }
 
     /// Resets `key` to a fresh state (the same as [`remove`](Self::remove)).
@@ -649,19 +673,24 @@ where
             return false;
         }
         match self.hot_keys.get(key, guard) {
-            Some(stripes) => {
+            Some(stripes) if stripes.owner() == owner_of(gcra_state) => {
                 if !gcra.retire_promoted(gcra_state, stripes, now) {
                     return false;
                 }
                 self.drop_hot(key, stripes, guard);
                 true
             }
-            None => gcra.retire_orphan(gcra_state),
+            // Promoted, but its stripes are gone (dropped by a sweep or `remove`).
+            _ => gcra.retire_orphan(gcra_state),
         }
     }
 
     /// Removes `key`'s hot stripes if they are still `stripes`.
-    fn drop_hot(&self, key: &K, stripes: &LeaseStripes, guard: &impl papaya::Guard) {
+    fn drop_hot<Q>(&self, key: &Q, stripes: &LeaseStripes, guard: &impl papaya::Guard)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         if matches!(self.hot_keys.remove_if(key, |_, current| std::ptr::eq(current, stripes), guard), Ok(Some(_))) {
             // Ordering: Relaxed; see `remove`.
             self.hot_count.fetch_sub(1, Ordering::Relaxed);
@@ -686,16 +715,25 @@ where
         Q: Hash + Eq + ?Sized,
     {
         match self.hot_keys.get(key, guard) {
-            Some(stripes) => {
+            Some(stripes) if stripes.owner() == owner_of(gcra_state) => {
                 let decision = stripes.check_on(gcra, stripe_of_this_thread(), n, &self.clock);
                 match decision {
-                    Ok(d) if d.is_denied() && gcra.is_retired(stripes.bucket()) => None,
+                    Ok(d) if d.is_denied() && gcra.is_retired(stripes.bucket()) => {
+                        // A sweep retired the hot bucket (it was idle, every lease
+                        // expired) and may not have finished: finish for it, rather than
+                        // wait, and retry on a fresh state.
+                        gcra.retire_orphan(gcra_state);
+                        self.drop_hot(key, stripes, guard);
+                        self.unlink(shard, key, state, guard);
+                        None
+                    }
                     other => Some(other),
                 }
             }
-            None => {
-                // Promoted, but its stripes were dropped by a sweep or `remove`: finish
-                // retiring the key (a sweep does the same) and retry on a fresh state.
+            _ => {
+                // Promoted, but its own stripes are gone (dropped by a sweep or
+                // `remove`; any stripes here belong to a newer state): finish retiring
+                // this state and retry on whatever the key maps to now.
                 gcra.retire_orphan(gcra_state);
                 self.unlink(shard, key, state, guard);
                 None
@@ -704,9 +742,16 @@ where
     }
 
     /// Moves `key` to hot mode, within `max_hot_keys`. Only the thread whose stripes
-    /// entered the hot map promotes into them.
-    fn try_promote<Q>(&self, key: &Q, gcra: &GcraAlgorithm, gcra_state: &GcraState, guard: &impl papaya::Guard)
-    where
+    /// entered the hot map promotes into them; the stripes record the state they
+    /// belong to, so no holder of another state ever uses them.
+    fn try_promote<Q>(
+        &self,
+        shard: &papaya::HashMap<K, A::State, S>,
+        key: &Q,
+        gcra: &GcraAlgorithm,
+        gcra_state: &GcraState,
+        guard: &impl papaya::Guard,
+    ) where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
@@ -723,25 +768,47 @@ where
                 Err(actual) => count = actual,
             }
         }
-        let stripes = LeaseStripes::new(config.lease, self.clock.now());
-        match self.hot_keys.try_insert(key.to_owned(), stripes, guard) {
-            Ok(ours) => {
-                if !gcra.promote(gcra_state, ours) {
-                    // Retired or promoted meanwhile: ours was never used.
-                    if matches!(
-                        self.hot_keys.remove_if(key, |_, current| std::ptr::eq(current, ours), guard),
-                        Ok(Some(_))
-                    ) {
-                        // Ordering: Relaxed; see `remove`.
-                        self.hot_count.fetch_sub(1, Ordering::Relaxed);
-                    }
+        let owner = owner_of(gcra_state);
+        let mut attempts = 0;
+        let ours = loop {
+            let stripes = LeaseStripes::new(config.lease, self.clock.now()).with_owner(owner);
+            match self.hot_keys.try_insert(key.to_owned(), stripes, guard) {
+                Ok(ours) => break Some(ours),
+                Err(occupied) if occupied.current.owner() != owner && attempts == 0 => {
+                    // Stripes of an earlier state of this key, left by a race with
+                    // `remove`: drop them (their owner is gone) and try once more.
+                    attempts += 1;
+                    self.drop_hot(key, occupied.current, guard);
                 }
+                // Another thread is promoting this very state.
+                Err(_) => break None,
             }
-            Err(_) => {
-                // Another thread is promoting this key.
+        };
+        let release = |stripes: &LeaseStripes| {
+            if matches!(self.hot_keys.remove_if(key, |_, current| std::ptr::eq(current, stripes), guard), Ok(Some(_))) {
                 // Ordering: Relaxed; see `remove`.
                 self.hot_count.fetch_sub(1, Ordering::Relaxed);
             }
+        };
+        let Some(ours) = ours else {
+            // Ordering: Relaxed; give back the reservation (see `remove`).
+            self.hot_count.fetch_sub(1, Ordering::Relaxed);
+            return;
+        };
+        if !gcra.promote(gcra_state, ours) {
+            // Retired or promoted meanwhile: ours was never used.
+            release(ours);
+            return;
+        }
+        // If `remove` unlinked the state while it was being promoted, no sweep will
+        // ever see it: retire it (its holders retry on the key's current state) and
+        // drop its stripes.
+        let linked = shard
+            .get(key, guard)
+            .is_some_and(|current| self.algorithm.gcra_state(current).is_some_and(|s| std::ptr::eq(s, gcra_state)));
+        if !linked {
+            gcra.retire_orphan(gcra_state);
+            release(ours);
         }
     }
 
@@ -751,11 +818,20 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state))
-            && gcra.is_promoted(gcra_state)
-            && let Some(stripes) = self.hot_keys.get(key, guard)
-        {
-            return gcra.snapshot(stripes.bucket(), now);
+        if let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) {
+            match gcra.state_kind(gcra_state) {
+                StateKind::Live => {}
+                StateKind::Promoted => {
+                    if let Some(stripes) = self.hot_keys.get(key, guard)
+                        && stripes.owner() == owner_of(gcra_state)
+                    {
+                        return gcra.snapshot(stripes.bucket(), now);
+                    }
+                    // Being retired: its next check will see a fresh state.
+                    return self.algorithm.snapshot(&self.algorithm.new_state(), now);
+                }
+                StateKind::Retired => return self.algorithm.snapshot(&self.algorithm.new_state(), now),
+            }
         }
         self.algorithm.snapshot(state, now)
     }
@@ -781,32 +857,35 @@ where
     }
 
     /// Inserts a fresh state for `key` within the bound; returns the state now
-    /// stored for `key` (ours, or one another thread inserted first).
+    /// stored for `key` and whether this call inserted it (or another thread did
+    /// first).
     fn insert<'g, Q>(
         &self,
         shard: &'g papaya::HashMap<K, A::State, S>,
         key: &Q,
         guard: &'g impl papaya::Guard,
-    ) -> Result<&'g A::State, Full>
+    ) -> Result<(&'g A::State, bool), Full>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.reserve()?;
         match shard.try_insert(key.to_owned(), self.algorithm.new_state(), guard) {
-            Ok(state) => {
-                // Ordering: Relaxed; a pacing counter.
-                let inserted = self.inserted.fetch_add(1, Ordering::Relaxed);
-                if inserted % self.config.sweep_every == self.config.sweep_every - 1 {
-                    self.sweep();
-                }
-                Ok(state)
-            }
+            Ok(state) => Ok((state, true)),
             Err(occupied) => {
                 // Ordering: Relaxed; give back the reservation (see `remove`).
                 self.live.fetch_sub(1, Ordering::Relaxed);
-                Ok(occupied.current)
+                Ok((occupied.current, false))
             }
+        }
+    }
+
+    /// Sweeps the next shard every `sweep_every` insertions.
+    fn paced_sweep(&self) {
+        // Ordering: Relaxed; a pacing counter.
+        let inserted = self.inserted.fetch_add(1, Ordering::Relaxed);
+        if inserted % self.config.sweep_every == self.config.sweep_every - 1 {
+            self.sweep();
         }
     }
 
@@ -871,9 +950,45 @@ where
     }
 }
 
+/// The identity a hot key's stripes record: the address of the key's state (stable
+/// while any guard that can reach the state is held).
+fn owner_of(state: &GcraState) -> usize {
+    state as *const GcraState as usize
+}
+
 /// The store is full and the policy did not make room.
 #[derive(Debug)]
 struct Full;
+
+/// Why a background sweeper could not start.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SweeperError {
+    /// A zero interval would make the sweeper spin on a core.
+    ZeroInterval,
+    /// The operating system refused to start the thread.
+    Spawn(std::io::Error),
+}
+
+impl fmt::Display for SweeperError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ZeroInterval => {
+                f.write_str("the sweeper's interval is zero; it would spin on a core (1 s is typical)")
+            }
+            Self::Spawn(e) => write!(f, "could not start the sweeper thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SweeperError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Spawn(e) => Some(e),
+            Self::ZeroInterval => None,
+        }
+    }
+}
 
 /// A background thread sweeping a store for idle keys; stops when dropped, or when
 /// the store is dropped.
@@ -905,7 +1020,10 @@ where
     /// Starts a background thread that sweeps the whole store for idle keys every
     /// `interval`, a shard at a time (an opt-in complement to the sweep amortized on
     /// insertions). It holds only a weak reference to the store.
-    pub fn spawn_sweeper(self: &Arc<Self>, interval: Duration) -> std::io::Result<Sweeper> {
+    pub fn spawn_sweeper(self: &Arc<Self>, interval: Duration) -> Result<Sweeper, SweeperError> {
+        if interval.is_zero() {
+            return Err(SweeperError::ZeroInterval);
+        }
         let store: Weak<Self> = Arc::downgrade(self);
         let stop = Arc::new(weir_core::sync::AtomicBool::new(false));
         let flag = stop.clone();
@@ -920,7 +1038,7 @@ where
                 }
                 std::thread::park_timeout(interval);
             }
-        })?;
-        Ok(Sweeper { stop, thread: Some(thread) })
+        });
+        Ok(Sweeper { stop, thread: Some(thread.map_err(SweeperError::Spawn)?) })
     }
 }

@@ -152,3 +152,95 @@ proptest! {
         }
     }
 }
+
+// Regressions for races found in review.
+
+type Hook = std::sync::Arc<std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>>;
+
+/// A manual clock that runs a hook on its `n`-th reading, to place another thread's
+/// operation exactly between two steps of a call.
+#[derive(Clone)]
+struct HookClock {
+    inner: ManualClock,
+    countdown: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    hook: Hook,
+}
+
+impl HookClock {
+    fn new() -> Self {
+        Self { inner: ManualClock::new(), countdown: Default::default(), hook: Default::default() }
+    }
+    fn arm(&self, nth_reading: i64, hook: impl FnOnce() + Send + 'static) {
+        *self.hook.lock().unwrap() = Some(Box::new(hook));
+        self.countdown.store(nth_reading, Ordering::SeqCst);
+    }
+}
+
+impl weir_core::Clock for HookClock {
+    fn now(&self) -> weir_core::Nanos {
+        if self.countdown.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let hook = self.hook.lock().unwrap().take();
+            if let Some(hook) = hook {
+                hook();
+            }
+        }
+        self.inner.now()
+    }
+}
+
+#[test]
+fn a_remove_racing_with_a_promotion_leaks_no_hot_slot() {
+    let clock = HookClock::new();
+    let hot = HotKeys::new(LeaseConfig::new(2).unwrap()).max_hot_keys(1).unwrap();
+    let s: &'static Keyed<u64, GcraAlgorithm, HookClock> = Box::leak(Box::new(
+        Keyed::gcra_with_clock(Quota::per_second(10).unwrap(), KeyedConfig::new(100).unwrap(), clock.clone())
+            .with_hot_keys(hot),
+    ));
+    assert!(s.check(&1).is_allowed());
+    // The promotion reads the clock once, to create the stripes: an operator's
+    // remove(&1) lands right there, before the stripes enter the hot map.
+    clock.arm(1, move || assert!(s.remove(&1)));
+    assert!(!s.promote(&1), "the promoted state was removed: the key is not hot");
+    assert!(!s.is_hot(&1));
+    assert!(s.check(&1).is_allowed());
+    assert!(s.promote(&2), "the one hot-key slot is free again");
+}
+
+#[test]
+fn a_zero_cost_check_of_a_hot_key_reports_its_hot_bucket_and_stores_nothing_new() {
+    let s: Keyed<u64, GcraAlgorithm, ManualClock> =
+        Keyed::gcra_with_clock(Quota::per_second(10).unwrap(), KeyedConfig::new(100).unwrap(), ManualClock::new())
+            .with_hot_keys(HotKeys::new(LeaseConfig::new(2).unwrap()));
+    assert!(s.promote(&7));
+    assert!(s.check_n(&7, 3).unwrap().is_allowed());
+    let d = s.check_n(&7, 0).unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(d.remaining(), s.snapshot(&7).remaining());
+    assert!(d.reset_after() < Duration::from_secs(2));
+    assert!(s.check_n(&8, 0).unwrap().is_allowed());
+    assert_eq!(s.len(), 1, "a zero-cost check stores nothing");
+}
+
+#[test]
+fn sweeping_on_every_insertion_never_evicts_a_key_before_its_first_check() {
+    let config = KeyedConfig::new(100).unwrap().sweep_every(1).unwrap(); // one shard
+    let s: &'static Keyed<u64, GcraAlgorithm, ManualClock> =
+        Box::leak(Box::new(Keyed::gcra_with_clock(Quota::per_second(10).unwrap(), config, ManualClock::new())));
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let admitted = (0..50u64).all(|k| s.check(&k).is_allowed());
+        let _ = done.send(admitted);
+    });
+    // Bounded wait for a result that needs no timing, only termination.
+    assert_eq!(finished.recv_timeout(Duration::from_secs(60)), Ok(true));
+}
+
+#[test]
+fn a_sweeper_with_a_zero_interval_is_an_error() {
+    let s = std::sync::Arc::new(Keyed::<u64, _, _>::gcra_with_clock(
+        Quota::per_second(1).unwrap(),
+        KeyedConfig::new(10).unwrap(),
+        ManualClock::new(),
+    ));
+    assert!(matches!(s.spawn_sweeper(Duration::ZERO), Err(weir_keyed::SweeperError::ZeroInterval)));
+}
