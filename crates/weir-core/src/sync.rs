@@ -101,3 +101,36 @@ impl<T> UnsafeCell<T> {
         f(self.0.get())
     }
 }
+
+/// A small number for the calling thread, for spreading threads over stripes: the
+/// threads of a process are numbered round-robin from 0 on their first call. 0
+/// without `std` (no thread-locals) or under loom (models pick stripes explicitly).
+#[cfg(all(feature = "std", not(loom)))]
+#[inline]
+pub fn thread_index() -> usize {
+    use std::cell::Cell;
+    /// The next thread's number.
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::thread_local! {
+        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    INDEX
+        .try_with(|index| {
+            let number = index.get();
+            if number != usize::MAX {
+                return number;
+            }
+            // Ordering: Relaxed; only distinct numbers matter, which any ordering gives.
+            let number = NEXT.fetch_add(1, Ordering::Relaxed);
+            index.set(number);
+            number
+        })
+        .unwrap_or(0) // the thread-local is gone (thread exit): any number is correct
+}
+
+/// See the `std` version: without thread-locals, every thread is 0.
+#[cfg(not(all(feature = "std", not(loom))))]
+#[inline]
+pub fn thread_index() -> usize {
+    0
+}

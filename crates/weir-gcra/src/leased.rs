@@ -588,22 +588,9 @@ impl<C: Clock> Limiter for LeasedGcra<C> {
     }
 }
 
-/// The calling thread's stripe index: threads are numbered round-robin on first use.
-/// (Under loom, where statics cannot hold modelled atomics, every thread is stripe 0;
-/// models pick stripes explicitly with `check_on`.)
+/// The calling thread's stripe index: weir-core's round-robin thread index.
 #[cfg(feature = "std")]
 #[inline]
 pub fn stripe_of_this_thread() -> usize {
-    #[cfg(not(loom))]
-    {
-        use weir_core::sync::AtomicUsize;
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        std::thread_local! {
-            // Ordering: Relaxed; a ticket counter, publishing nothing.
-            static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-        }
-        INDEX.with(|i| *i)
-    }
-    #[cfg(loom)]
-    0
+    weir_core::sync::thread_index()
 }

@@ -22,6 +22,29 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Algorithms
+//!
+//! Any algorithm implementing [`KeyedAlgorithm`] (an [`Algorithm`] with the
+//! [`Retire`] protocol): GCRA, and with the `window` feature the fixed window, the
+//! sliding-window counter and the sliding log of `weir-window`.
+//!
+//! ```
+//! # #[cfg(feature = "window")] {
+//! use std::hash::RandomState;
+//! use weir_core::{Clock, ManualClock, Quota};
+//! use weir_keyed::{Keyed, KeyedConfig};
+//! use weir_window::sliding::SlidingWindowAlgorithm;
+//!
+//! let clock = ManualClock::new();
+//! let algorithm = SlidingWindowAlgorithm::new(Quota::per_minute(100)?, clock.now())?;
+//! let per_user: Keyed<String, _, _> =
+//!     Keyed::with_hasher(algorithm, KeyedConfig::new(10_000)?, clock, RandomState::new());
+//! assert!(per_user.check_n("alice", 100)?.is_allowed());
+//! assert!(per_user.check("alice").is_denied());
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # The map
 //!
 //! Keys live in [papaya](https://docs.rs/papaya) hash maps: a check of an existing
@@ -170,6 +193,21 @@ impl KeyedAlgorithm for GcraAlgorithm {
     fn gcra_state<'s>(&self, state: &'s GcraState) -> Option<&'s GcraState> {
         Some(state)
     }
+}
+
+#[cfg(feature = "window")]
+mod window {
+    use super::KeyedAlgorithm;
+    use weir_window::fixed::FixedWindowAlgorithm;
+    use weir_window::log::SlidingLogAlgorithm;
+    use weir_window::sliding::SlidingWindowAlgorithm;
+
+    /// Per-key fixed windows (no hot mode).
+    impl KeyedAlgorithm for FixedWindowAlgorithm {}
+    /// Per-key sliding-window counters (no hot mode).
+    impl KeyedAlgorithm for SlidingWindowAlgorithm {}
+    /// Per-key sliding logs (no hot mode; each key costs `8 × limit` bytes).
+    impl KeyedAlgorithm for SlidingLogAlgorithm {}
 }
 
 /// Hot-key mode for a GCRA store: when checks of one key collide (a check loses

@@ -64,7 +64,7 @@
 use crate::WindowError;
 use crate::frame::{self, Frame};
 use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, Snapshot};
+use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, Retire, Snapshot};
 
 /// Fixed-window parameters shared by any number of [`FixedWindowState`]s: the limit,
 /// the window length and alignment, and the state's bit layout.
@@ -244,6 +244,38 @@ impl Algorithm for FixedWindowAlgorithm {
         // Ordering: Relaxed; see `acquire`.
         let (window, count) = self.unpack(state.word.load(Ordering::Relaxed));
         count == 0 || self.frame.window_of(self.frame.rel(now)).0 > window
+    }
+}
+
+/// The word of a retired state ([`Retire`]): the last window, full, which every later
+/// reading is decided in (a "future" window) and denied.
+const RETIRED: u64 = u64::MAX;
+
+impl Retire for FixedWindowAlgorithm {
+    fn try_retire(&self, state: &FixedWindowState, now: Nanos) -> bool {
+        let rel = self.frame.rel(now);
+        // Ordering: Relaxed; retirement and admissions are read-modify-writes of the
+        // one word, ordered by its modification order: an admission that lands first
+        // changes the word and this CAS re-examines it; one that comes after finds
+        // RETIRED and is denied.
+        let mut word = state.word.load(Ordering::Relaxed);
+        loop {
+            let (window, count) = self.unpack(word);
+            let idle = count == 0 || self.frame.window_of(rel).0 > window;
+            if word == RETIRED || !idle {
+                return false;
+            }
+            // Ordering: Relaxed; see the load above.
+            match state.word.compare_exchange_weak(word, RETIRED, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    fn is_retired(&self, state: &FixedWindowState) -> bool {
+        // Ordering: Relaxed; see `try_retire`.
+        state.word.load(Ordering::Relaxed) == RETIRED
     }
 }
 

@@ -7,8 +7,10 @@
 //! [`WindowError::BurstIsNotCount`]), implements weir's [`Limiter`](weir_core::Limiter)
 //! contract (`check`, `check_n`, `snapshot`, with `limit`, `remaining`,
 //! `reset_after` and `retry_after` in every [`Decision`](weir_core::Decision)), and
-//! all but the striped one implement [`Algorithm`](weir_core::Algorithm) for
-//! per-key stores.
+//! all but the striped one implement [`Algorithm`](weir_core::Algorithm) and
+//! [`Retire`](weir_core::Retire), so `weir-keyed` can keep one per key and drop idle
+//! ones without changing a decision (a retired state is an all-ones word, or for the
+//! log a reserved sequence number, that admits nothing).
 //!
 //! # Choosing a window algorithm
 //!

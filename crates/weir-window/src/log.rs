@@ -80,7 +80,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt;
 use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering, fence};
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, Snapshot};
+use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, Retire, Snapshot};
 
 /// The largest limit a sliding log accepts: 2²⁴ (16,777,216) timestamps, 128 MiB.
 pub const MAX_LOG_LIMIT: u64 = 1 << 24;
@@ -197,6 +197,11 @@ impl Reading {
     }
 }
 
+/// The sequence number of a retired log ([`Retire`]): even (readers read it as "no
+/// write under way") and never reached by counting (2⁶³ writes), so an admission
+/// sees it and denies instead of taking the write side.
+const RETIRED_SEQ: u64 = u64::MAX - 1;
+
 impl SlidingLogAlgorithm {
     /// Parameters for `quota` (`count` per `period`), created at the clock reading
     /// `now`.
@@ -297,6 +302,10 @@ impl SlidingLogAlgorithm {
         loop {
             let now = clock.now();
             let reading = self.read(state, now, &mut backoff);
+            if reading.seq == RETIRED_SEQ {
+                // Retired: admits nothing; a per-key store retries on a fresh log.
+                return Decision::denied(Snapshot::new(self.limit, 0, 0), u64::MAX);
+            }
             let live = reading.live();
             if live + n <= self.limit {
                 // Ordering: Acquire on success takes the write side after the last
@@ -408,6 +417,24 @@ impl Algorithm for SlidingLogAlgorithm {
 
     fn is_idle(&self, state: &SlidingLogState, now: Nanos) -> bool {
         self.read_consistent(state, now).live() == 0
+    }
+}
+
+impl Retire for SlidingLogAlgorithm {
+    fn try_retire(&self, state: &SlidingLogState, now: Nanos) -> bool {
+        let reading = self.read_consistent(state, now);
+        if reading.seq == RETIRED_SEQ || reading.live() > 0 {
+            return false;
+        }
+        // Ordering: Relaxed; the CAS succeeds only if no write began since the
+        // consistent reading (the sequence number is unchanged), so the log it retires
+        // is the idle one that was read; it publishes nothing.
+        state.seq.compare_exchange(reading.seq, RETIRED_SEQ, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
+    fn is_retired(&self, state: &SlidingLogState) -> bool {
+        // Ordering: Relaxed; see `try_retire`.
+        state.seq.load(Ordering::Relaxed) == RETIRED_SEQ
     }
 }
 

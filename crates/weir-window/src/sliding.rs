@@ -78,7 +78,7 @@
 use crate::WindowError;
 use crate::frame::{self, Frame};
 use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, Snapshot};
+use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, Retire, Snapshot};
 
 /// Sliding-window-counter parameters shared by any number of
 /// [`SlidingWindowState`]s.
@@ -293,8 +293,42 @@ impl Algorithm for SlidingWindowAlgorithm {
 
     fn is_idle(&self, state: &SlidingWindowState, now: Nanos) -> bool {
         // Ordering: Relaxed; see `acquire`.
-        let view = self.view(state.word.load(Ordering::Relaxed), self.frame.rel(now));
+        self.idle_word(state.word.load(Ordering::Relaxed), now)
+    }
+}
+
+impl SlidingWindowAlgorithm {
+    /// Whether the state word `word` counts nothing at `now`.
+    fn idle_word(&self, word: u64, now: Nanos) -> bool {
+        let view = self.view(word, self.frame.rel(now));
         view.prev == 0 && view.curr == 0
+    }
+}
+
+/// The word of a retired state ([`Retire`]): the last window with both counts full,
+/// which every later reading is decided in (a "future" window) and denied.
+const RETIRED: u64 = u64::MAX;
+
+impl Retire for SlidingWindowAlgorithm {
+    fn try_retire(&self, state: &SlidingWindowState, now: Nanos) -> bool {
+        // Ordering: Relaxed; as for the fixed window: retirement and admissions are
+        // read-modify-writes of the one word, ordered by its modification order.
+        let mut word = state.word.load(Ordering::Relaxed);
+        loop {
+            if word == RETIRED || !self.idle_word(word, now) {
+                return false;
+            }
+            // Ordering: Relaxed; see the load above.
+            match state.word.compare_exchange_weak(word, RETIRED, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    fn is_retired(&self, state: &SlidingWindowState) -> bool {
+        // Ordering: Relaxed; see `try_retire`.
+        state.word.load(Ordering::Relaxed) == RETIRED
     }
 }
 

@@ -805,36 +805,11 @@ fn default_stripes() -> usize {
     }
 }
 
-/// The calling thread's stripe number (before `mod stripes`): assigned round robin
-/// from a process-wide counter the first time the thread checks a striped limiter.
-#[cfg(all(feature = "std", not(loom)))]
+/// The calling thread's stripe number (before `mod stripes`): weir-core's
+/// round-robin thread index.
 #[inline]
 fn thread_stripe() -> usize {
-    use std::cell::Cell;
-    /// The next thread's number.
-    static NEXT: weir_core::sync::AtomicUsize = weir_core::sync::AtomicUsize::new(0);
-    std::thread_local! {
-        static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    STRIPE
-        .try_with(|stripe| {
-            let number = stripe.get();
-            if number != usize::MAX {
-                return number;
-            }
-            // Ordering: Relaxed; only distinct numbers matter, which any ordering gives.
-            let number = NEXT.fetch_add(1, Ordering::Relaxed);
-            stripe.set(number);
-            number
-        })
-        .unwrap_or(0) // the thread-local is gone (thread exit): any stripe is correct
-}
-
-/// Without `std` (or under loom) there are no thread-locals: stripe 0.
-#[cfg(not(all(feature = "std", not(loom))))]
-#[inline]
-fn thread_stripe() -> usize {
-    0
+    weir_core::sync::thread_index()
 }
 
 /// Builds a [`StripedSlidingWindow`]: stripes, batch, mode and window alignment.

@@ -6,6 +6,9 @@
 //! | feature | crate | what |
 //! |---|---|---|
 //! | `gcra` (default) | [`gcra`] | token bucket in GCRA encoding: one atomic word, one CAS per admission; `LeasedGcra` for one limit hit by every core |
+//! | `window` (default) | [`window`] | fixed window, sliding counter, exact sliding log, striped sliding window |
+//! | `leaky` (default) | [`leaky`] | bounded MPMC queue drained at a constant rate: throttling by delay |
+//! | `tokio` | [`leaky`] | the leaky bucket's async consumers and the request throttle |
 //! | `keyed` (default) | [`keyed`] | per-key limiting: bounded memory, exact idle eviction, hot keys |
 //! | `std` (default) | | OS clocks ([`MonotonicClock`], [`CoarseClock`]) |
 //!
@@ -28,6 +31,18 @@ pub use weir_core::*;
 #[cfg(feature = "gcra")]
 pub mod gcra {
     pub use weir_gcra::*;
+}
+
+/// Window limiters (the `weir-window` crate).
+#[cfg(feature = "window")]
+pub mod window {
+    pub use weir_window::*;
+}
+
+/// Throttling by queueing and delay (the `weir-leaky` crate).
+#[cfg(feature = "leaky")]
+pub mod leaky {
+    pub use weir_leaky::*;
 }
 
 /// Per-key limiting (the `weir-keyed` crate).
