@@ -1,8 +1,9 @@
 //! The accuracy suite: every limiter under overload, on every thread, for several
 //! refill periods; admitted requests against the ideal `burst + rate × elapsed`.
 //!
-//! A ratio above 1 is over-admission (documented for leased and approximate modes,
-//! a bug anywhere else); below 1 is capacity left unused (a lagging coarse clock
+//! The window limiters run 1 000 per 10 ms: the same rate and initial burst, so the
+//! same ideal. A ratio above 1 is over-admission (documented for the fixed window's
+//! boundary burst and for leased and approximate modes, a bug anywhere else); below 1 is capacity left unused (a lagging coarse clock
 //! refills late; a lock that serializes threads cannot keep up).
 
 use crate::cli::{BenchError, Config, Output, progress};
@@ -10,6 +11,7 @@ use crate::harness::Workload;
 use crate::peers::{MutexTokenBucket, leaky_bucket, ratelimit};
 use crate::report::{Machine, Table};
 use crate::throughput::Check;
+use crate::windows::{Weir, WindowKind};
 use serde::Serialize;
 use std::time::Duration;
 use weir_core::{CoarseClock, MonotonicClock, Quota};
@@ -60,6 +62,14 @@ fn zero() -> u64 {
     0
 }
 
+/// A window limiter with the same rate and initial burst as the token buckets:
+/// [`BURST`] per `BURST / RATE` (1 000 per 10 ms).
+fn window(kind: WindowKind) -> Weir<Box<dyn weir_core::Limiter + Send + Sync>> {
+    let period = Duration::from_nanos(1_000_000_000 * BURST / RATE);
+    let quota = Quota::new(BURST, period).expect("a valid quota");
+    Weir(crate::windows::with_clock(quota, MonotonicClock::new(), kind))
+}
+
 /// Every subject of the accuracy suite.
 pub fn subjects() -> Vec<Subject> {
     let s = |name, bound, run| Subject { name, bound, run };
@@ -77,6 +87,11 @@ pub fn subjects() -> Vec<Subject> {
             overload(leaky_bucket(BURST as usize, (RATE / 1_000) as usize, Duration::from_millis(1)), t, d)
         }),
         s("mutex-bucket", zero, |t, d| overload(MutexTokenBucket::new(RATE as f64, BURST as f64), t, d)),
+        s("weir-fixed", || BURST, |t, d| overload(window(WindowKind::Fixed), t, d)),
+        s("weir-sliding", zero, |t, d| overload(window(WindowKind::Sliding), t, d)),
+        s("weir-log", zero, |t, d| overload(window(WindowKind::Log), t, d)),
+        s("weir-striped", zero, |t, d| overload(window(WindowKind::StripedExact), t, d)),
+        s("weir-striped-approx", || BURST / 1_024, |t, d| overload(window(WindowKind::StripedApproximate), t, d)),
     ]
 }
 

@@ -47,6 +47,11 @@ pub struct Args {
     /// No progress bar.
     #[arg(long, global = true)]
     pub no_progress: bool,
+
+    /// (internal) The weir-bench binary the memory suite runs its probes with
+    /// (default: this one).
+    #[arg(long, global = true, hide = true, value_name = "PATH")]
+    pub probe_binary: Option<PathBuf>,
 }
 
 /// The parts of the suite.
@@ -64,6 +69,14 @@ pub enum Command {
     Memory,
     /// Every limiter under overload on all threads: admitted against the ideal.
     Accuracy,
+    /// weir-leaky's bounded MPMC queue against crossbeam's ArrayQueue and
+    /// concurrent-queue: items moved per second, P producers and P consumers.
+    Queue,
+    /// The leaky bucket's output rate and lateness against its configured rate.
+    Pacing,
+    /// Every algorithm on the same synthetic traffic (steady, page loads, a saved-up
+    /// burst, the boundary attack, a flood): traces, charts and a trade-off table.
+    Compare,
     /// List every subject id, for `--only`.
     List,
     /// (internal) Measure one keyed store's memory in this process and print it.
@@ -114,6 +127,8 @@ pub struct Config {
     pub out: PathBuf,
     /// Whether to draw a progress bar.
     pub progress: bool,
+    /// The binary for memory probes (`None`: this one).
+    pub probe_binary: Option<PathBuf>,
 }
 
 impl Config {
@@ -166,6 +181,9 @@ pub fn all_ids() -> Vec<String> {
     ids.extend(crate::single::singles().iter().map(|s| format!("single/{}", s.id)));
     ids.extend(crate::memory::ids());
     ids.extend(crate::accuracy::ids());
+    ids.extend(crate::queue::ids());
+    ids.extend(crate::pacing::ids());
+    ids.extend(crate::compare::ids());
     ids
 }
 
@@ -206,6 +224,7 @@ impl Args {
             only: self.only,
             out: self.out,
             progress: !self.no_progress,
+            probe_binary: self.probe_binary,
         })
     }
 }
@@ -236,7 +255,15 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
 }
 
 /// The suites `All` runs, in order.
-const SUITES: [Command; 4] = [Command::Throughput, Command::Single, Command::Memory, Command::Accuracy];
+const SUITES: [Command; 7] = [
+    Command::Throughput,
+    Command::Single,
+    Command::Memory,
+    Command::Accuracy,
+    Command::Queue,
+    Command::Pacing,
+    Command::Compare,
+];
 
 /// Runs a validated configuration.
 pub fn execute(config: &Config) -> Result<(), BenchError> {
@@ -276,6 +303,9 @@ fn run_suite(config: &Config, out: &Output) -> Result<String, BenchError> {
         Command::Single => crate::single::run(config, out),
         Command::Memory => crate::memory::run(config, out),
         Command::Accuracy => crate::accuracy::run(config, out),
+        Command::Queue => crate::queue::run(config, out),
+        Command::Pacing => crate::pacing::run(config, out),
+        Command::Compare => crate::compare::run(config, out),
         Command::All | Command::List | Command::MemoryProbe { .. } => Ok(String::new()),
     }
 }
@@ -287,6 +317,9 @@ fn suite_selected(config: &Config) -> bool {
         Command::Single => crate::single::singles().iter().map(|s| format!("single/{}", s.id)).collect(),
         Command::Memory => crate::memory::ids(),
         Command::Accuracy => crate::accuracy::ids(),
+        Command::Queue => crate::queue::ids(),
+        Command::Pacing => crate::pacing::ids(),
+        Command::Compare => crate::compare::ids(),
         _ => return true,
     };
     ids.iter().any(|id| config.selects(id))

@@ -8,10 +8,14 @@
 pub mod accuracy;
 pub mod chart;
 pub mod cli;
+pub mod compare;
 pub mod harness;
 pub mod keyed;
 pub mod memory;
+pub mod pacing;
 pub mod peers;
+pub mod queue;
 pub mod report;
 pub mod single;
 pub mod throughput;
+pub mod windows;

@@ -131,7 +131,12 @@ pub struct Footprint {
 /// Runs the memory suite.
 pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
     let keys: u64 = if config.full() { 1_000_000 } else { 100_000 };
-    let exe = std::env::current_exe().map_err(|e| BenchError::Measurement(format!("cannot find this binary: {e}")))?;
+    let exe = match &config.probe_binary {
+        Some(path) => path.clone(),
+        None => {
+            std::env::current_exe().map_err(|e| BenchError::Measurement(format!("cannot find this binary: {e}")))?
+        }
+    };
     let chosen: Vec<&str> = SUBJECTS.iter().copied().filter(|s| config.selects(&format!("memory/{s}"))).collect();
     let bar = progress(config, chosen.len());
     let mut results = Vec::new();

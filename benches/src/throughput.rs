@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use weir_core::{Clock, CoarseClock, MonotonicClock, Quota};
 use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};
+use weir_window::StripedMode;
 
 /// Which situation a subject measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -236,6 +237,15 @@ pub fn subjects() -> Vec<Subject> {
                 d,
             )
         }),
+        s(HotAllowed, "weir-fixed", gov, |t, d| crate::harness::run(&Shared(crate::windows::fixed_open()), t, d)),
+        s(HotAllowed, "weir-sliding", gov, |t, d| crate::harness::run(&Shared(crate::windows::sliding_open()), t, d)),
+        s(HotAllowed, "weir-log", gov, |t, d| crate::harness::run(&Shared(crate::windows::log_open()), t, d)),
+        s(HotAllowed, "weir-striped", gov, |t, d| {
+            crate::harness::run(&Shared(crate::windows::striped_open(StripedMode::Exact)), t, d)
+        }),
+        s(HotAllowed, "weir-striped-approx", gov, |t, d| {
+            crate::harness::run(&Shared(crate::windows::striped_open(StripedMode::Approximate)), t, d)
+        }),
         s(HotAllowed, "ratelimit", None, |t, d| {
             crate::harness::run(&Shared(ratelimit(OPEN as u64, OPEN as u64)), t, d)
         }),
@@ -258,6 +268,12 @@ pub fn subjects() -> Vec<Subject> {
             let limiter = governor_upkeep(1, 1);
             let _ = limiter.check();
             crate::harness::run(&Shared(limiter), t, d)
+        }),
+        s(HotDenied, "weir-fixed", gov, |t, d| crate::harness::run(&Shared(crate::windows::fixed_closed()), t, d)),
+        s(HotDenied, "weir-sliding", gov, |t, d| crate::harness::run(&Shared(crate::windows::sliding_closed()), t, d)),
+        s(HotDenied, "weir-log", gov, |t, d| crate::harness::run(&Shared(crate::windows::log_closed()), t, d)),
+        s(HotDenied, "weir-striped", gov, |t, d| {
+            crate::harness::run(&Shared(crate::windows::striped_closed(StripedMode::Exact)), t, d)
         }),
         s(HotDenied, "ratelimit", None, |t, d| crate::harness::run(&Shared(ratelimit(0, 1)), t, d)),
         s(HotDenied, "leaky-bucket", None, |t, d| {

@@ -104,3 +104,85 @@ fn a_tiny_run_writes_well_formed_csv() {
     }
     assert!(rows.iter().any(|r| r[0] == "hot-denied" && r[1] == "weir-gcra+coarse"));
 }
+
+/// Checks that every CSV file in `dir` has a header and rows of the same width, every
+/// JSON file parses, every SVG is an SVG, and index.html shows every SVG.
+fn assert_well_formed(dir: &std::path::Path) {
+    let mut svgs = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("csv") => {
+                let mut lines = text.lines();
+                let width = lines.next().unwrap().split(',').count();
+                let rows: Vec<&str> = lines.collect();
+                assert!(!rows.is_empty(), "{} has no rows", path.display());
+                for row in rows {
+                    assert_eq!(row.split(',').count(), width, "{}: {row}", path.display());
+                }
+            }
+            Some("json") => {
+                let _: serde_json::Value =
+                    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            }
+            Some("svg") => {
+                assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"), "{}", path.display());
+                svgs.push(path.file_name().unwrap().to_str().unwrap().to_string());
+            }
+            _ => {}
+        }
+    }
+    let index = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    for svg in svgs {
+        assert!(index.contains(&format!("<img src=\"{svg}\"")), "index.html does not show {svg}");
+    }
+}
+
+#[test]
+fn a_tiny_run_of_every_suite_writes_well_formed_output() {
+    let out = temp_dir("every-suite");
+    let o = out.to_str().unwrap();
+    let common = ["--threads", "1,2", "--duration", "2ms", "--reps", "1", "--no-progress", "--out", o];
+    let suites: [&[&str]; 7] = [
+        &["throughput", "--only", "reference", "--only", "hot-denied/weir-fixed"],
+        &["single", "--only", "single/clock/manual"],
+        &["memory", "--only", "memory/governor-keyed", "--probe-binary", env!("CARGO_BIN_EXE_weir-bench")],
+        &["accuracy", "--only", "accuracy/weir-gcra"],
+        &["queue", "--only", "queue/weir-leaky"],
+        &["pacing", "--only", "pacing/100000"],
+        &["compare", "--only", "compare/gcra", "--only", "compare/fixed-window"],
+    ];
+    for suite in suites {
+        let line: Vec<&str> = suite.iter().chain(common.iter()).copied().collect();
+        assert_eq!(weir_bench::cli::main(args(&line)), 0, "{line:?}");
+    }
+    for name in ["throughput", "single", "memory", "accuracy", "queue", "pacing", "compare"] {
+        assert!(out.join(format!("{name}.csv")).exists(), "{name}.csv");
+        assert!(out.join(format!("{name}.json")).exists(), "{name}.json");
+    }
+    assert!(out.join("compare-boundary-attack.svg").exists());
+    assert!(out.join("throughput-reference.svg").exists());
+    assert_well_formed(&out);
+}
+
+#[test]
+fn the_compare_traces_are_deterministic() {
+    let config = Args::try_parse_from(args(&["compare", "--out", temp_dir("compare").to_str().unwrap()]))
+        .unwrap()
+        .validate()
+        .unwrap();
+    let first = serde_json::to_string(&weir_bench::compare::traces(&config)).unwrap();
+    let second = serde_json::to_string(&weir_bench::compare::traces(&config)).unwrap();
+    assert_eq!(first, second);
+    // And they show what the algorithms are known for: the fixed window lets the
+    // boundary attack through twice, the others once.
+    let traces = weir_bench::compare::traces(&config);
+    let attack = |algorithm: &str| {
+        traces.iter().find(|t| t.pattern == "boundary-attack" && t.algorithm == algorithm).unwrap().admitted
+    };
+    assert_eq!(attack("fixed-window"), 20);
+    for algorithm in ["gcra", "sliding-window", "sliding-log"] {
+        assert_eq!(attack(algorithm), 10, "{algorithm}");
+    }
+}
