@@ -37,6 +37,66 @@ pub fn interleavings<T: Clone>(threads: &[Vec<T>]) -> Vec<Vec<(usize, T)>> {
     out
 }
 
+/// weir-keyed's eviction protocol over a one-key map, for the eviction models
+/// (`keyed_eviction.rs`, `window_eviction.rs`): papaya cannot run under loom, so the
+/// map is a loom mutex around the key's current state, and the protocol under test
+/// is the algorithm's [`Retire`](weir_core::Retire), exactly the code weir-keyed runs.
+#[cfg(loom)]
+pub mod one_key {
+    use loom::sync::{Arc, Mutex};
+    use weir_core::{Algorithm, Nanos, Retire};
+
+    /// One key's slot in a per-key store.
+    #[derive(Debug)]
+    pub struct OneKeyStore<A: Algorithm> {
+        /// The algorithm every state of the key runs.
+        pub algorithm: A,
+        slot: Mutex<Option<Arc<A::State>>>,
+    }
+
+    impl<A: Retire> OneKeyStore<A> {
+        /// An empty store.
+        pub fn new(algorithm: A) -> Self {
+            Self { algorithm, slot: Mutex::new(None) }
+        }
+
+        fn lookup_or_insert(&self) -> Arc<A::State> {
+            let mut slot = self.slot.lock().unwrap();
+            slot.get_or_insert_with(|| Arc::new(self.algorithm.new_state())).clone()
+        }
+
+        fn unlink(&self, state: &Arc<A::State>) {
+            let mut slot = self.slot.lock().unwrap();
+            if slot.as_ref().is_some_and(|current| Arc::ptr_eq(current, state)) {
+                *slot = None;
+            }
+        }
+
+        /// weir-keyed's `check_n` loop, for a cost of 1 at `now`.
+        pub fn check(&self, now: u64) -> bool {
+            loop {
+                let state = self.lookup_or_insert();
+                let decision = self.algorithm.check(&state, &Nanos::new(now));
+                if decision.is_denied() && self.algorithm.is_retired(&state) {
+                    self.unlink(&state);
+                    continue;
+                }
+                return decision.is_allowed();
+            }
+        }
+
+        /// weir-keyed's `sweep_shard` for this key, at `now`.
+        pub fn sweep(&self, now: u64) {
+            let state = self.slot.lock().unwrap().clone();
+            if let Some(state) = state
+                && self.algorithm.try_retire(&state, Nanos::new(now))
+            {
+                self.unlink(&state);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

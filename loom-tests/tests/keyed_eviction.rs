@@ -11,62 +11,21 @@
 //! exactly the code weir-keyed runs.
 #![cfg(loom)]
 
-use loom::sync::{Arc, Mutex};
+use loom::sync::Arc;
 use loom::thread;
-use weir_core::{Algorithm, Nanos, Quota, Retire};
+use loom_tests::one_key::OneKeyStore;
+use weir_core::{Algorithm, Nanos, Quota};
 use weir_gcra::{GcraAlgorithm, GcraState};
 
-struct OneKeyStore {
-    algorithm: GcraAlgorithm,
-    slot: Mutex<Option<Arc<GcraState>>>,
-}
-
-impl OneKeyStore {
-    fn new(burst: u64) -> Self {
-        let quota = Quota::per_second(100_000_000).unwrap().with_burst(burst).unwrap();
-        Self { algorithm: GcraAlgorithm::new(quota, Nanos::ZERO), slot: Mutex::new(None) }
-    }
-
-    fn lookup_or_insert(&self) -> Arc<GcraState> {
-        let mut slot = self.slot.lock().unwrap();
-        slot.get_or_insert_with(|| Arc::new(self.algorithm.new_state())).clone()
-    }
-
-    fn unlink(&self, state: &Arc<GcraState>) {
-        let mut slot = self.slot.lock().unwrap();
-        if slot.as_ref().is_some_and(|current| Arc::ptr_eq(current, state)) {
-            *slot = None;
-        }
-    }
-
-    /// weir-keyed's `check_n` loop.
-    fn check(&self, now: u64) -> bool {
-        loop {
-            let state = self.lookup_or_insert();
-            let decision = self.algorithm.check(&state, &Nanos::new(now));
-            if decision.is_denied() && self.algorithm.is_retired(&state) {
-                self.unlink(&state);
-                continue;
-            }
-            return decision.is_allowed();
-        }
-    }
-
-    /// weir-keyed's `sweep_shard` for this key.
-    fn sweep(&self, now: u64) {
-        let state = self.slot.lock().unwrap().clone();
-        if let Some(state) = state
-            && self.algorithm.try_retire(&state, Nanos::new(now))
-        {
-            self.unlink(&state);
-        }
-    }
+fn gcra_store(burst: u64) -> OneKeyStore<GcraAlgorithm> {
+    let quota = Quota::per_second(100_000_000).unwrap().with_burst(burst).unwrap();
+    OneKeyStore::new(GcraAlgorithm::new(quota, Nanos::ZERO))
 }
 
 #[test]
 fn a_sweep_racing_with_checks_never_loses_or_duplicates_an_admission() {
     loom::model(|| {
-        let store = Arc::new(OneKeyStore::new(2));
+        let store = Arc::new(gcra_store(2));
         let checker = {
             let store = store.clone();
             thread::spawn(move || store.check(0) as u32 + store.check(0) as u32)
@@ -87,7 +46,7 @@ fn a_sweep_racing_with_checks_never_loses_or_duplicates_an_admission() {
 #[test]
 fn a_state_in_use_is_never_retired() {
     loom::model(|| {
-        let store = Arc::new(OneKeyStore::new(1));
+        let store = Arc::new(gcra_store(1));
         let checker = {
             let store = store.clone();
             thread::spawn(move || store.check(0))

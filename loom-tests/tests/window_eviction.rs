@@ -4,54 +4,13 @@
 //! for why the map is modelled as one slot).
 #![cfg(all(loom, feature = "window"))]
 
-use loom::sync::{Arc, Mutex};
+use loom::sync::Arc;
 use loom::thread;
-use weir_core::{Algorithm, Nanos, Quota, Retire};
+use loom_tests::one_key::OneKeyStore;
+use weir_core::{Nanos, Quota, Retire};
 use weir_window::fixed::FixedWindowAlgorithm;
 use weir_window::log::SlidingLogAlgorithm;
 use weir_window::sliding::SlidingWindowAlgorithm;
-
-struct OneKeyStore<A: Algorithm> {
-    algorithm: A,
-    slot: Mutex<Option<Arc<A::State>>>,
-}
-
-impl<A: Retire> OneKeyStore<A> {
-    fn lookup_or_insert(&self) -> Arc<A::State> {
-        let mut slot = self.slot.lock().unwrap();
-        slot.get_or_insert_with(|| Arc::new(self.algorithm.new_state())).clone()
-    }
-
-    fn unlink(&self, state: &Arc<A::State>) {
-        let mut slot = self.slot.lock().unwrap();
-        if slot.as_ref().is_some_and(|current| Arc::ptr_eq(current, state)) {
-            *slot = None;
-        }
-    }
-
-    /// weir-keyed's `check_n` loop.
-    fn check(&self, now: u64) -> bool {
-        loop {
-            let state = self.lookup_or_insert();
-            let decision = self.algorithm.check(&state, &Nanos::new(now));
-            if decision.is_denied() && self.algorithm.is_retired(&state) {
-                self.unlink(&state);
-                continue;
-            }
-            return decision.is_allowed();
-        }
-    }
-
-    /// weir-keyed's `sweep_shard` for this key.
-    fn sweep(&self, now: u64) {
-        let state = self.slot.lock().unwrap().clone();
-        if let Some(state) = state
-            && self.algorithm.try_retire(&state, Nanos::new(now))
-        {
-            self.unlink(&state);
-        }
-    }
-}
 
 /// Three checks at one instant (limit 2) racing with a sweep: exactly 2 admitted.
 fn race<A: Retire + Send + Sync + 'static>(make: fn() -> A)
@@ -59,7 +18,7 @@ where
     A::State: Send + Sync,
 {
     loom::model(move || {
-        let store = Arc::new(OneKeyStore { algorithm: make(), slot: Mutex::new(None) });
+        let store = Arc::new(OneKeyStore::new(make()));
         let checker = {
             let store = store.clone();
             thread::spawn(move || store.check(0) as u32 + store.check(0) as u32)
@@ -96,7 +55,7 @@ fn sliding_window_eviction_racing_with_checks() {
 fn sliding_log_eviction_racing_with_checks() {
     loom::model(|| {
         let algorithm = SlidingLogAlgorithm::new(quota(), Nanos::ZERO).unwrap();
-        let store = Arc::new(OneKeyStore { algorithm, slot: Mutex::new(None) });
+        let store = Arc::new(OneKeyStore::new(algorithm));
         let checker = {
             let store = store.clone();
             thread::spawn(move || store.check(0) as u32 + store.check(0) as u32)

@@ -30,6 +30,7 @@ mod limiter;
 pub mod nanos;
 mod quota;
 mod quota_cell;
+mod single;
 pub mod sync;
 
 pub use clock::Clock;

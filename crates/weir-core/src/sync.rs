@@ -68,6 +68,30 @@ impl Backoff {
     }
 }
 
+/// Replaces `word` with `target` if, and as long as, `allowed(current)` holds for
+/// its current value; returns whether it did. Retries only when another thread
+/// changed the word in between, re-judging the new value. This is how a one-word
+/// state is retired ([`Retire`](crate::Retire)): `target` is the retired sentinel and
+/// `allowed` says "idle".
+///
+/// Ordering: Relaxed; for a state that is one word, every read-modify-write of it
+/// is ordered by that word's modification order alone, and retiring publishes no
+/// other memory.
+pub fn replace_if(word: &AtomicU64, target: u64, allowed: impl Fn(u64) -> bool) -> bool {
+    // Ordering: Relaxed; see above.
+    let mut current = word.load(Ordering::Relaxed);
+    loop {
+        if current == target || !allowed(current) {
+            return false;
+        }
+        // Ordering: Relaxed; see above.
+        match word.compare_exchange_weak(current, target, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return true,
+            Err(actual) => current = actual,
+        }
+    }
+}
+
 /// A cell whose contents other threads may access, with the access discipline
 /// proven by the code that owns it. Under loom this is loom's `UnsafeCell`, which
 /// checks that accesses never race; otherwise it is `core::cell::UnsafeCell` with

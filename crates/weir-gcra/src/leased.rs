@@ -421,9 +421,10 @@ impl LeaseStripes {
         });
     }
 
-    /// Gives every lease back to the bucket (what is left of its debt; see
-    /// [`give_back_owned`](Self::give_back_owned)). Stripes being refilled right now
-    /// are skipped: their refill gives back their old lease itself.
+    /// Gives every lease back to the bucket (what is left of its debt: the unused
+    /// permits' debt at their grant's interval, less the time since the grant; see
+    /// the module docs). Stripes being refilled right now are skipped: their refill
+    /// gives back their old lease itself.
     pub fn release<C: Clock + ?Sized>(&self, algorithm: &GcraAlgorithm, clock: &C) {
         for stripe in self.stripes.iter() {
             // Ordering: Relaxed; see `check_on`.

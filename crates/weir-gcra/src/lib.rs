@@ -96,9 +96,7 @@ pub mod leased;
 pub use leased::{LeaseConfig, LeaseConfigError, LeaseStripes, LeasedGcra};
 
 use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_core::{
-    Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, QuotaCell, Retire, Snapshot, ticks,
-};
+use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, QuotaCell, Retire, Snapshot, ticks};
 
 /// The latest time, in ticks since the limiter's creation, that a limiter uses. Later
 /// readings are clamped to it, so `now + capacity in use` (at most 2⁶³ ticks, see
@@ -436,22 +434,11 @@ impl Algorithm for GcraAlgorithm {
 impl Retire for GcraAlgorithm {
     fn try_retire(&self, state: &GcraState, now: Nanos) -> bool {
         let now = self.ticks_at(now);
-        // Ordering: Relaxed; retirement and admissions are read-modify-writes of the
-        // one TAT word, ordered by its modification order: an admission that lands
-        // first changes the TAT, so this CAS fails and retries (and retires only if
-        // the new TAT is still idle at `now`, which changes no decision at or after
-        // `now`); one that comes after finds RETIRED and is denied.
-        let mut tat = state.tat.load(Ordering::Relaxed);
-        loop {
-            if tat > now {
-                return false; // not idle (or already retired)
-            }
-            // Ordering: Relaxed; see the load above.
-            match state.tat.compare_exchange_weak(tat, RETIRED, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return true,
-                Err(actual) => tat = actual,
-            }
-        }
+        // One CAS to RETIRED while the TAT is idle: an admission that lands first
+        // changes the TAT, and the new value is judged again (retired only if it is
+        // still idle at `now`, which changes no decision at or after `now`); one that
+        // comes after finds RETIRED and is denied. A promoted TAT is never idle.
+        weir_core::sync::replace_if(&state.tat, RETIRED, |tat| tat <= now)
     }
 
     fn is_retired(&self, state: &GcraState) -> bool {
@@ -460,37 +447,25 @@ impl Retire for GcraAlgorithm {
     }
 }
 
-macro_rules! gcra_struct {
-    ($($default:ty)?) => {
-        /// A token bucket in GCRA encoding: the limiter most users want.
-        ///
-        /// See the [crate docs](crate) for the algorithm, its guarantees and a worked
-        /// example. Share it between threads by reference (`&Gcra`, `Arc<Gcra>`); every
-        /// method takes `&self`.
-        ///
-        /// ```
-        /// use weir_core::Quota;
-        /// use weir_gcra::Gcra;
-        ///
-        /// let limiter = Gcra::new(Quota::per_second(100)?);
-        /// let decision = limiter.check();
-        /// assert!(decision.is_allowed());
-        /// assert_eq!(decision.remaining(), 99);
-        /// # Ok::<(), weir_core::QuotaError>(())
-        /// ```
-        #[derive(Debug)]
-        pub struct Gcra<C $(= $default)?> {
-            algorithm: GcraAlgorithm,
-            state: CachePadded<GcraState>,
-            clock: C,
-        }
-    };
+weir_core::single_limiter! {
+    /// A token bucket in GCRA encoding: the limiter most users want.
+    ///
+    /// See the [crate docs](crate) for the algorithm, its guarantees and a worked
+    /// example. Share it between threads by reference (`&Gcra`, `Arc<Gcra>`); every
+    /// method takes `&self`.
+    ///
+    /// ```
+    /// use weir_core::Quota;
+    /// use weir_gcra::Gcra;
+    ///
+    /// let limiter = Gcra::new(Quota::per_second(100)?);
+    /// let decision = limiter.check();
+    /// assert!(decision.is_allowed());
+    /// assert_eq!(decision.remaining(), 99);
+    /// # Ok::<(), weir_core::QuotaError>(())
+    /// ```
+    pub struct Gcra { algorithm: GcraAlgorithm, state: GcraState }
 }
-
-#[cfg(feature = "std")]
-gcra_struct!(weir_core::MonotonicClock);
-#[cfg(not(feature = "std"))]
-gcra_struct!();
 
 #[cfg(feature = "std")]
 impl Gcra<weir_core::MonotonicClock> {
@@ -505,24 +480,6 @@ impl<C: Clock> Gcra<C> {
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         let algorithm = GcraAlgorithm::new(quota, clock.now());
         Self { algorithm, state: CachePadded::new(GcraState::new()), clock }
-    }
-
-    /// Checks one request: admits it or denies it (consuming nothing).
-    #[inline]
-    pub fn check(&self) -> Decision {
-        self.algorithm.check(&self.state, &self.clock)
-    }
-
-    /// Checks a request of cost `n`, all or nothing. `n` above the burst is an
-    /// error (it can never be admitted); `n == 0` is admitted and consumes nothing.
-    #[inline]
-    pub fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
-        self.algorithm.check_n(&self.state, n, &self.clock)
-    }
-
-    /// The current state, without consuming anything.
-    pub fn snapshot(&self) -> Snapshot {
-        self.algorithm.snapshot(&self.state, self.clock.now())
     }
 
     /// Gives back `n` units of capacity that were admitted but not used (the request
@@ -566,34 +523,5 @@ impl<C: Clock> Gcra<C> {
     /// ```
     pub fn set_quota(&self, quota: Quota) {
         self.algorithm.set_quota(quota);
-    }
-
-    /// The clock this limiter reads.
-    pub fn clock(&self) -> &C {
-        &self.clock
-    }
-
-    /// The parameters, for use with [`state`](Self::state) through [`Algorithm`].
-    pub fn algorithm(&self) -> &GcraAlgorithm {
-        &self.algorithm
-    }
-
-    /// The bucket's state.
-    pub fn state(&self) -> &GcraState {
-        &self.state
-    }
-}
-
-impl<C: Clock> Limiter for Gcra<C> {
-    #[inline]
-    fn check(&self) -> Decision {
-        Gcra::check(self)
-    }
-    #[inline]
-    fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
-        Gcra::check_n(self, n)
-    }
-    fn snapshot(&self) -> Snapshot {
-        Gcra::snapshot(self)
     }
 }

@@ -64,7 +64,7 @@
 use crate::WindowError;
 use crate::frame::{self, Frame};
 use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, Retire, Snapshot};
+use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
 
 /// Fixed-window parameters shared by any number of [`FixedWindowState`]s: the limit,
 /// the window length and alignment, and the state's bit layout.
@@ -253,24 +253,14 @@ const RETIRED: u64 = u64::MAX;
 
 impl Retire for FixedWindowAlgorithm {
     fn try_retire(&self, state: &FixedWindowState, now: Nanos) -> bool {
-        let rel = self.frame.rel(now);
-        // Ordering: Relaxed; retirement and admissions are read-modify-writes of the
-        // one word, ordered by its modification order: an admission that lands first
-        // changes the word and this CAS re-examines it; one that comes after finds
-        // RETIRED and is denied.
-        let mut word = state.word.load(Ordering::Relaxed);
-        loop {
+        let window_now = self.frame.window_of(self.frame.rel(now)).0;
+        // One CAS to RETIRED while the word is idle (see `replace_if`): an admission
+        // that lands first changes the word and it is judged again; one that comes
+        // after finds RETIRED and is denied.
+        weir_core::sync::replace_if(&state.word, RETIRED, |word| {
             let (window, count) = self.unpack(word);
-            let idle = count == 0 || self.frame.window_of(rel).0 > window;
-            if word == RETIRED || !idle {
-                return false;
-            }
-            // Ordering: Relaxed; see the load above.
-            match state.word.compare_exchange_weak(word, RETIRED, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return true,
-                Err(actual) => word = actual,
-            }
-        }
+            count == 0 || window_now > window
+        })
     }
 
     fn is_retired(&self, state: &FixedWindowState) -> bool {
@@ -279,37 +269,25 @@ impl Retire for FixedWindowAlgorithm {
     }
 }
 
-macro_rules! fixed_window_struct {
-    ($($default:ty)?) => {
-        /// A fixed window counter: at most `limit` requests per window, one atomic word.
-        ///
-        /// See the [module docs](crate::fixed) for the algorithm, its boundary burst
-        /// and its guarantees. Share it between threads by reference (`&FixedWindow`,
-        /// `Arc<FixedWindow>`); every method takes `&self`.
-        ///
-        /// ```
-        /// use weir_core::Quota;
-        /// use weir_window::FixedWindow;
-        ///
-        /// let limiter = FixedWindow::new(Quota::per_second(100)?)?;
-        /// let decision = limiter.check();
-        /// assert!(decision.is_allowed());
-        /// assert_eq!(decision.remaining(), 99);
-        /// # Ok::<(), Box<dyn std::error::Error>>(())
-        /// ```
-        #[derive(Debug)]
-        pub struct FixedWindow<C $(= $default)?> {
-            algorithm: FixedWindowAlgorithm,
-            state: CachePadded<FixedWindowState>,
-            clock: C,
-        }
-    };
+weir_core::single_limiter! {
+    /// A fixed window counter: at most `limit` requests per window, one atomic word.
+    ///
+    /// See the [module docs](crate::fixed) for the algorithm, its boundary burst
+    /// and its guarantees. Share it between threads by reference (`&FixedWindow`,
+    /// `Arc<FixedWindow>`); every method takes `&self`.
+    ///
+    /// ```
+    /// use weir_core::Quota;
+    /// use weir_window::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::new(Quota::per_second(100)?)?;
+    /// let decision = limiter.check();
+    /// assert!(decision.is_allowed());
+    /// assert_eq!(decision.remaining(), 99);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub struct FixedWindow { algorithm: FixedWindowAlgorithm, state: FixedWindowState }
 }
-
-#[cfg(feature = "std")]
-fixed_window_struct!(weir_core::MonotonicClock);
-#[cfg(not(feature = "std"))]
-fixed_window_struct!();
 
 #[cfg(feature = "std")]
 impl FixedWindow<weir_core::MonotonicClock> {
@@ -347,24 +325,6 @@ impl<C: Clock> FixedWindow<C> {
         Ok(Self { algorithm, state: CachePadded::new(FixedWindowState::new()), clock })
     }
 
-    /// Checks one request: admits it or denies it (consuming nothing).
-    #[inline]
-    pub fn check(&self) -> Decision {
-        self.algorithm.check(&self.state, &self.clock)
-    }
-
-    /// Checks a request of cost `n`, all or nothing. `n` above the limit is an
-    /// error (it can never be admitted); `n == 0` is admitted and consumes nothing.
-    #[inline]
-    pub fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
-        self.algorithm.check_n(&self.state, n, &self.clock)
-    }
-
-    /// The current state, without consuming anything.
-    pub fn snapshot(&self) -> Snapshot {
-        self.algorithm.snapshot(&self.state, self.clock.now())
-    }
-
     /// The most requests admitted per window.
     pub fn limit(&self) -> u64 {
         self.algorithm.limit()
@@ -373,34 +333,5 @@ impl<C: Clock> FixedWindow<C> {
     /// The window length.
     pub fn window(&self) -> core::time::Duration {
         self.algorithm.window()
-    }
-
-    /// The clock this limiter reads.
-    pub fn clock(&self) -> &C {
-        &self.clock
-    }
-
-    /// The parameters, for use with [`state`](Self::state) through [`Algorithm`].
-    pub fn algorithm(&self) -> &FixedWindowAlgorithm {
-        &self.algorithm
-    }
-
-    /// The window's state.
-    pub fn state(&self) -> &FixedWindowState {
-        &self.state
-    }
-}
-
-impl<C: Clock> Limiter for FixedWindow<C> {
-    #[inline]
-    fn check(&self) -> Decision {
-        FixedWindow::check(self)
-    }
-    #[inline]
-    fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
-        FixedWindow::check_n(self, n)
-    }
-    fn snapshot(&self) -> Snapshot {
-        FixedWindow::snapshot(self)
     }
 }

@@ -80,7 +80,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt;
 use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering, fence};
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, Retire, Snapshot};
+use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
 
 /// The largest limit a sliding log accepts: 2²⁴ (16,777,216) timestamps, 128 MiB.
 pub const MAX_LOG_LIMIT: u64 = 1 << 24;
@@ -438,36 +438,24 @@ impl Retire for SlidingLogAlgorithm {
     }
 }
 
-macro_rules! sliding_log_struct {
-    ($($default:ty)?) => {
-        /// A sliding window log: the timestamps of the requests admitted in the last
-        /// window-length; exact, at `8 × limit` bytes.
-        ///
-        /// See the [module docs](crate::log) for the algorithm and its guarantees
-        /// (exact, but blocking under contention). Share it by reference.
-        ///
-        /// ```
-        /// use weir_core::Quota;
-        /// use weir_window::SlidingLog;
-        ///
-        /// let limiter = SlidingLog::new(Quota::per_second(3)?)?;
-        /// let admitted = (0..10).filter(|_| limiter.check().is_allowed()).count();
-        /// assert_eq!(admitted, 3);
-        /// # Ok::<(), Box<dyn std::error::Error>>(())
-        /// ```
-        #[derive(Debug)]
-        pub struct SlidingLog<C $(= $default)?> {
-            algorithm: SlidingLogAlgorithm,
-            state: CachePadded<SlidingLogState>,
-            clock: C,
-        }
-    };
+weir_core::single_limiter! {
+    /// A sliding window log: the timestamps of the requests admitted in the last
+    /// window-length; exact, at `8 × limit` bytes.
+    ///
+    /// See the [module docs](crate::log) for the algorithm and its guarantees
+    /// (exact, but blocking under contention). Share it by reference.
+    ///
+    /// ```
+    /// use weir_core::Quota;
+    /// use weir_window::SlidingLog;
+    ///
+    /// let limiter = SlidingLog::new(Quota::per_second(3)?)?;
+    /// let admitted = (0..10).filter(|_| limiter.check().is_allowed()).count();
+    /// assert_eq!(admitted, 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub struct SlidingLog { algorithm: SlidingLogAlgorithm, state: SlidingLogState }
 }
-
-#[cfg(feature = "std")]
-sliding_log_struct!(weir_core::MonotonicClock);
-#[cfg(not(feature = "std"))]
-sliding_log_struct!();
 
 #[cfg(feature = "std")]
 impl SlidingLog<weir_core::MonotonicClock> {
@@ -490,24 +478,6 @@ impl<C: Clock> SlidingLog<C> {
         Ok(Self { algorithm, state: CachePadded::new(state), clock })
     }
 
-    /// Checks one request: admits it or denies it (consuming nothing).
-    #[inline]
-    pub fn check(&self) -> Decision {
-        self.algorithm.check(&self.state, &self.clock)
-    }
-
-    /// Checks a request of cost `n`, all or nothing. `n` above the limit is an
-    /// error (it can never be admitted); `n == 0` is admitted and consumes nothing.
-    #[inline]
-    pub fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
-        self.algorithm.check_n(&self.state, n, &self.clock)
-    }
-
-    /// The current state, without consuming anything.
-    pub fn snapshot(&self) -> Snapshot {
-        self.algorithm.snapshot(&self.state, self.clock.now())
-    }
-
     /// The most requests admitted in any window-length.
     pub fn limit(&self) -> u64 {
         self.algorithm.limit()
@@ -516,34 +486,5 @@ impl<C: Clock> SlidingLog<C> {
     /// The window length.
     pub fn window(&self) -> core::time::Duration {
         self.algorithm.window()
-    }
-
-    /// The clock this limiter reads.
-    pub fn clock(&self) -> &C {
-        &self.clock
-    }
-
-    /// The parameters, for use with [`state`](Self::state) through [`Algorithm`].
-    pub fn algorithm(&self) -> &SlidingLogAlgorithm {
-        &self.algorithm
-    }
-
-    /// The log.
-    pub fn state(&self) -> &SlidingLogState {
-        &self.state
-    }
-}
-
-impl<C: Clock> Limiter for SlidingLog<C> {
-    #[inline]
-    fn check(&self) -> Decision {
-        SlidingLog::check(self)
-    }
-    #[inline]
-    fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
-        SlidingLog::check_n(self, n)
-    }
-    fn snapshot(&self) -> Snapshot {
-        SlidingLog::snapshot(self)
     }
 }

@@ -78,7 +78,7 @@
 use crate::WindowError;
 use crate::frame::{self, Frame};
 use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, Retire, Snapshot};
+use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
 
 /// Sliding-window-counter parameters shared by any number of
 /// [`SlidingWindowState`]s.
@@ -311,19 +311,8 @@ const RETIRED: u64 = u64::MAX;
 
 impl Retire for SlidingWindowAlgorithm {
     fn try_retire(&self, state: &SlidingWindowState, now: Nanos) -> bool {
-        // Ordering: Relaxed; as for the fixed window: retirement and admissions are
-        // read-modify-writes of the one word, ordered by its modification order.
-        let mut word = state.word.load(Ordering::Relaxed);
-        loop {
-            if word == RETIRED || !self.idle_word(word, now) {
-                return false;
-            }
-            // Ordering: Relaxed; see the load above.
-            match state.word.compare_exchange_weak(word, RETIRED, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return true,
-                Err(actual) => word = actual,
-            }
-        }
+        // As for the fixed window: one CAS to RETIRED while the word is idle.
+        weir_core::sync::replace_if(&state.word, RETIRED, |word| self.idle_word(word, now))
     }
 
     fn is_retired(&self, state: &SlidingWindowState) -> bool {
@@ -332,36 +321,24 @@ impl Retire for SlidingWindowAlgorithm {
     }
 }
 
-macro_rules! sliding_window_struct {
-    ($($default:ty)?) => {
-        /// A sliding window counter: the previous window's count, weighted by its
-        /// overlap with the last window-length, plus the current window's, in one
-        /// atomic word.
-        ///
-        /// See the [module docs](crate::sliding) for the algorithm, its accuracy and
-        /// guarantees. Share it by reference (`&SlidingWindow`, `Arc<SlidingWindow>`).
-        ///
-        /// ```
-        /// use weir_core::Quota;
-        /// use weir_window::SlidingWindow;
-        ///
-        /// let limiter = SlidingWindow::new(Quota::per_minute(600)?)?;
-        /// assert!(limiter.check().is_allowed());
-        /// # Ok::<(), Box<dyn std::error::Error>>(())
-        /// ```
-        #[derive(Debug)]
-        pub struct SlidingWindow<C $(= $default)?> {
-            algorithm: SlidingWindowAlgorithm,
-            state: CachePadded<SlidingWindowState>,
-            clock: C,
-        }
-    };
+weir_core::single_limiter! {
+    /// A sliding window counter: the previous window's count, weighted by its
+    /// overlap with the last window-length, plus the current window's, in one
+    /// atomic word.
+    ///
+    /// See the [module docs](crate::sliding) for the algorithm, its accuracy and
+    /// guarantees. Share it by reference (`&SlidingWindow`, `Arc<SlidingWindow>`).
+    ///
+    /// ```
+    /// use weir_core::Quota;
+    /// use weir_window::SlidingWindow;
+    ///
+    /// let limiter = SlidingWindow::new(Quota::per_minute(600)?)?;
+    /// assert!(limiter.check().is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub struct SlidingWindow { algorithm: SlidingWindowAlgorithm, state: SlidingWindowState }
 }
-
-#[cfg(feature = "std")]
-sliding_window_struct!(weir_core::MonotonicClock);
-#[cfg(not(feature = "std"))]
-sliding_window_struct!();
 
 #[cfg(feature = "std")]
 impl SlidingWindow<weir_core::MonotonicClock> {
@@ -386,24 +363,6 @@ impl<C: Clock> SlidingWindow<C> {
         Ok(Self { algorithm, state: CachePadded::new(SlidingWindowState::new()), clock })
     }
 
-    /// Checks one request: admits it or denies it (consuming nothing).
-    #[inline]
-    pub fn check(&self) -> Decision {
-        self.algorithm.check(&self.state, &self.clock)
-    }
-
-    /// Checks a request of cost `n`, all or nothing. `n` above the limit is an
-    /// error (it can never be admitted); `n == 0` is admitted and consumes nothing.
-    #[inline]
-    pub fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
-        self.algorithm.check_n(&self.state, n, &self.clock)
-    }
-
-    /// The current state, without consuming anything.
-    pub fn snapshot(&self) -> Snapshot {
-        self.algorithm.snapshot(&self.state, self.clock.now())
-    }
-
     /// The most requests admitted per window-length.
     pub fn limit(&self) -> u64 {
         self.algorithm.limit()
@@ -412,34 +371,5 @@ impl<C: Clock> SlidingWindow<C> {
     /// The window length.
     pub fn window(&self) -> core::time::Duration {
         self.algorithm.window()
-    }
-
-    /// The clock this limiter reads.
-    pub fn clock(&self) -> &C {
-        &self.clock
-    }
-
-    /// The parameters, for use with [`state`](Self::state) through [`Algorithm`].
-    pub fn algorithm(&self) -> &SlidingWindowAlgorithm {
-        &self.algorithm
-    }
-
-    /// The limiter's state.
-    pub fn state(&self) -> &SlidingWindowState {
-        &self.state
-    }
-}
-
-impl<C: Clock> Limiter for SlidingWindow<C> {
-    #[inline]
-    fn check(&self) -> Decision {
-        SlidingWindow::check(self)
-    }
-    #[inline]
-    fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
-        SlidingWindow::check_n(self, n)
-    }
-    fn snapshot(&self) -> Snapshot {
-        SlidingWindow::snapshot(self)
     }
 }

@@ -63,8 +63,9 @@
 //! Leased capacity that a stripe never uses is counted as admitted until it is
 //! reclaimed: by a check about to deny (above), or at the next rollover. A denial
 //! can thus be stricter than the sequential algorithm's only while another thread
-//! holds a lease it took *during* the reclaiming pass, at most `batch − 1` per
-//! concurrently checking stripe. (The `drained` flag can also, in a rare race, be
+//! holds a lease it took *during* the reclaiming pass (at most `batch − 1` per
+//! concurrently checking stripe), or holds tokens it reclaimed from stripes and has
+//! not yet granted again (its own pass, racing with this one). (The `drained` flag can also, in a rare race, be
 //! set while one lease is outstanding: a pass that saw the global count unchanged
 //! while one thread returned its leftover and took a new lease of exactly the same
 //! size. That lease's own stripe still spends it; others just do not reclaim it.)

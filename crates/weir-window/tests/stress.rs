@@ -73,8 +73,12 @@ fn frozen_clock_leases_left_by_finished_threads_are_reclaimed() {
                 });
             }
         });
+        // Not necessarily `THREADS × limit / 32`: a check may be denied while another
+        // thread holds tokens it reclaimed and has not yet granted again (the
+        // documented under-admission of the exact mode). What this test asserts is
+        // that nothing is lost once they are done.
         let early = early.into_inner();
-        assert_eq!(early, THREADS as u64 * (limit / 32), "capacity was there for all of them");
+        assert!(early <= THREADS as u64 * (limit / 32));
         // A fresh thread (so a stripe that may not hold any lease) drains the rest.
         let late = std::thread::scope(|s| {
             s.spawn(|| (0..).take_while(|_| limiter.check().is_allowed()).count() as u64).join().unwrap()

@@ -1,0 +1,92 @@
+//! [`single_limiter!`](crate::single_limiter): the one definition of "an algorithm,
+//! one state and a clock" that each algorithm crate's limiter type is made from.
+
+/// Declares a single limiter over an [`Algorithm`](crate::Algorithm): a struct
+/// holding the algorithm, one cache-padded state and a clock (generic `C`, defaulting
+/// to [`MonotonicClock`](crate::MonotonicClock) when the *calling* crate's `std`
+/// feature is on), with `check`, `check_n`, `snapshot`, `clock`, `algorithm` and
+/// `state`, and its [`Limiter`](crate::Limiter) impl. The calling crate writes the
+/// constructors and whatever is specific to its algorithm.
+///
+/// ```ignore
+/// weir_core::single_limiter! {
+///     /// A token bucket in GCRA encoding.
+///     pub struct Gcra { algorithm: GcraAlgorithm, state: GcraState }
+/// }
+/// ```
+#[macro_export]
+macro_rules! single_limiter {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident { algorithm: $algorithm:ty, state: $state:ty $(,)? }
+    ) => {
+        #[cfg(feature = "std")]
+        $(#[$meta])*
+        #[derive(Debug)]
+        pub struct $name<C = $crate::MonotonicClock> {
+            algorithm: $algorithm,
+            state: $crate::sync::CachePadded<$state>,
+            clock: C,
+        }
+
+        #[cfg(not(feature = "std"))]
+        $(#[$meta])*
+        #[derive(Debug)]
+        pub struct $name<C> {
+            algorithm: $algorithm,
+            state: $crate::sync::CachePadded<$state>,
+            clock: C,
+        }
+
+        impl<C: $crate::Clock> $name<C> {
+            /// Checks one request: admits it or denies it (consuming nothing).
+            #[inline]
+            pub fn check(&self) -> $crate::Decision {
+                <$algorithm as $crate::Algorithm>::check(&self.algorithm, &self.state, &self.clock)
+            }
+
+            /// Checks a request of cost `n`, all or nothing. `n` above the limit is an
+            /// error (it can never be admitted); `n == 0` is admitted and consumes
+            /// nothing.
+            #[inline]
+            pub fn check_n(&self, n: u64) -> Result<$crate::Decision, $crate::InsufficientCapacity> {
+                <$algorithm as $crate::Algorithm>::check_n(&self.algorithm, &self.state, n, &self.clock)
+            }
+
+            /// The current state, without consuming anything.
+            pub fn snapshot(&self) -> $crate::Snapshot {
+                <$algorithm as $crate::Algorithm>::snapshot(&self.algorithm, &self.state, $crate::Clock::now(&self.clock))
+            }
+
+            /// The clock this limiter reads.
+            pub fn clock(&self) -> &C {
+                &self.clock
+            }
+
+            /// The parameters, for use with [`state`](Self::state) through
+            /// [`Algorithm`]($crate::Algorithm).
+            pub fn algorithm(&self) -> &$algorithm {
+                &self.algorithm
+            }
+
+            /// The limiter's state.
+            pub fn state(&self) -> &$state {
+                &self.state
+            }
+        }
+
+        impl<C: $crate::Clock> $crate::Limiter for $name<C> {
+            #[inline]
+            fn check(&self) -> $crate::Decision {
+                $name::check(self)
+            }
+            #[inline]
+            fn check_n(&self, n: u64) -> Result<$crate::Decision, $crate::InsufficientCapacity> {
+                $name::check_n(self, n)
+            }
+            fn snapshot(&self) -> $crate::Snapshot {
+                $name::snapshot(self)
+            }
+        }
+    };
+}
