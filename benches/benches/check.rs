@@ -1,14 +1,19 @@
 //! ns per operation on one thread: clock reads, and one check on the allowed and
-//! denied paths, with each clock, beside governor's direct limiter.
+//! denied paths, with each clock, beside governor's direct limiter; then every other
+//! weir limiter (leased GCRA, the window family, a keyed store) on its default clock.
 //!
 //! `cargo bench -p weir-bench --bench check`
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::time::Duration;
+use weir_bench::keyed::{governor_keyed, weir_keyed};
 use weir_bench::peers::{governor, governor_upkeep};
+use weir_bench::throughput::{Check, drained_leased};
+use weir_bench::windows;
 use weir_core::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock, Quota};
-use weir_gcra::Gcra;
+use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};
+use weir_window::StripedMode;
 
 fn open() -> Quota {
     Quota::per_second(1_000_000_000).and_then(|q| q.with_burst(1_000_000_000)).expect("valid")
@@ -67,9 +72,58 @@ fn denied(c: &mut Criterion) {
     g.finish();
 }
 
+/// Every other weir limiter, allowed and denied, on the default clock (`check` on one
+/// thread: the leased and striped limiters take their thread's stripe).
+fn algorithms(c: &mut Criterion) {
+    fn bench(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>, name: &str, l: &impl Check) {
+        g.bench_function(name, |b| b.iter(|| black_box(l).check_one()));
+    }
+    let mut g = c.benchmark_group("algorithms/allowed");
+    let leased = LeasedGcra::with_clock(open(), LeaseConfig::per_core(), MonotonicClock::new());
+    bench(&mut g, "weir-leased", &leased);
+    bench(&mut g, "weir-fixed", &windows::fixed_open());
+    bench(&mut g, "weir-sliding", &windows::sliding_open());
+    bench(&mut g, "weir-log", &windows::log_open());
+    bench(&mut g, "weir-striped", &windows::striped_open(StripedMode::Exact));
+    bench(&mut g, "weir-striped-approx", &windows::striped_open(StripedMode::Approximate));
+    g.finish();
+
+    let mut g = c.benchmark_group("algorithms/denied");
+    bench(&mut g, "weir-leased", &drained_leased());
+    bench(&mut g, "weir-fixed", &windows::fixed_closed());
+    bench(&mut g, "weir-sliding", &windows::sliding_closed());
+    bench(&mut g, "weir-log", &windows::log_closed());
+    bench(&mut g, "weir-striped", &windows::striped_closed(StripedMode::Exact));
+    bench(&mut g, "weir-striped-approx", &windows::striped_closed(StripedMode::Approximate));
+    g.finish();
+
+    // One existing key among 1 000, allowed path.
+    let mut g = c.benchmark_group("keyed/allowed");
+    let keyed = weir_keyed();
+    let gov = governor_keyed();
+    for key in 0..1_000_u64 {
+        let _ = keyed.check(&key);
+        let _ = gov.check_key(&key);
+    }
+    let mut key = 0_u64;
+    g.bench_function("weir-keyed", |b| {
+        b.iter(|| {
+            key = (key + 1) % 1_000;
+            keyed.check(black_box(&key)).is_allowed()
+        })
+    });
+    g.bench_function("governor-keyed", |b| {
+        b.iter(|| {
+            key = (key + 1) % 1_000;
+            gov.check_key(black_box(&key)).is_ok()
+        })
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
-    targets = clocks, allowed, denied
+    targets = clocks, allowed, denied, algorithms
 }
 criterion_main!(benches);

@@ -181,6 +181,13 @@ fn drained_gcra<C: Clock>(clock: C) -> Gcra<C> {
     limiter
 }
 
+/// A leased GCRA limiter, one stripe per core, that is empty for the next hour.
+pub fn drained_leased() -> LeasedGcra<MonotonicClock> {
+    let limiter = LeasedGcra::with_clock(closed_quota(), LeaseConfig::per_core(), MonotonicClock::new());
+    let _ = limiter.check();
+    limiter
+}
+
 /// The hardware reference: every thread increments one shared word.
 struct SharedAtomic(CachePadded<AtomicU64>);
 
@@ -269,6 +276,7 @@ pub fn subjects() -> Vec<Subject> {
             let _ = limiter.check();
             crate::harness::run(&Shared(limiter), t, d)
         }),
+        s(HotDenied, "weir-leased", gov, |t, d| crate::harness::run(&Shared(drained_leased()), t, d)),
         s(HotDenied, "weir-fixed", gov, |t, d| crate::harness::run(&Shared(crate::windows::fixed_closed()), t, d)),
         s(HotDenied, "weir-sliding", gov, |t, d| crate::harness::run(&Shared(crate::windows::sliding_closed()), t, d)),
         s(HotDenied, "weir-log", gov, |t, d| crate::harness::run(&Shared(crate::windows::log_closed()), t, d)),

@@ -315,7 +315,7 @@ impl LeaseStripes {
                 Err(actual) => word = actual,
             }
         }
-        self.refill(algorithm, stripe, word, n, clock)
+        self.refill(algorithm, stripe, word, n, now, clock)
     }
 
     /// The slow path: claim the stripe, give back what is left of its lease, take a
@@ -327,6 +327,7 @@ impl LeaseStripes {
         stripe: &Stripe,
         mut word: u64,
         n: u64,
+        now: Nanos,
         clock: &C,
     ) -> Result<Decision, InsufficientCapacity> {
         // One quota for the whole refill: sizes and charges agree even if the quota
@@ -336,7 +337,17 @@ impl LeaseStripes {
             return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
         }
         if n == 0 {
-            return Ok(Decision::allowed(algorithm.snapshot_with(&quota, &self.state, clock.now())));
+            return Ok(Decision::allowed(algorithm.snapshot_with(&quota, &self.state, now)));
+        }
+        // The denied path: with nothing of the stripe's lease to give back (or the
+        // stripe claimed by a refill), a bucket that denies `n` now is the decision,
+        // read from one load with nothing written, as `Gcra` denies. Claiming the
+        // stripe and asking for a lease would deny the same (and cost four times as
+        // much: BENCHMARKS.md, "leased denied path").
+        if unpack(word).0 == 0
+            && let Some(denied) = algorithm.peek_denial(&quota, &self.state, n, now)
+        {
+            return Ok(denied);
         }
         // Claim the stripe. If another thread of this stripe is refilling it, do not
         // wait: decide this request exactly, on the bucket.

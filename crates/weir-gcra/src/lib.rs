@@ -212,12 +212,10 @@ impl GcraAlgorithm {
             let used = start - now;
             // ≤ 2^63 for a live state (a TAT is never set more than 2^62 ahead);
             // saturates for a retired one (TAT = RETIRED), which is then denied.
-            let debt = used.saturating_add(increment);
-            if debt > tolerance {
-                // Denied: nothing is written.
-                let snapshot = Self::snapshot_of(quota, used);
-                return (Decision::denied(snapshot, ticks::to_nanos_ceil(debt - tolerance)), lost);
-            }
+            let debt = match Self::debt_or_denial(quota, used, increment, tolerance) {
+                Ok(debt) => debt,
+                Err(denied) => return (denied, lost), // nothing is written
+            };
             let new_tat = now + debt; // now ≤ 2^63 − 1, debt ≤ 2^62: no overflow
             // Ordering: Relaxed on success and failure; see the load above. The CAS
             // admits only if no other admission landed since `tat` was read.
@@ -232,6 +230,28 @@ impl GcraAlgorithm {
             lost = lost.saturating_add(1);
             backoff.spin();
         }
+    }
+
+    /// The debt after admitting `increment` ticks with `used` ticks in use, or the
+    /// denial if it exceeds the tolerance. (A retired state's `used` saturates it.)
+    #[inline(always)]
+    fn debt_or_denial(quota: &Quota, used: u64, increment: u64, tolerance: u64) -> Result<u64, Decision> {
+        let debt = used.saturating_add(increment);
+        if debt > tolerance {
+            return Err(Decision::denied(Self::snapshot_of(quota, used), ticks::to_nanos_ceil(debt - tolerance)));
+        }
+        Ok(debt)
+    }
+
+    /// The denial `acquire` would return for `n` (≤ burst) at `now`, if it would deny:
+    /// one load, nothing written. `None` if `n` fits.
+    #[inline]
+    pub(crate) fn peek_denial(&self, quota: &Quota, state: &GcraState, n: u64, now: Nanos) -> Option<Decision> {
+        let now = self.ticks_at(now);
+        // Ordering: Relaxed; see `acquire`.
+        let tat = state.tat.load(Ordering::Relaxed);
+        let used = tat.max(now) - now;
+        Self::debt_or_denial(quota, used, n * quota.emission_interval_ticks(), quota.tolerance_ticks()).err()
     }
 
     /// Gives back `n` units of capacity taken from `state` but not used, never beyond
