@@ -7,12 +7,13 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::time::Duration;
-use weir_bench::keyed::{governor_keyed, weir_keyed};
+use weir_bench::keyed::{governor_keyed, open_quota, weir_keyed};
 use weir_bench::peers::{governor, governor_upkeep};
 use weir_bench::throughput::{Check, drained_leased};
 use weir_bench::windows;
 use weir_core::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock, Quota};
 use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};
+use weir_keyed::{Keyed, KeyedConfig};
 use weir_window::StripedMode;
 
 fn open() -> Quota {
@@ -99,10 +100,14 @@ fn algorithms(c: &mut Criterion) {
 
     // One existing key among 1 000, allowed path.
     let mut g = c.benchmark_group("keyed/allowed");
+    // The default bench store is sized for 2²⁰ keys (2 048 shards, so these keys each
+    // sit in a different shard); a store sized for 4 096 keys has 8 shards.
     let keyed = weir_keyed();
+    let small = Keyed::gcra(open_quota(), KeyedConfig::new(4_096).expect("a valid config"));
     let gov = governor_keyed();
     for key in 0..1_000_u64 {
         let _ = keyed.check(&key);
+        let _ = small.check(&key);
         let _ = gov.check_key(&key);
     }
     let mut key = 0_u64;
@@ -110,6 +115,12 @@ fn algorithms(c: &mut Criterion) {
         b.iter(|| {
             key = (key + 1) % 1_000;
             keyed.check(black_box(&key)).is_allowed()
+        })
+    });
+    g.bench_function("weir-keyed, max_keys 4096", |b| {
+        b.iter(|| {
+            key = (key + 1) % 1_000;
+            small.check(black_box(&key)).is_allowed()
         })
     });
     g.bench_function("governor-keyed", |b| {

@@ -138,7 +138,7 @@ fn insertions_sweep_incrementally() {
     // 64 keys per sweep step: after enough churn, idle keys are gone without any
     // explicit sweep.
     let clock = ManualClock::new();
-    let config = KeyedConfig::new(10_000).unwrap().sweep_every(1).unwrap();
+    let config = KeyedConfig::new(10_000).unwrap().sweep_every(1).unwrap().sweep_from(0);
     let s: Keyed<u64, _, _> = Keyed::gcra_with_clock(Quota::per_second(1).unwrap(), config, clock.clone());
     for k in 0..1_000u64 {
         let _ = s.check(&k);

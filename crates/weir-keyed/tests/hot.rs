@@ -223,7 +223,7 @@ fn a_zero_cost_check_of_a_hot_key_reports_its_hot_bucket_and_stores_nothing_new(
 
 #[test]
 fn sweeping_on_every_insertion_never_evicts_a_key_before_its_first_check() {
-    let config = KeyedConfig::new(100).unwrap().sweep_every(1).unwrap(); // one shard
+    let config = KeyedConfig::new(100).unwrap().sweep_every(1).unwrap().sweep_from(0); // one shard
     let s: &'static Keyed<u64, GcraAlgorithm, ManualClock> =
         Box::leak(Box::new(Keyed::gcra_with_clock(Quota::per_second(10).unwrap(), config, ManualClock::new())));
     let (done, finished) = std::sync::mpsc::channel();
