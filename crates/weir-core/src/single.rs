@@ -6,9 +6,11 @@
 /// to [`MonotonicClock`](crate::MonotonicClock) when the *calling* crate's `std`
 /// feature is on), with `check`, `check_n`, `snapshot`, `clock`, `algorithm` and
 /// `state`, and its [`Limiter`](crate::Limiter) impl. The calling crate writes the
-/// constructors and whatever is specific to its algorithm.
+/// constructors and whatever is specific to its algorithm. Usage, as weir-gcra
+/// declares `Gcra` (the macro reads the calling crate's `std` feature, so it is
+/// shown here, not compiled):
 ///
-/// ```ignore
+/// ```text
 /// weir_core::single_limiter! {
 ///     /// A token bucket in GCRA encoding.
 ///     pub struct Gcra { algorithm: GcraAlgorithm, state: GcraState }
