@@ -5,7 +5,7 @@
 //! An exact limiter shared by every core writes one cache line per admitted request.
 //! Every core wants that line exclusively, so aggregate throughput is bounded by how
 //! fast the line moves between cores, whatever the core count (BENCHMARKS.md: one
-//! shared `fetch_add` falls from 363 M/s on one thread to 104 M/s on two).
+//! shared `fetch_add` falls from 410 M/s on one thread to 111 M/s on two).
 //!
 //! # The construction
 //!
@@ -342,10 +342,10 @@ impl LeaseStripes {
         // The denied path: with nothing of the stripe's lease to give back (or the
         // stripe claimed by a refill), a bucket that denies `n` now is the decision,
         // read from one load with nothing written, as `Gcra` denies. Claiming the
-        // stripe and asking for a lease would deny the same (and cost four times as
-        // much: BENCHMARKS.md, "leased denied path").
+        // stripe and asking for a lease would deny the same, at about twice the cost
+        // (BENCHMARKS.md, "Leased GCRA, denied path").
         if unpack(word).0 == 0
-            && let Some(denied) = algorithm.peek_denial(&quota, &self.state, n, now)
+            && let Some(denied) = algorithm.peek_denial(&quota, &self.state, n, clock)
         {
             return Ok(denied);
         }

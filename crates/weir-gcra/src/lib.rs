@@ -243,13 +243,20 @@ impl GcraAlgorithm {
         Ok(debt)
     }
 
-    /// The denial `acquire` would return for `n` (≤ burst) at `now`, if it would deny:
-    /// one load, nothing written. `None` if `n` fits.
+    /// The denial `acquire` would return for `n` (≤ burst), if it would deny: one
+    /// load, nothing written. `None` if `n` fits. As in `acquire`, the clock is read
+    /// after the TAT, so a thread paused before the call is not denied on old time.
     #[inline]
-    pub(crate) fn peek_denial(&self, quota: &Quota, state: &GcraState, n: u64, now: Nanos) -> Option<Decision> {
-        let now = self.ticks_at(now);
+    pub(crate) fn peek_denial<C: Clock + ?Sized>(
+        &self,
+        quota: &Quota,
+        state: &GcraState,
+        n: u64,
+        clock: &C,
+    ) -> Option<Decision> {
         // Ordering: Relaxed; see `acquire`.
         let tat = state.tat.load(Ordering::Relaxed);
+        let now = self.ticks_at(clock.now());
         let used = tat.max(now) - now;
         Self::debt_or_denial(quota, used, n * quota.emission_interval_ticks(), quota.tolerance_ticks()).err()
     }

@@ -118,10 +118,11 @@
 //! of 10 million distinct keys into a store of 100 000 keeps memory bounded
 //! (`tests/flood.rs` measures it).
 //!
-//! Memory per `u64` key (GCRA state, `weir-bench memory`, 2-core dev VM): 29–34 heap
-//! bytes (46–51 resident) in a full store, 38–44 (56–62) in a store at 10% of its
-//! bound; governor's DashMap-based store, 22–36 (25–36). papaya's boxed entries and
-//! per-shard tables are the price of lock-free reads.
+//! Memory per `u64` key (GCRA state, `weir-bench memory --full`, 10⁶ keys, 2-core
+//! dev VM, BENCHMARKS.md): 34.6 heap bytes (51.6 resident) in a full store, 44.1
+//! (61.8) in a store at 10% of its bound; governor's DashMap-based store, 35.7
+//! (36.1). Quick runs, with fewer keys, measure a few bytes less for every store.
+//! papaya's boxed entries and per-shard tables are the price of lock-free reads.
 //!
 //! **Cost under a flood.** The worst case for eviction is a store kept exactly full
 //! of keys that go idle one at a time (each new key arriving just as the oldest goes
@@ -139,7 +140,9 @@
 //! [`weir_gcra::LeasedGcra`], with its documented over-admission bound; other keys
 //! stay exact. The move is one CAS that carries the key's state over (no admission is
 //! lost: `loom-tests/tests/keyed_eviction.rs` and the property tests check it); a hot
-//! key whose bucket is idle with every lease expired is swept like any idle key.
+//! key whose bucket is idle with every lease expired is swept like any idle key (and
+//! while every hot slot is taken, insertions pace sweeps even below `sweep_from`, so
+//! a hot key gone idle frees its slot).
 //! [`Keyed::promote`] turns a key hot on demand.
 
 use std::borrow::Borrow;
@@ -171,8 +174,11 @@ pub enum AtCapacity {
     /// Evict idle keys to make room (exact: no decision changes); if none is idle,
     /// deny the new key with [`DenyReason::KeyCapacity`]. The default.
     EvictIdle,
-    /// Deny the new key with [`DenyReason::KeyCapacity`] without evicting on demand
-    /// (idle keys are still swept incrementally).
+    /// Deny the new key with [`DenyReason::KeyCapacity`] without evicting on demand.
+    /// Incremental sweeps are paced by insertions, and a full store of this policy
+    /// inserts nothing: it stays full of idle keys until [`Keyed::sweep`],
+    /// [`Keyed::sweep_all`] or a background sweeper ([`Keyed::spawn_sweeper`]) runs.
+    /// Pair it with a sweeper.
     Deny,
     /// Evict idle keys to make room; if none is idle, check the request against this
     /// shared limiter instead (all keys that do not fit share it).
@@ -238,7 +244,9 @@ mod window {
 /// key then has the leased limiter's bounded over-admission
 /// ([`LeaseConfig::over_admission_bound`]); every other key stays exact. At most
 /// `max_hot_keys` keys are hot at once (each costs a few KiB of stripes); a hot key
-/// whose bucket is idle with every lease expired is swept like any idle key.
+/// whose bucket is idle with every lease expired is swept like any idle key
+/// (insertions pace sweeps while every hot slot is taken, whatever
+/// [`KeyedConfig::sweep_from`] says).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HotKeys {
     lease: LeaseConfig,
@@ -316,11 +324,12 @@ impl KeyedConfig {
         Ok(Self { sweep_every: n, ..self })
     }
 
-    /// Run the incremental sweep only while the store holds at least `keys` keys
-    /// (default: half of `max_keys`; 0 sweeps from the first key; more than
-    /// `max_keys` never paces a sweep, leaving eviction to a full store, explicit
-    /// sweeps and the background sweeper). See the crate docs for why sweeping a
-    /// store far below its bound costs more than it saves.
+    /// Run the incremental sweep only while the store holds at least `keys` keys, or
+    /// every hot-key slot is taken (default: half of `max_keys`; 0 sweeps from the
+    /// first key; more than `max_keys` never paces a sweep for the key count, leaving
+    /// eviction to a full store's policy, explicit sweeps and the background
+    /// sweeper). See the crate docs for why sweeping a store far below its bound
+    /// costs more than it saves.
     pub fn sweep_from(self, keys: usize) -> Self {
         Self { sweep_from: keys, ..self }
     }
@@ -953,8 +962,12 @@ where
     /// Sweeps the next shard every `sweep_every` insertions, once the store holds
     /// `sweep_from` keys.
     fn paced_sweep(&self) {
-        // Ordering: Relaxed; a hint (a sweep a key early or late changes nothing).
-        if self.live.load(Ordering::Relaxed) < self.config.sweep_from {
+        // Ordering: Relaxed (both); hints (a sweep a key early or late changes nothing).
+        // Below `sweep_from`, sweep anyway while every hot slot is taken: only a sweep
+        // frees the slot of a hot key gone idle, and another key may need it.
+        if self.live.load(Ordering::Relaxed) < self.config.sweep_from
+            && self.hot.is_none_or(|hot| self.hot_count.load(Ordering::Relaxed) < hot.max_hot_keys)
+        {
             return;
         }
         // Ordering: Relaxed; a pacing counter.

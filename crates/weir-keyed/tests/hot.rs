@@ -74,6 +74,25 @@ fn at_most_max_hot_keys_are_hot() {
     assert_eq!(promoted, 3);
 }
 
+/// Below `sweep_from`, insertions still pace sweeps while every hot slot is taken,
+/// so a hot key gone idle gives its slot to the next key that needs one.
+#[test]
+fn idle_hot_keys_free_their_slots_in_a_sparse_store() {
+    let clock = ManualClock::new();
+    let lease = LeaseConfig::new(2).unwrap().with_lifetime(Duration::from_millis(1)).unwrap();
+    let hot = HotKeys::new(lease).max_hot_keys(2).unwrap();
+    let s: Keyed<u64, _, _> =
+        Keyed::gcra_with_clock(Quota::per_second(1_000).unwrap(), KeyedConfig::new(10_000).unwrap(), clock.clone())
+            .with_hot_keys(hot);
+    assert!(s.promote(&1) && s.promote(&2));
+    assert!(!s.promote(&3), "both slots are taken");
+    clock.advance(Duration::from_secs(1)); // both hot keys idle, their leases expired
+    for k in 100..2_000u64 {
+        let _ = s.check(&k); // far below sweep_from (5 000 keys)
+    }
+    assert!(s.promote(&3), "a sweep freed an idle hot key's slot");
+}
+
 #[test]
 fn eight_threads_on_one_hot_key_at_a_frozen_clock_never_exceed_the_burst() {
     for promote_first in [true, false] {

@@ -42,8 +42,8 @@
 //!
 //! Near the limit the exact mode shrinks leases to what is left, and **before
 //! denying it reclaims every stripe's unused lease** (one CAS per stripe holding
-//! one) and asks again; a denial is therefore exact whenever no other thread took a
-//! lease during that pass. A flag in the global word (`drained`, cleared by every
+//! one) and asks again; a denial is therefore exact whenever no other thread holds
+//! capacity during that pass (see "Under-admission" below). A flag in the global word (`drained`, cleared by every
 //! grant) records that a pass found nothing, so that denials under sustained
 //! overload cost two loads, not one per stripe.
 //!
@@ -64,8 +64,10 @@
 //! reclaimed: by a check about to deny (above), or at the next rollover. A denial
 //! can thus be stricter than the sequential algorithm's only while another thread
 //! holds a lease it took *during* the reclaiming pass (at most `batch − 1` per
-//! concurrently checking stripe), or holds tokens it reclaimed from stripes and has
-//! not yet granted again (its own pass, racing with this one). (The `drained` flag can also, in a rare race, be
+//! concurrently checking stripe), or holds tokens in hand that it has not yet
+//! granted or returned: its own stripe's leftover, taken back at the start of its
+//! slow path, or leases it reclaimed from other stripes in a pass racing with this
+//! one. (The `drained` flag can also, in a rare race, be
 //! set while one lease is outstanding: a pass that saw the global count unchanged
 //! while one thread returned its leftover and took a new lease of exactly the same
 //! size. That lease's own stripe still spends it; others just do not reclaim it.)
