@@ -95,6 +95,31 @@ pub mod one_key {
             }
         }
     }
+
+    /// Three checks of one key at one instant, against a state admitting exactly 2,
+    /// racing with a sweep of that key: exactly 2 are admitted, whether or not the
+    /// (then idle) state was evicted in between.
+    pub fn three_checks_racing_a_sweep<A>(make: fn() -> A)
+    where
+        A: Retire + Send + Sync + 'static,
+        A::State: Send + Sync,
+    {
+        loom::model(move || {
+            let store = Arc::new(OneKeyStore::new(make()));
+            let checker = {
+                let store = store.clone();
+                loom::thread::spawn(move || store.check(0) as u32 + store.check(0) as u32)
+            };
+            let sweeper = {
+                let store = store.clone();
+                loom::thread::spawn(move || store.sweep(0))
+            };
+            let mine = store.check(0) as u32;
+            let admitted = checker.join().unwrap() + mine;
+            sweeper.join().unwrap();
+            assert_eq!(admitted, 2);
+        });
+    }
 }
 
 #[cfg(test)]

@@ -13,34 +13,22 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use loom_tests::one_key::OneKeyStore;
+use loom_tests::one_key::{OneKeyStore, three_checks_racing_a_sweep};
 use weir_core::{Algorithm, Nanos, Quota};
 use weir_gcra::{GcraAlgorithm, GcraState};
 
-fn gcra_store(burst: u64) -> OneKeyStore<GcraAlgorithm> {
+fn gcra(burst: u64) -> GcraAlgorithm {
     let quota = Quota::per_second(100_000_000).unwrap().with_burst(burst).unwrap();
-    OneKeyStore::new(GcraAlgorithm::new(quota, Nanos::ZERO))
+    GcraAlgorithm::new(quota, Nanos::ZERO)
+}
+
+fn gcra_store(burst: u64) -> OneKeyStore<GcraAlgorithm> {
+    OneKeyStore::new(gcra(burst))
 }
 
 #[test]
 fn a_sweep_racing_with_checks_never_loses_or_duplicates_an_admission() {
-    loom::model(|| {
-        let store = Arc::new(gcra_store(2));
-        let checker = {
-            let store = store.clone();
-            thread::spawn(move || store.check(0) as u32 + store.check(0) as u32)
-        };
-        let sweeper = {
-            let store = store.clone();
-            thread::spawn(move || store.sweep(0))
-        };
-        let mine = store.check(0) as u32;
-        let admitted = checker.join().unwrap() + mine;
-        sweeper.join().unwrap();
-        // Three checks at one instant against a burst of 2: exactly 2 admitted,
-        // whether or not the (then idle) state was evicted in between.
-        assert_eq!(admitted, 2);
-    });
+    three_checks_racing_a_sweep(|| gcra(2));
 }
 
 #[test]

@@ -6,33 +6,11 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use loom_tests::one_key::OneKeyStore;
-use weir_core::{Nanos, Quota, Retire};
+use loom_tests::one_key::{OneKeyStore, three_checks_racing_a_sweep};
+use weir_core::{Nanos, Quota};
 use weir_window::fixed::FixedWindowAlgorithm;
 use weir_window::log::SlidingLogAlgorithm;
 use weir_window::sliding::SlidingWindowAlgorithm;
-
-/// Three checks at one instant (limit 2) racing with a sweep: exactly 2 admitted.
-fn race<A: Retire + Send + Sync + 'static>(make: fn() -> A)
-where
-    A::State: Send + Sync,
-{
-    loom::model(move || {
-        let store = Arc::new(OneKeyStore::new(make()));
-        let checker = {
-            let store = store.clone();
-            thread::spawn(move || store.check(0) as u32 + store.check(0) as u32)
-        };
-        let sweeper = {
-            let store = store.clone();
-            thread::spawn(move || store.sweep(0))
-        };
-        let mine = store.check(0) as u32;
-        let admitted = checker.join().unwrap() + mine;
-        sweeper.join().unwrap();
-        assert_eq!(admitted, 2);
-    });
-}
 
 fn quota() -> Quota {
     Quota::per_second(2).unwrap()
@@ -40,12 +18,12 @@ fn quota() -> Quota {
 
 #[test]
 fn fixed_window_eviction_racing_with_checks() {
-    race(|| FixedWindowAlgorithm::new(quota(), Nanos::ZERO).unwrap());
+    three_checks_racing_a_sweep(|| FixedWindowAlgorithm::new(quota(), Nanos::ZERO).unwrap());
 }
 
 #[test]
 fn sliding_window_eviction_racing_with_checks() {
-    race(|| SlidingWindowAlgorithm::new(quota(), Nanos::ZERO).unwrap());
+    three_checks_racing_a_sweep(|| SlidingWindowAlgorithm::new(quota(), Nanos::ZERO).unwrap());
 }
 
 /// The log's sequence lock makes a reader spin while a write is under way, and
