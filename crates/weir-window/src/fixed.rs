@@ -289,25 +289,7 @@ weir_core::single_limiter! {
     pub struct FixedWindow { algorithm: FixedWindowAlgorithm, state: FixedWindowState }
 }
 
-#[cfg(feature = "std")]
-impl FixedWindow<weir_core::MonotonicClock> {
-    /// An empty window enforcing `quota` (`count` per `period`) on the default
-    /// [`MonotonicClock`](weir_core::MonotonicClock), windows aligned to its origin
-    /// (the first `MonotonicClock` made in the process).
-    pub fn new(quota: Quota) -> Result<Self, WindowError> {
-        Self::with_clock(quota, weir_core::MonotonicClock::new())
-    }
-}
-
-impl<C: Clock> FixedWindow<C> {
-    /// An empty window enforcing `quota`, reading time from `clock`, with windows
-    /// starting at the clock's origin and every period after it.
-    pub fn with_clock(quota: Quota, clock: C) -> Result<Self, WindowError> {
-        Self::with_clock_aligned(quota, clock, Nanos::ZERO)
-    }
-
-    /// Like [`with_clock`](Self::with_clock), with windows starting at the reading
-    /// `window_start` and every period before and after it.
+window_limiter_constructors!(FixedWindow, FixedWindowAlgorithm, FixedWindowState;
     ///
     /// ```
     /// use weir_core::{Clock, ManualClock, Nanos, Quota};
@@ -320,18 +302,4 @@ impl<C: Clock> FixedWindow<C> {
     /// assert_eq!(limiter.check().retry_after().unwrap().as_secs(), 60);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn with_clock_aligned(quota: Quota, clock: C, window_start: Nanos) -> Result<Self, WindowError> {
-        let algorithm = FixedWindowAlgorithm::aligned(quota, clock.now(), window_start)?;
-        Ok(Self { algorithm, state: CachePadded::new(FixedWindowState::new()), clock })
-    }
-
-    /// The most requests admitted per window.
-    pub fn limit(&self) -> u64 {
-        self.algorithm.limit()
-    }
-
-    /// The window length.
-    pub fn window(&self) -> core::time::Duration {
-        self.algorithm.window()
-    }
-}
+);

@@ -97,6 +97,50 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+/// The constructors and accessors shared by the one-word window limiters
+/// ([`FixedWindow`], [`SlidingWindow`]): `new` on the default clock, `with_clock`,
+/// `with_clock_aligned` (through the algorithm's `aligned`), `limit` and `window`.
+/// Doc comments after a `;` are added to `with_clock_aligned`'s docs.
+macro_rules! window_limiter_constructors {
+    ($name:ident, $algorithm:ty, $state:ty $(; $(#[$aligned_doc:meta])*)?) => {
+        #[cfg(feature = "std")]
+        impl $name<weir_core::MonotonicClock> {
+            /// An empty limiter enforcing `quota` (`count` per `period`) on the default
+            /// [`MonotonicClock`](weir_core::MonotonicClock), windows aligned to its
+            /// origin (the first `MonotonicClock` made in the process).
+            pub fn new(quota: Quota) -> Result<Self, WindowError> {
+                Self::with_clock(quota, weir_core::MonotonicClock::new())
+            }
+        }
+
+        impl<C: Clock> $name<C> {
+            /// An empty limiter enforcing `quota`, reading time from `clock`, with
+            /// windows starting at the clock's origin and every period after it.
+            pub fn with_clock(quota: Quota, clock: C) -> Result<Self, WindowError> {
+                Self::with_clock_aligned(quota, clock, Nanos::ZERO)
+            }
+
+            /// Like [`with_clock`](Self::with_clock), with windows starting at the
+            /// reading `window_start` and every period before and after it.
+            $($(#[$aligned_doc])*)?
+            pub fn with_clock_aligned(quota: Quota, clock: C, window_start: Nanos) -> Result<Self, WindowError> {
+                let algorithm = <$algorithm>::aligned(quota, clock.now(), window_start)?;
+                Ok(Self { algorithm, state: CachePadded::new(<$state>::new()), clock })
+            }
+
+            /// The most requests admitted per window-length.
+            pub fn limit(&self) -> u64 {
+                self.algorithm.limit()
+            }
+
+            /// The window length.
+            pub fn window(&self) -> core::time::Duration {
+                self.algorithm.window()
+            }
+        }
+    };
+}
+
 mod error;
 pub mod fixed;
 mod frame;

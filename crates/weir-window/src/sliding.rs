@@ -340,36 +340,4 @@ weir_core::single_limiter! {
     pub struct SlidingWindow { algorithm: SlidingWindowAlgorithm, state: SlidingWindowState }
 }
 
-#[cfg(feature = "std")]
-impl SlidingWindow<weir_core::MonotonicClock> {
-    /// An empty limiter enforcing `quota` on the default
-    /// [`MonotonicClock`](weir_core::MonotonicClock), windows aligned to its origin.
-    pub fn new(quota: Quota) -> Result<Self, WindowError> {
-        Self::with_clock(quota, weir_core::MonotonicClock::new())
-    }
-}
-
-impl<C: Clock> SlidingWindow<C> {
-    /// An empty limiter enforcing `quota`, reading time from `clock`, with windows
-    /// starting at the clock's origin and every period after it.
-    pub fn with_clock(quota: Quota, clock: C) -> Result<Self, WindowError> {
-        Self::with_clock_aligned(quota, clock, Nanos::ZERO)
-    }
-
-    /// Like [`with_clock`](Self::with_clock), with windows starting at the reading
-    /// `window_start` and every period before and after it.
-    pub fn with_clock_aligned(quota: Quota, clock: C, window_start: Nanos) -> Result<Self, WindowError> {
-        let algorithm = SlidingWindowAlgorithm::aligned(quota, clock.now(), window_start)?;
-        Ok(Self { algorithm, state: CachePadded::new(SlidingWindowState::new()), clock })
-    }
-
-    /// The most requests admitted per window-length.
-    pub fn limit(&self) -> u64 {
-        self.algorithm.limit()
-    }
-
-    /// The window length.
-    pub fn window(&self) -> core::time::Duration {
-        self.algorithm.window()
-    }
-}
+window_limiter_constructors!(SlidingWindow, SlidingWindowAlgorithm, SlidingWindowState);
