@@ -6,36 +6,13 @@
 //!
 //! The central check is linearizability against a sequential reference: the results
 //! the threads observed must be exactly the results of running the same operations
-//! one at a time in *some* order that respects each thread's program order.
+//! one at a time in *some* order that respects each thread's program order and
+//! real-time precedence ([`history`]).
 
-/// Every interleaving of per-thread operation sequences that keeps each thread's own
-/// order: the sequential histories a concurrent run may be equivalent to.
-pub fn interleavings<T: Clone>(threads: &[Vec<T>]) -> Vec<Vec<(usize, T)>> {
-    fn go<T: Clone>(
-        threads: &[Vec<T>],
-        next: &mut Vec<usize>,
-        prefix: &mut Vec<(usize, T)>,
-        out: &mut Vec<Vec<(usize, T)>>,
-    ) {
-        let mut done = true;
-        for t in 0..threads.len() {
-            if next[t] < threads[t].len() {
-                done = false;
-                prefix.push((t, threads[t][next[t]].clone()));
-                next[t] += 1;
-                go(threads, next, prefix, out);
-                next[t] -= 1;
-                prefix.pop();
-            }
-        }
-        if done {
-            out.push(prefix.clone());
-        }
-    }
-    let mut out = Vec::new();
-    go(threads, &mut vec![0; threads.len()], &mut Vec::new(), &mut out);
-    out
-}
+pub mod history;
+pub use history::{Span, interleavings, linearizations};
+#[cfg(loom)]
+pub use history::RealTime;
 
 /// weir-keyed's eviction protocol over a one-key map, for the eviction models
 /// (`keyed_eviction.rs`, `window_eviction.rs`): papaya cannot run under loom, so the
@@ -119,19 +96,5 @@ pub mod one_key {
             sweeper.join().unwrap();
             assert_eq!(admitted, 2);
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn interleavings_keep_program_order() {
-        let all = super::interleavings(&[vec!['a', 'b'], vec!['c']]);
-        assert_eq!(all.len(), 3);
-        for h in &all {
-            let a = h.iter().position(|x| x.1 == 'a').unwrap();
-            let b = h.iter().position(|x| x.1 == 'b').unwrap();
-            assert!(a < b);
-        }
     }
 }

@@ -4,15 +4,15 @@
 //! Each model runs a few operations per thread at explicit times and checks that
 //! what the threads saw (every field of every decision) and the final state equal
 //! those of running the same operations one at a time, in some order that keeps each
-//! thread's program order, through an independent sequential reference (plain
-//! integers, no atomics). A check decides wholly under the quota it read (its
+//! thread's program order and real-time precedence (linearizability), through an
+//! independent sequential reference (plain integers, no atomics). A check decides wholly under the quota it read (its
 //! decision's `limit` says which); a check that read the old quota before a change
 //! may land after it, so the reference applies to each check the quota it saw.
 #![cfg(loom)]
 
 use loom::sync::Arc;
 use loom::thread;
-use loom_tests::interleavings;
+use loom_tests::{RealTime, Span, linearizations};
 use weir_core::{Algorithm, Decision, Nanos, Quota, Snapshot};
 use weir_gcra::{GcraAlgorithm, GcraState};
 
@@ -85,23 +85,27 @@ impl Reference {
 }
 
 /// Runs `threads` concurrently under loom (initial quota: `burst`) and asserts that
-/// the outcomes and final state equal those of some sequential interleaving.
+/// the outcomes and final state equal those of some linearization.
 fn assert_linearizable(burst: u64, threads: Vec<Vec<Op>>) {
     let threads = std::sync::Arc::new(threads);
     loom::model(move || {
         let algorithm = Arc::new(GcraAlgorithm::new(quota(burst), Nanos::ZERO));
         let state = Arc::new(algorithm.new_state());
+        let clock = Arc::new(RealTime::new());
         let handles: Vec<_> = (0..threads.len())
             .map(|t| {
-                let (algorithm, state, threads) = (algorithm.clone(), state.clone(), threads.clone());
-                thread::spawn(move || threads[t].iter().map(|&op| run(&algorithm, &state, op)).collect::<Vec<_>>())
+                let (algorithm, state, threads, clock) = (algorithm.clone(), state.clone(), threads.clone(), clock.clone());
+                thread::spawn(move || {
+                    threads[t].iter().map(|&op| clock.time(|| run(&algorithm, &state, op))).collect::<Vec<_>>()
+                })
             })
             .collect();
-        let seen: Vec<Vec<Outcome>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let (seen, spans): (Vec<Vec<Outcome>>, Vec<Vec<Span>>) =
+            handles.into_iter().map(|h| h.join().unwrap().into_iter().unzip()).unzip();
         let final_quota = algorithm.quota();
         let final_snapshot = algorithm.snapshot(&state, Nanos::ZERO);
 
-        let matches = interleavings(&threads).into_iter().any(|history| {
+        let matches = linearizations(&threads, &spans).into_iter().any(|history| {
             let mut reference = Reference { tat: 0 };
             let mut next = vec![0; threads.len()];
             let mut current = quota(burst);
@@ -132,7 +136,7 @@ fn assert_linearizable(burst: u64, threads: Vec<Vec<Op>>) {
             );
             expected == final_snapshot
         });
-        assert!(matches, "no sequential order explains {seen:?} ending in {final_snapshot:?}");
+        assert!(matches, "no linearization explains {seen:?} (spans {spans:?}) ending in {final_snapshot:?}");
     });
 }
 
