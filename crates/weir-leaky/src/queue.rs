@@ -230,6 +230,20 @@ impl<T> BoundedQueue<T> {
     /// assert!(matches!(BoundedQueue::<u64>::new(usize::MAX), Err(BuildError::CapacityTooLarge { .. })));
     /// ```
     pub fn new(capacity: usize) -> Result<Self, BuildError> {
+        Self::starting_at(capacity, 0)
+    }
+
+    /// An empty queue whose head and tail start at `{ lap, index: 0 }` instead of 0,
+    /// so that a test can push and pop across the point where positions wrap round
+    /// (2⁶² operations or more in a real run).
+    #[cfg(test)]
+    fn with_start_position(capacity: usize, lap: u64) -> Result<Self, BuildError> {
+        let one_lap = ((capacity as u64).saturating_add(1).next_power_of_two()) << 1;
+        Self::starting_at(capacity, lap.wrapping_mul(one_lap))
+    }
+
+    /// [`new`](Self::new), with head and tail at `start` (a position with index 0).
+    fn starting_at(capacity: usize, start: u64) -> Result<Self, BuildError> {
         if capacity == 0 {
             return Err(BuildError::ZeroCapacity);
         }
@@ -243,17 +257,17 @@ impl<T> BoundedQueue<T> {
                 bytes: capacity.saturating_mul(core::mem::size_of::<Slot<T>>()),
             });
         }
-        // Slot `i` starts empty, ready for the push at position `{ lap: 0, index: i }`.
+        // Slot `i` starts empty, ready for the push at position `{ lap, index: i }`.
         slots.extend(
             (0..capacity as u64)
-                .map(|i| Slot { stamp: AtomicU64::new(i), value: UnsafeCell::new(MaybeUninit::uninit()) }),
+                .map(|i| Slot { stamp: AtomicU64::new(start + i), value: UnsafeCell::new(MaybeUninit::uninit()) }),
         );
         let capacity = capacity as u64; // ≤ 2⁴⁰
         let mark_bit = (capacity + 1).next_power_of_two(); // ≤ 2⁴¹
         let one_lap = mark_bit << 1; // ≤ 2⁴²
         Ok(Self {
-            head: CachePadded::new(AtomicU64::new(0)),
-            tail: CachePadded::new(AtomicU64::new(0)),
+            head: CachePadded::new(AtomicU64::new(start)),
+            tail: CachePadded::new(AtomicU64::new(start)),
             buffer: slots.into_boxed_slice(),
             capacity,
             mark_bit,
@@ -285,11 +299,29 @@ impl<T> BoundedQueue<T> {
     }
 
     /// How many positions come before `position` (no mark bit): the number of pushes
-    /// (for a tail) or pops (for a head) so far, modulo 2⁶⁴ (it wraps after at least
-    /// 2⁶² operations).
+    /// (for a tail) or pops (for a head) so far. It restarts from 0 when the positions
+    /// wrap round, after at least 2⁶² operations; the difference of two ordinals is
+    /// meaningful only before that (for the queue's own counts, see
+    /// [`distance`](Self::distance)).
     #[inline]
     pub(crate) fn ordinal(&self, position: u64) -> u64 {
         (position >> self.lap_shift).wrapping_mul(self.capacity).wrapping_add(position & (self.mark_bit - 1))
+    }
+
+    /// How many positions lie from `head` to `tail` (neither with the mark bit), in
+    /// `0..=capacity`, also across the point where positions wrap round: the tail is at
+    /// most one lap ahead of the head, so the laps are compared modulo the lap count.
+    /// A pair in which the head is ahead of the tail (readings from different moments)
+    /// gives 0.
+    #[inline]
+    fn distance(&self, head: u64, tail: u64) -> u64 {
+        let laps = (tail >> self.lap_shift).wrapping_sub(head >> self.lap_shift) & (u64::MAX >> self.lap_shift);
+        let (head_index, tail_index) = (head & (self.mark_bit - 1), tail & (self.mark_bit - 1));
+        match laps {
+            0 => tail_index.saturating_sub(head_index),
+            1 => (self.capacity + tail_index).saturating_sub(head_index).min(self.capacity),
+            _ => 0,
+        }
     }
 
     /// Pushes `item` at the tail, or gives it back if the queue is full or closed.
@@ -479,10 +511,8 @@ impl<T> BoundedQueue<T> {
             let tail = self.tail.load(Ordering::SeqCst) & !self.mark_bit;
             let head = self.head.load(Ordering::SeqCst);
             if self.tail.load(Ordering::SeqCst) & !self.mark_bit == tail {
-                // Clamped, so that no reading can ever say more than full or less than
-                // empty.
-                let len = self.ordinal(tail).wrapping_sub(self.ordinal(head)) as i64;
-                return len.clamp(0, self.capacity as i64) as usize;
+                // Never more than full or less than empty, also across the wrap.
+                return self.distance(head, tail) as usize;
             }
             spin_loop();
         }
@@ -516,7 +546,7 @@ impl<T> Drop for BoundedQueue<T> {
         let head = self.head.load(Ordering::Relaxed);
         // Ordering: Relaxed; as above.
         let tail = self.tail.load(Ordering::Relaxed) & !self.mark_bit;
-        let len = self.ordinal(tail).wrapping_sub(self.ordinal(head)).min(self.capacity);
+        let len = self.distance(head, tail);
         let mut position = head;
         for _ in 0..len {
             let slot = self.slot(position & (self.mark_bit - 1));
@@ -649,6 +679,92 @@ mod tests {
             let left = queue.len();
             drop(queue);
             assert_eq!(drops.load(StdOrdering::Relaxed), before + left, "capacity {capacity}");
+        }
+    }
+
+    #[test]
+    fn close_then_drop_releases_every_item_left_exactly_once() {
+        for (capacity, pushes, pops) in [(1, 1, 0), (3, 3, 1), (4, 6, 3), (5, 2, 0)] {
+            let drops = Arc::new(AtomicUsize::new(0));
+            let queue = BoundedQueue::new(capacity).unwrap();
+            for i in 0..pushes {
+                queue.try_push(Counted(drops.clone())).unwrap();
+                if i < pops {
+                    drop(queue.pop().unwrap());
+                }
+            }
+            assert!(queue.close());
+            // Turned away after the close: the item comes back and is dropped here.
+            drop(queue.try_push(Counted(drops.clone())).unwrap_err().into_inner());
+            let before = drops.load(StdOrdering::Relaxed);
+            assert_eq!(before, pops + 1);
+            assert_eq!(queue.len(), pushes - pops);
+            drop(queue);
+            assert_eq!(drops.load(StdOrdering::Relaxed), pushes + 1, "capacity {capacity}");
+        }
+    }
+
+    #[test]
+    fn positions_wrap_round_without_losing_or_duplicating_an_item() {
+        // Start two laps before the positions wrap to 0 and cross the wrap several
+        // times over, with a ring of a non-power-of-two size (where the number of
+        // positions is not a multiple of the capacity) and of a power of two.
+        for capacity in [1usize, 3, 4] {
+            let one_lap = ((capacity as u64 + 1).next_power_of_two()) << 1;
+            let last_lap = u64::MAX / one_lap;
+            for lap in [last_lap - 1, last_lap] {
+                let drops = Arc::new(AtomicUsize::new(0));
+                let queue = BoundedQueue::with_start_position(capacity, lap).unwrap();
+                let mut model = std::collections::VecDeque::new();
+                let mut next = 0u32;
+                for round in 0..3 * capacity + 4 {
+                    for _ in 0..(round % (capacity + 1)) {
+                        match queue.try_push((next, Counted(drops.clone()))) {
+                            Ok(()) => model.push_back(next),
+                            Err(PushError::Full(_)) => assert_eq!(model.len(), capacity, "a false 'full'"),
+                            Err(PushError::Closed(_)) => unreachable!(),
+                        }
+                        next += 1;
+                        assert_eq!(queue.len(), model.len());
+                    }
+                    for _ in 0..(round % 3) {
+                        let popped = queue.pop().map(|(v, _counted)| v).ok();
+                        assert_eq!(popped, model.pop_front());
+                        assert_eq!(queue.len(), model.len());
+                    }
+                    assert_eq!(queue.is_full(), model.len() == capacity);
+                }
+                // Fill it across the wrap and drop it full: every item is dropped
+                // once, and no slot that holds none.
+                while queue.try_push((next, Counted(drops.clone()))).is_ok() {
+                    model.push_back(next);
+                    next += 1;
+                }
+                let before = drops.load(StdOrdering::Relaxed);
+                drop(queue);
+                assert_eq!(drops.load(StdOrdering::Relaxed), before + model.len(), "capacity {capacity}, lap {lap}");
+                // Every item made is gone: the last one was turned away by the full ring.
+                assert_eq!(drops.load(StdOrdering::Relaxed), next as usize + 1);
+            }
+            // Dropped part full, straddling the wrap: the head in the last lap, the tail
+            // in lap 0. Only the items between them are dropped, each once.
+            let drops = Arc::new(AtomicUsize::new(0));
+            let queue = BoundedQueue::with_start_position(capacity, last_lap).unwrap();
+            for _ in 0..capacity {
+                queue.try_push(Counted(drops.clone())).unwrap();
+            }
+            for _ in 0..capacity - 1 {
+                drop(queue.pop().unwrap());
+            }
+            let left = if capacity > 1 {
+                queue.try_push(Counted(drops.clone())).unwrap(); // the first push of lap 0
+                2
+            } else {
+                1
+            };
+            assert_eq!(queue.len(), left);
+            drop(queue);
+            assert_eq!(drops.load(StdOrdering::Relaxed), capacity - 1 + left, "capacity {capacity}");
         }
     }
 
