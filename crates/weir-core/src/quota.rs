@@ -13,6 +13,15 @@ pub const MAX_TOLERANCE_TICKS: u64 = 1 << 62;
 /// How far the enforced rate may be from the requested one: 1 part in 1000 (0.1%).
 const PRECISION_PARTS: u128 = 1000;
 
+/// The shortest emission interval charged in whole ticks: 1000 ticks (62.5 ns, a rate
+/// of 16 million per second). Rounding such an interval up to a whole tick makes it
+/// at most 0.1% longer; shorter intervals are charged exactly (see "Precision").
+const WHOLE_TICK_INTERVAL: u128 = PRECISION_PARTS;
+
+/// The fastest rate accepted is one unit per 10⁻⁶ tick (1.6 × 10¹⁶ per second):
+/// beyond it, a single tick of rounding is more than a million units.
+const MAX_UNITS_PER_TICK: u128 = 1_000_000;
+
 /// A rate limit: `count` requests per `period`, with up to `burst` admitted back to
 /// back from a full bucket.
 ///
@@ -21,11 +30,28 @@ const PRECISION_PARTS: u128 = 1000;
 /// constructor validates, so a `Quota` in hand is always usable:
 ///
 /// - `count`, `period` and `burst` are non-zero;
-/// - the emission interval `period / count` is at least one tick (1/16 ns: rates up to
-///   16 × 10⁹ per second) and is represented in ticks to within 0.1% (any rate up to
-///   16 × 10⁶ per second, and above that rates whose interval is near a multiple of
-///   1/16 ns, such as 10⁹ per second);
+/// - any rate from 1 per 9 years up to 1.6 × 10¹⁶ per second is accepted: request
+///   rates, and byte or bit rates (100 GB/s is 10¹¹ per second) for
+///   `check_n(bytes)`;
 /// - refilling the whole burst (`burst × interval`) takes at most about 9.1 years.
+///
+/// # Precision
+///
+/// Time is kept in ticks of 1/16 ns. The emission interval `T = period / count` is
+/// charged as follows, and the rate enforced is never faster than the one asked for:
+///
+/// - **Up to 16 million per second** (`T` ≥ 62.5 ns = 1000 ticks), `T` is rounded
+///   *up* to a whole tick (at most 0.1% slower; exact for every interval that is a
+///   whole number of ticks, such as 10 per second or 10⁹ per second), every request
+///   costs exactly `T`, and exactly `burst` single requests fit in a full bucket.
+/// - **Faster** (byte rates), a call for `n` is charged exactly `n × period / count`,
+///   rounded up to a whole tick. A call asking for at least 62.5 ns
+///   worth of capacity (`n ≥ 1000 / T` in ticks: 19 bytes at 300 MB/s, 157 at
+///   2.5 GB/s, 6 250 at 100 GB/s) is within 0.1%, over any horizon; smaller calls
+///   are charged more than their share (never less), so they can only be admitted
+///   less. A fraction of a tick per call is the finest a 64-bit state can carry:
+///   at 100 GB/s, a single byte is 1/6 of a tick, and the bytes of 6 years
+///   already outnumber 2⁶⁴.
 ///
 /// ```
 /// use weir_core::{Quota, QuotaError};
@@ -37,10 +63,11 @@ const PRECISION_PARTS: u128 = 1000;
 ///
 /// assert_eq!(Quota::per_second(0), Err(QuotaError::ZeroCount));
 /// assert!(Quota::per_second(1_000_000_000).is_ok()); // one per nanosecond
-/// assert!(matches!(
-///     Quota::per_second(300_000_000), // 3.33 ns: 53.3 ticks, 0.6% off
-///     Err(QuotaError::ImpreciseRate { .. })
-/// ));
+///
+/// // 300 MB/s for `check_n(bytes)`: a 1 500-byte packet is charged 5 µs.
+/// let link = Quota::per_second(300_000_000)?;
+/// assert_eq!(link.cost(1_500), Some(Duration::from_micros(5)));
+/// assert!(Quota::per_second(100_000_000_000).is_ok()); // 100 GB/s
 /// # Ok::<(), QuotaError>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,9 +75,14 @@ pub struct Quota {
     count: u64,
     period_ns: u64,
     burst: u64,
-    /// `period / count` in ticks, rounded to nearest (within 0.1%, validated).
+    /// The emission interval charged per request, in ticks: `period / count` rounded
+    /// up to a whole tick.
     interval_ticks: u64,
-    /// `burst × interval_ticks`, at most [`MAX_TOLERANCE_TICKS`].
+    /// 1 if the quota is charged exactly, as `n × period / count` rounded up per call
+    /// (intervals under 1000 ticks that are not whole), else 0.
+    exact_ratio: u64,
+    /// `burst` calls' worth of capacity, `⌈burst × interval⌉` ticks, at most
+    /// [`MAX_TOLERANCE_TICKS`].
     tolerance_ticks: u64,
 }
 
@@ -87,27 +119,23 @@ impl Quota {
         if period_nanos > u64::MAX as u128 {
             return Err(QuotaError::TooLong { count, period, burst: count });
         }
-        let scaled = period_nanos * ticks::PER_NANO as u128;
-        if scaled < count as u128 {
+        let period_ticks = period_nanos * ticks::PER_NANO as u128;
+        if period_ticks * MAX_UNITS_PER_TICK < count as u128 {
             return Err(QuotaError::RateTooHigh { count, period });
         }
-        let interval = (scaled + count as u128 / 2) / count as u128;
-        let enforced = interval * count as u128;
-        let error = enforced.abs_diff(scaled);
-        if error * PRECISION_PARTS > scaled {
-            return Err(QuotaError::ImpreciseRate { count, period });
-        }
-        if interval * count as u128 > MAX_TOLERANCE_TICKS as u128 {
-            return Err(QuotaError::TooLong { count, period, burst: count });
-        }
-        let interval = interval as u64;
-        Ok(Self {
+        // Rounded up: never faster than asked; at most 0.1% slower from 1000 ticks on.
+        let interval = period_ticks.div_ceil(count as u128);
+        let exact_ratio = interval < WHOLE_TICK_INTERVAL && !period_ticks.is_multiple_of(count as u128);
+        let quota = Self {
             count,
             period_ns: period_nanos as u64,
             burst: count,
-            interval_ticks: interval,
-            tolerance_ticks: count * interval,
-        })
+            // Truncation is harmless: an interval this long fails `with_burst` below.
+            interval_ticks: if interval > u64::MAX as u128 { u64::MAX } else { interval as u64 },
+            exact_ratio: exact_ratio as u64,
+            tolerance_ticks: 0,
+        };
+        quota.with_burst(count)
     }
 
     /// The same rate with up to `burst` requests admitted back to back from a full
@@ -116,10 +144,13 @@ impl Quota {
         if burst == 0 {
             return Err(QuotaError::ZeroBurst);
         }
-        if burst as u128 * self.interval_ticks as u128 > MAX_TOLERANCE_TICKS as u128 {
-            return Err(QuotaError::TooLong { count: self.count, period: self.period(), burst });
+        let quota = Self { burst, ..self };
+        match quota.cost_ticks_wide(burst) {
+            Some(tolerance) if tolerance <= MAX_TOLERANCE_TICKS as u128 => {
+                Ok(Self { tolerance_ticks: tolerance as u64, ..quota })
+            }
+            _ => Err(QuotaError::TooLong { count: self.count, period: self.period(), burst }),
         }
-        Ok(Self { burst, tolerance_ticks: burst * self.interval_ticks, ..self })
     }
 
     /// Requests per period.
@@ -140,40 +171,111 @@ impl Quota {
     /// The time one request's capacity takes to come back (`period / count`),
     /// rounded to the nearest nanosecond.
     pub const fn emission_interval(&self) -> Duration {
-        Duration::from_nanos((self.interval_ticks + ticks::PER_NANO / 2) >> ticks::SHIFT)
+        let ns = (self.period_ns as u128 + self.count as u128 / 2) / self.count as u128;
+        Duration::from_nanos(ns as u64)
     }
 
-    /// The emission interval in ticks (1/16 ns), exactly as enforced.
+    /// What one request of cost 1 is charged, in ticks (1/16 ns): the emission
+    /// interval rounded up to a whole tick.
+    #[inline]
     pub const fn emission_interval_ticks(&self) -> u64 {
         self.interval_ticks
     }
 
-    /// `burst × emission interval` in ticks: how long an empty bucket takes to
-    /// refill completely. Never above [`MAX_TOLERANCE_TICKS`].
+    /// `burst` requests' worth of capacity in ticks (what a call for `burst` is
+    /// charged): how long an empty bucket takes to refill completely. Never above
+    /// [`MAX_TOLERANCE_TICKS`].
+    #[inline]
     pub const fn tolerance_ticks(&self) -> u64 {
         self.tolerance_ticks
     }
 
+    /// What a call for `n` is charged, in ticks: `n` emission intervals (see
+    /// "Precision"), saturating at `u64::MAX` (far above any tolerance, so such a call
+    /// never fits).
+    #[inline]
+    pub const fn cost_ticks(&self, n: u64) -> u64 {
+        if self.exact_ratio == 0 {
+            n.saturating_mul(self.interval_ticks)
+        } else {
+            match self.cost_ticks_wide(n) {
+                Some(ticks) if ticks <= u64::MAX as u128 => ticks as u64,
+                _ => u64::MAX,
+            }
+        }
+    }
+
+    /// [`cost_ticks`](Self::cost_ticks) without saturation, `None` on overflow.
+    const fn cost_ticks_wide(&self, n: u64) -> Option<u128> {
+        if self.exact_ratio == 0 {
+            return (n as u128).checked_mul(self.interval_ticks as u128);
+        }
+        let period_ticks = self.period_ns as u128 * ticks::PER_NANO as u128;
+        match (n as u128).checked_mul(period_ticks) {
+            Some(product) => Some(product.div_ceil(self.count as u128)),
+            None => None,
+        }
+    }
+
+    /// What a call for `n` is charged, as a duration (rounded up to a nanosecond), or
+    /// `None` if `n` exceeds the burst and so can never be admitted.
+    pub const fn cost(&self, n: u64) -> Option<Duration> {
+        if n > self.burst {
+            return None;
+        }
+        Some(Duration::from_nanos(ticks::to_nanos_ceil(self.cost_ticks(n))))
+    }
+
+    /// How many units `ticks` of capacity pay for: the largest `n` whose
+    /// [`cost_ticks`](Self::cost_ticks) is at most `ticks`.
+    #[inline]
+    pub const fn units_in(&self, ticks: u64) -> u64 {
+        if self.exact_ratio == 0 {
+            ticks / self.interval_ticks
+        } else {
+            let period_ticks = self.period_ns as u128 * ticks::PER_NANO as u128;
+            let units = ticks as u128 * self.count as u128 / period_ticks;
+            if units > u64::MAX as u128 { u64::MAX } else { units as u64 }
+        }
+    }
+
+    /// Whether every request is charged exactly [`emission_interval_ticks`], a whole
+    /// number of ticks: true for every rate up to 16 million per second, and for faster
+    /// rates whose interval is a whole number of ticks (such as 10⁹ per second).
+    /// Algorithms that admit one item at a time (a leaky bucket's queue) accept only
+    /// such quotas.
+    ///
+    /// [`emission_interval_ticks`]: Self::emission_interval_ticks
+    #[inline]
+    pub const fn is_whole_ticks(&self) -> bool {
+        self.exact_ratio == 0
+    }
+
     /// The quota as words, for [`QuotaCell`](crate::QuotaCell).
-    pub(crate) const fn to_words(self) -> [u64; 5] {
-        [self.count, self.period_ns, self.burst, self.interval_ticks, self.tolerance_ticks]
+    pub(crate) const fn to_words(self) -> [u64; 6] {
+        [self.count, self.period_ns, self.burst, self.interval_ticks, self.exact_ratio, self.tolerance_ticks]
     }
 
     /// The inverse of [`to_words`](Self::to_words), for words that came from it.
-    pub(crate) const fn from_words(words: [u64; 5]) -> Self {
+    pub(crate) const fn from_words(words: [u64; 6]) -> Self {
         Self {
             count: words[0],
             period_ns: words[1],
             burst: words[2],
             interval_ticks: words[3],
-            tolerance_ticks: words[4],
+            exact_ratio: words[4],
+            tolerance_ticks: words[5],
         }
     }
 
-    /// The rate actually enforced, in requests per second (within 0.1% of
-    /// `count / period`).
+    /// The rate actually enforced for calls of at least 62.5 ns worth of capacity, in
+    /// units per second (within 0.1% of `count / period`, never above it).
     pub fn enforced_per_second(&self) -> f64 {
-        1e9 * ticks::PER_NANO as f64 / self.interval_ticks as f64
+        let interval = match self.exact_ratio {
+            0 => self.interval_ticks as f64,
+            _ => self.period_ns as f64 * ticks::PER_NANO as f64 / self.count as f64,
+        };
+        1e9 * ticks::PER_NANO as f64 / interval
     }
 }
 
@@ -183,7 +285,7 @@ impl fmt::Debug for Quota {
             .field("count", &self.count)
             .field("period", &self.period())
             .field("burst", &self.burst)
-            .field("emission_interval_ticks", &self.interval_ticks)
+            .field("emission_interval", &self.emission_interval())
             .finish()
     }
 }
@@ -204,16 +306,8 @@ pub enum QuotaError {
     ZeroPeriod,
     /// The burst was zero: a bucket holds at least one request.
     ZeroBurst,
-    /// The rate is faster than one request per tick (1/16 ns).
+    /// The rate is faster than 1.6 × 10¹⁶ per second (10⁶ units per tick of 1/16 ns).
     RateTooHigh {
-        /// Requested count.
-        count: u64,
-        /// Requested period.
-        period: Duration,
-    },
-    /// The emission interval `period / count` is not within 0.1% of a whole number of
-    /// ticks (1/16 ns), so the rate cannot be enforced to within 0.1%.
-    ImpreciseRate {
         /// Requested count.
         count: u64,
         /// Requested period.
@@ -239,21 +333,9 @@ impl fmt::Display for QuotaError {
             Self::ZeroBurst => f.write_str("a quota's burst is zero; it must admit at least 1 request at once"),
             Self::RateTooHigh { count, period } => write!(
                 f,
-                "{count} per {period:?} is faster than one request per 1/16 ns \
-                 (16 billion per second), the finest rate weir represents"
+                "{count} per {period:?} is faster than weir can enforce to within 0.1% \
+                 (1.6 × 10^16 per second); count in larger units (kilobytes, not bytes)"
             ),
-            Self::ImpreciseRate { count, period } => {
-                let scaled = period.as_nanos() * ticks::PER_NANO as u128;
-                let lower = scaled / count as u128;
-                let (faster, slower) = (scaled as f64 / lower as f64, scaled as f64 / (lower + 1) as f64);
-                write!(
-                    f,
-                    "{count} per {period:?} cannot be enforced to within 0.1%: its interval is not \
-                     close to a multiple of 1/16 ns; the nearest enforceable rates are about \
-                     {slower:.0} and {faster:.0} per {period:?} (any rate up to 16 million per \
-                     second is enforceable)"
-                )
-            }
             Self::TooLong { count, period, burst } => write!(
                 f,
                 "{count} per {period:?} with burst {burst} takes longer than 9 years to refill, \
@@ -283,6 +365,7 @@ mod tests {
         assert_eq!(q.emission_interval_ticks(), 16);
         let q = Quota::per_second(16_000_000_000).unwrap();
         assert_eq!(q.emission_interval_ticks(), 1);
+        assert!(q.is_whole_ticks());
     }
 
     #[test]
@@ -299,9 +382,8 @@ mod tests {
         assert_eq!(Quota::per_second(0), Err(QuotaError::ZeroCount));
         assert_eq!(Quota::new(1, Duration::ZERO), Err(QuotaError::ZeroPeriod));
         assert_eq!(Quota::per_second(1).unwrap().with_burst(0), Err(QuotaError::ZeroBurst));
-        assert!(matches!(Quota::per_second(17_000_000_000), Err(QuotaError::RateTooHigh { .. })));
+        assert!(matches!(Quota::per_second(1_000_000_000_000_000_000), Err(QuotaError::RateTooHigh { .. })));
         assert!(matches!(Quota::per_second(u64::MAX), Err(QuotaError::RateTooHigh { .. })));
-        assert!(matches!(Quota::per_second(300_000_000), Err(QuotaError::ImpreciseRate { .. })));
         assert!(matches!(Quota::new(1, Duration::MAX), Err(QuotaError::TooLong { .. })));
         assert!(matches!(Quota::new(1, Duration::from_secs(10 * 365 * 86_400)), Err(QuotaError::TooLong { .. })));
         assert!(matches!(Quota::per_day(1).unwrap().with_burst(10_000), Err(QuotaError::TooLong { .. })));
@@ -309,9 +391,47 @@ mod tests {
     }
 
     #[test]
+    fn byte_rates_are_accepted_and_charged_within_a_tenth_of_a_percent() {
+        // 300 MB/s, 2.5 GB/s, 100 GB/s (or bits per second), and awkward counts.
+        for count in [300_000_000u64, 2_500_000_000, 16_000_000_001, 99_999_999_999, 100_000_000_000] {
+            let q = Quota::per_second(count).unwrap_or_else(|e| panic!("{count}/s: {e}"));
+            assert!(!q.is_whole_ticks() || count == 16_000_000_001, "{count}/s: {q:?}");
+            // A call of at least 1000 ticks' worth is charged within 0.1%, never less.
+            let n = 1000u64.div_ceil(q.emission_interval_ticks().max(1)).max(1_000 * count / 16_000_000_000 + 1);
+            let charged = q.cost_ticks(n) as f64;
+            let exact = n as f64 * 16e9 / count as f64;
+            assert!(charged >= exact && charged <= exact * 1.001 + 1e-9, "{count}/s, n = {n}: {charged} vs {exact}");
+            // Over a long horizon too: a million such calls.
+            let charged = (0..1_000_000u64).map(|_| q.cost_ticks(n) as f64).sum::<f64>();
+            assert!(charged <= exact * 1e6 * 1.001, "{count}/s: {charged} vs {}", exact * 1e6);
+            // A full bucket pays for the whole burst (and, rounded up to a tick, for
+            // less than one tick's worth more, which checks never see: n ≤ burst).
+            let held = q.units_in(q.tolerance_ticks());
+            assert!(held >= count && q.cost_ticks(held - count) <= 1, "{count}/s holds {held}");
+            let error = (q.enforced_per_second() - count as f64).abs() / count as f64;
+            assert!(error <= 0.001, "{count}/s enforced as {}", q.enforced_per_second());
+        }
+        let link = Quota::per_second(300_000_000).unwrap();
+        assert_eq!(link.cost(1_500), Some(Duration::from_micros(5)));
+        assert_eq!(link.cost(300_000_001), None, "more than the burst never fits");
+    }
+
+    #[test]
+    fn whole_tick_intervals_are_never_faster_than_asked_and_hold_exactly_the_burst() {
+        for (count, period) in [(7u64, 60u64), (3, 1), (1_000_003, 1), (16_000_000, 1), (10, 1), (999_999, 7)] {
+            let q = Quota::new(count, Duration::from_secs(period)).unwrap().with_burst(count.min(1_000)).unwrap();
+            assert!(q.is_whole_ticks());
+            assert!(q.enforced_per_second() <= count as f64 / period as f64 * (1.0 + 1e-12));
+            let burst = q.burst();
+            assert_eq!(q.tolerance_ticks(), burst * q.emission_interval_ticks(), "{count} per {period} s");
+            assert_eq!(q.cost_ticks(burst), q.tolerance_ticks());
+        }
+    }
+
+    #[test]
     fn errors_say_what_to_do() {
-        let e = Quota::per_second(300_000_000).unwrap_err().to_string();
-        assert!(e.contains("within 0.1%") && e.contains("nearest enforceable"), "{e}");
+        let e = Quota::per_second(u64::MAX).unwrap_err().to_string();
+        assert!(e.contains("within 0.1%") && e.contains("larger units"), "{e}");
         let e = Quota::per_day(1).unwrap().with_burst(10_000).unwrap_err().to_string();
         assert!(e.contains("lower the burst"), "{e}");
     }

@@ -5,7 +5,7 @@ use crate::Quota;
 use crate::sync::{AtomicBool, AtomicU64, Ordering, fence, spin_loop};
 
 /// Words per stored quota.
-const WORDS: usize = 5;
+const WORDS: usize = 6;
 
 /// A [`Quota`] that a writer replaces at run time while readers on the hot path read
 /// it without a lock and without ever waiting for the writer.

@@ -172,12 +172,14 @@ impl GcraAlgorithm {
     /// only if asked for.
     #[inline]
     fn snapshot_of(quota: &Quota, used: u64) -> Snapshot {
-        Snapshot::with_capacity_left(
-            quota.burst(),
-            quota.tolerance_ticks().saturating_sub(used),
-            quota.emission_interval_ticks(),
-            ticks::to_nanos_ceil(used),
-        )
+        let left = quota.tolerance_ticks().saturating_sub(used);
+        let reset_after_ns = ticks::to_nanos_ceil(used);
+        if quota.is_whole_ticks() {
+            Snapshot::with_capacity_left(quota.burst(), left, quota.emission_interval_ticks(), reset_after_ns)
+        } else {
+            // A byte rate's interval is not a whole tick: divide now.
+            Snapshot::new(quota.burst(), quota.units_in(left).min(quota.burst()), reset_after_ns)
+        }
     }
 
     /// The one admission routine: `n <= burst` is the caller's to check.
@@ -196,7 +198,7 @@ impl GcraAlgorithm {
         n: u64,
         clock: &C,
     ) -> (Decision, u32) {
-        let increment = n * quota.emission_interval_ticks(); // n ≤ burst: ≤ 2^62
+        let increment = quota.cost_ticks(n); // n ≤ burst: ≤ 2^62
         let tolerance = quota.tolerance_ticks();
         let mut backoff = Backoff::new();
         let mut lost = 0u32;
@@ -258,7 +260,7 @@ impl GcraAlgorithm {
         let tat = state.tat.load(Ordering::Relaxed);
         let now = self.ticks_at(clock.now());
         let used = tat.max(now) - now;
-        Self::debt_or_denial(quota, used, n * quota.emission_interval_ticks(), quota.tolerance_ticks()).err()
+        Self::debt_or_denial(quota, used, quota.cost_ticks(n), quota.tolerance_ticks()).err()
     }
 
     /// Gives back `n` units of capacity taken from `state` but not used, never beyond
@@ -269,7 +271,7 @@ impl GcraAlgorithm {
         if n > quota.burst() {
             return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
         }
-        self.refund_ticks(state, n * quota.emission_interval_ticks(), clock);
+        self.refund_ticks(state, quota.cost_ticks(n), clock);
         Ok(())
     }
 

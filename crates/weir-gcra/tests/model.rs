@@ -33,11 +33,27 @@ fn ceil_ns(ticks: i128) -> u64 {
 }
 
 impl Model {
-    fn interval(&self) -> i128 {
-        self.quota.emission_interval_ticks() as i128
+    /// The quota's period in ticks and count, and whether it is charged in whole
+    /// ticks (the interval rounded up) or exactly (`n × period / count`, rounded up per
+    /// call): whole from 1000 ticks on, or when the interval is a whole number of ticks
+    /// (`Quota`'s docs, "Precision").
+    fn charging(&self) -> (i128, i128, bool) {
+        let (period, count) = (self.quota.period().as_nanos() as i128 * TICKS, self.quota.count() as i128);
+        let interval = (period + count - 1) / count;
+        (period, count, interval >= 1000 || period % count == 0)
+    }
+    fn cost(&self, n: u64) -> i128 {
+        let (period, count, whole) = self.charging();
+        if whole { n as i128 * ((period + count - 1) / count) } else { (n as i128 * period + count - 1) / count }
     }
     fn tolerance(&self) -> i128 {
-        self.quota.burst() as i128 * self.interval()
+        self.cost(self.quota.burst())
+    }
+    /// The most units `left` ticks pay for, at most the burst.
+    fn units(&self, left: i128) -> u64 {
+        let (period, count, whole) = self.charging();
+        let units = if whole { left / ((period + count - 1) / count) } else { left * count / period };
+        (units as u64).min(self.quota.burst())
     }
     fn drain(&mut self, now_ns: u64) {
         let now = now_ns as i128 * TICKS;
@@ -45,14 +61,14 @@ impl Model {
         self.last = now;
     }
     fn snapshot(&self) -> Snapshot {
-        let remaining = ((self.tolerance() - self.used).max(0) / self.interval()) as u64;
+        let remaining = self.units((self.tolerance() - self.used).max(0));
         Snapshot::new(self.quota.burst(), remaining, ceil_ns(self.used))
     }
     fn check(&mut self, n: u64) -> Option<Decision> {
         if n > self.quota.burst() {
             return None;
         }
-        let cost = n as i128 * self.interval();
+        let cost = self.cost(n);
         if self.used + cost <= self.tolerance() {
             self.used += cost;
             Some(Decision::allowed(self.snapshot()))
@@ -64,7 +80,7 @@ impl Model {
         if n > self.quota.burst() {
             return false;
         }
-        self.used = (self.used - n as i128 * self.interval()).max(0);
+        self.used = (self.used - self.cost(n)).max(0);
         true
     }
 }
