@@ -1,29 +1,35 @@
-//! loom model of weir-keyed's eviction protocol: a sweep retires an idle state and
-//! unlinks it while checks on the same key run. No admission may be lost (a check
-//! decided on a state that was then dropped) and none granted twice: the total
-//! admitted never exceeds what one state allows.
+//! loom models of weir-keyed's store: the production `Keyed` code paths (`check_n`
+//! with its retry on a retired state, the sweep's retire-then-unlink, `remove`, and
+//! hot-key promotion with its owner checks, `check_hot`'s clean-up and
+//! `retire_promoted`), over the small model map weir-keyed uses under loom in place
+//! of papaya (each map operation one atomic step, as each of papaya's is).
 //!
-//! papaya cannot run under loom, so the model keeps weir-keyed's logic over a
-//! one-key map (a loom mutex around the current state): checks look the key up,
-//! insert a fresh state if absent, check it, and, when denied on a retired state,
-//! unlink it if it is still the current one and retry; the sweep retires, then
-//! unlinks. The atomic protocol under test is the algorithm's (`Retire`), which is
-//! exactly the code weir-keyed runs.
-#![cfg(loom)]
+//! At a clock frozen at 0 no state that admitted anything is ever idle, so whatever
+//! the interleaving, a key admits at most its burst; and eviction only drops idle
+//! states, so it never loses an admission either.
+#![cfg(all(loom, feature = "keyed"))]
 
 use loom::sync::Arc;
 use loom::thread;
-use loom_tests::one_key::{OneKeyStore, three_checks_racing_a_sweep};
-use weir_core::{Algorithm, Nanos, Quota};
-use weir_gcra::{GcraAlgorithm, GcraState};
+use loom_tests::keyed::{store, three_checks_racing_a_sweep};
+use weir_core::{Nanos, Quota};
+use weir_gcra::{GcraAlgorithm, LeaseConfig};
+use weir_keyed::{HotKeys, Keyed};
 
 fn gcra(burst: u64) -> GcraAlgorithm {
     let quota = Quota::per_second(100_000_000).unwrap().with_burst(burst).unwrap();
     GcraAlgorithm::new(quota, Nanos::ZERO)
 }
 
-fn gcra_store(burst: u64) -> OneKeyStore<GcraAlgorithm> {
-    OneKeyStore::new(gcra(burst))
+/// A GCRA store with hot keys: one stripe, leases of one permit (exact), at most
+/// two hot keys (so that two promotions of one key can both hold a slot).
+fn hot_store(burst: u64) -> Keyed<u8, GcraAlgorithm, Nanos> {
+    let lease = LeaseConfig::new(1).unwrap().with_max_lease(1).unwrap();
+    store(gcra(burst)).with_hot_keys(HotKeys::new(lease).max_hot_keys(2).unwrap())
+}
+
+fn admitted(store: &Keyed<u8, GcraAlgorithm, Nanos>, checks: usize) -> u64 {
+    (0..checks).filter(|_| store.check(&1).is_allowed()).count() as u64
 }
 
 #[test]
@@ -34,55 +40,99 @@ fn a_sweep_racing_with_checks_never_loses_or_duplicates_an_admission() {
 #[test]
 fn a_state_in_use_is_never_retired() {
     loom::model(|| {
-        let store = Arc::new(gcra_store(1));
+        let store = Arc::new(store(gcra(1)));
         let checker = {
             let store = store.clone();
-            thread::spawn(move || store.check(0))
+            thread::spawn(move || store.check(&1).is_allowed())
         };
-        store.sweep(0);
-        let first = checker.join().unwrap();
-        assert!(first);
+        store.sweep();
+        assert!(checker.join().unwrap());
         // The admission happened: whether the sweep ran before it (and dropped an idle
         // state) or after (and found it in use), the key now has no capacity left.
-        assert!(!store.check(0));
+        assert!(store.check(&1).is_denied());
     });
 }
 
-/// Promotion to a hot bucket racing with checks: every admission lands in exactly
-/// one of the two buckets, so at a frozen clock the total admitted never exceeds the
-/// burst and no permit is lost.
+/// Promotion to hot stripes racing with checks: every admission lands in exactly
+/// one of the two buckets, so at a frozen clock the key admits at most its burst and
+/// no permit is lost in the hand-over.
 #[test]
 fn promotion_racing_with_checks_loses_nothing() {
-    use weir_gcra::{LeaseConfig, LeaseStripes};
     loom::model(|| {
-        let quota = Quota::per_second(100_000_000).unwrap().with_burst(3).unwrap();
-        let algorithm = Arc::new(GcraAlgorithm::new(quota, Nanos::ZERO));
-        let state = Arc::new(algorithm.new_state());
-        let lease = LeaseConfig::new(1).unwrap().with_max_lease(2).unwrap();
-        let hot = Arc::new(LeaseStripes::new(lease, Nanos::ZERO));
-        // weir-keyed's check: on a denial of a promoted state, route to the hot bucket.
-        let check = |algorithm: &GcraAlgorithm, state: &GcraState, hot: &LeaseStripes| {
-            let d = algorithm.check(state, &Nanos::new(0));
-            if d.is_denied() && algorithm.is_promoted(state) {
-                return hot.check_on(algorithm, 0, 1, &Nanos::new(0)).unwrap().is_allowed();
-            }
-            d.is_allowed()
-        };
+        let store = Arc::new(hot_store(3));
         let promoter = {
-            let (algorithm, state, hot) = (algorithm.clone(), state.clone(), hot.clone());
-            thread::spawn(move || algorithm.promote(&state, &hot))
+            let store = store.clone();
+            thread::spawn(move || store.promote(&1))
         };
         let checker = {
-            let (algorithm, state, hot) = (algorithm.clone(), state.clone(), hot.clone());
-            thread::spawn(move || check(&algorithm, &state, &hot) as u64 + check(&algorithm, &state, &hot) as u64)
+            let store = store.clone();
+            thread::spawn(move || admitted(&store, 1))
         };
-        let mine = check(&algorithm, &state, &hot) as u64;
-        let promoted = promoter.join().unwrap();
+        let mine = admitted(&store, 2);
+        promoter.join().unwrap();
         let admitted = mine + checker.join().unwrap();
-        assert!(promoted);
         assert!(admitted <= 3);
-        hot.release(&algorithm, &Nanos::new(0));
-        let left = algorithm.snapshot(hot.bucket(), Nanos::new(0)).remaining();
-        assert_eq!(left + admitted, 3, "a permit was lost in the hand-over");
+        assert_eq!(store.snapshot(&1).remaining() + admitted, 3, "a permit was lost in the hand-over");
+    });
+}
+
+/// A promotion delayed past its state's eviction (the key's state S0 is swept while
+/// the promoter holds it) must not touch the stripes of the key's next state S1:
+/// the thread that swept S0 then promotes the key again (S1) and checks it.
+#[test]
+fn a_promotion_racing_a_sweep_and_a_new_promotion_keeps_the_burst() {
+    loom::model(|| {
+        let store = Arc::new(hot_store(1));
+        let promoter = {
+            let store = store.clone();
+            thread::spawn(move || store.promote(&1))
+        };
+        store.sweep();
+        store.promote(&1);
+        let mine = admitted(&store, 2);
+        promoter.join().unwrap();
+        assert!(mine <= 1, "admitted {mine} > burst 1");
+        assert!(store.check(&1).is_denied(), "the key's state was lost");
+    });
+}
+
+/// The same with an operator's `remove` (which resets the key) in place of the
+/// sweep: after the reset the key admits at most its burst, and no hot slot leaks.
+#[test]
+fn a_promotion_racing_a_remove_and_a_new_promotion_keeps_the_burst() {
+    loom::model(|| {
+        let store = Arc::new(hot_store(1));
+        assert!(store.check(&1).is_allowed()); // S0, spent
+        let promoter = {
+            let store = store.clone();
+            thread::spawn(move || store.promote(&1))
+        };
+        store.remove(&1);
+        store.promote(&1);
+        let mine = admitted(&store, 2);
+        promoter.join().unwrap();
+        assert!(mine <= 1, "admitted {mine} > burst 1 after the reset");
+        assert!(store.check(&1).is_denied(), "the key's state was lost");
+        // Both hot slots are free once the key is gone.
+        store.remove(&1);
+        assert!(store.promote(&2) && store.promote(&3), "a hot slot leaked");
+    });
+}
+
+/// A sweep retiring an idle hot key (its bucket, then its state) racing with checks
+/// of that key: whichever comes first, the key admits exactly its burst.
+#[test]
+fn a_sweep_of_an_idle_hot_key_racing_with_checks_keeps_the_burst() {
+    loom::model(|| {
+        let store = Arc::new(hot_store(1));
+        assert!(store.promote(&1)); // idle: nothing spent, no lease granted
+        let sweeper = {
+            let store = store.clone();
+            thread::spawn(move || store.sweep())
+        };
+        let mine = admitted(&store, 2);
+        sweeper.join().unwrap();
+        assert_eq!(mine, 1);
+        assert!(store.check(&1).is_denied());
     });
 }

@@ -1,12 +1,12 @@
-//! loom model of weir-keyed's eviction protocol over the window algorithms: a sweep
-//! retires an idle window state and unlinks it while checks of the same key run; no
-//! admission is lost and none granted twice (see `keyed_eviction.rs` for GCRA and
-//! for why the map is modelled as one slot).
-#![cfg(all(loom, feature = "window"))]
+//! loom models of weir-keyed's store over the window algorithms: a sweep retires an
+//! idle window state and unlinks it while checks of the same key run; no admission
+//! is lost and none granted twice. The store is the production `Keyed` (see
+//! `keyed_eviction.rs` for GCRA and for the model map it runs on under loom).
+#![cfg(all(loom, feature = "window", feature = "keyed"))]
 
 use loom::sync::Arc;
 use loom::thread;
-use loom_tests::one_key::{OneKeyStore, three_checks_racing_a_sweep};
+use loom_tests::keyed::{store, three_checks_racing_a_sweep};
 use weir_core::{Nanos, Quota};
 use weir_window::fixed::FixedWindowAlgorithm;
 use weir_window::log::SlidingLogAlgorithm;
@@ -33,13 +33,13 @@ fn sliding_window_eviction_racing_with_checks() {
 fn sliding_log_eviction_racing_with_checks() {
     loom::model(|| {
         let algorithm = SlidingLogAlgorithm::new(quota(), Nanos::ZERO).unwrap();
-        let store = Arc::new(OneKeyStore::new(algorithm));
+        let store = Arc::new(store(algorithm));
         let checker = {
             let store = store.clone();
-            thread::spawn(move || store.check(0) as u32 + store.check(0) as u32)
+            thread::spawn(move || store.check(&1).is_allowed() as u32 + store.check(&1).is_allowed() as u32)
         };
-        store.sweep(0);
-        let mine = store.check(0) as u32;
+        store.sweep();
+        let mine = store.check(&1).is_allowed() as u32;
         let admitted = checker.join().unwrap() + mine;
         assert_eq!(admitted, 2);
     });

@@ -91,7 +91,9 @@
 //! the state is idle; a retired state admits nothing), then unlinks it. A check that
 //! raced and landed on the retired state is denied, sees [`Retire::is_retired`], and
 //! retries on a fresh state; a check that landed first made the state non-idle, and
-//! the retirement failed. loom checks this race (`loom-tests/tests/keyed_eviction.rs`).
+//! the retirement failed. loom checks this race on the store's own code
+//! (`loom-tests/tests/keyed_eviction.rs`; under loom the maps are a small model map
+//! in place of papaya, whose every operation is one atomic step as papaya's are).
 //!
 //! Eviction is incremental and never stops the world: once the store holds half its
 //! bound (`sweep_from`), every `sweep_every`-th new key sweeps the next shard (about
@@ -139,7 +141,8 @@
 //! key's bucket to per-core lease stripes, the engine of
 //! [`weir_gcra::LeasedGcra`], with its documented over-admission bound; other keys
 //! stay exact. The move is one CAS that carries the key's state over (no admission is
-//! lost: `loom-tests/tests/keyed_eviction.rs` and the property tests check it); a hot
+//! lost: `loom-tests/tests/keyed_eviction.rs` and the property tests check it, with
+//! promotions racing checks, sweeps, `remove` and later promotions of the key); a hot
 //! key whose bucket is idle with every lease expired is swept like any idle key (and
 //! while every hot slot is taken, insertions pace sweeps even below `sweep_from`, so
 //! a hot key gone idle frees its slot).
@@ -156,6 +159,9 @@ use weir_core::{
 };
 use weir_gcra::leased::stripe_of_this_thread;
 use weir_gcra::{GcraAlgorithm, GcraState, LeaseConfig, LeaseStripes, StateKind};
+
+mod map;
+use map::{Collector, Guard, Map};
 
 /// Keys per shard the shard count aims for at full capacity: a sweep step scans one
 /// shard, so this is the work of one step. Smaller shards sweep faster but each
@@ -381,9 +387,9 @@ impl std::error::Error for KeyedConfigError {}
 ///
 /// See the [crate docs](crate) for the map, eviction and the memory bound.
 pub struct Keyed<K, A: KeyedAlgorithm, C = MonotonicClock, S = RandomState> {
-    shards: Box<[papaya::HashMap<K, A::State, S>]>,
+    shards: Box<[Map<K, A::State, S>]>,
     shard_hasher: foldhash::fast::RandomState,
-    collector: Arc<seize::Collector>,
+    collector: Arc<Collector>,
     algorithm: A,
     clock: C,
     config: KeyedConfig,
@@ -399,7 +405,7 @@ pub struct Keyed<K, A: KeyedAlgorithm, C = MonotonicClock, S = RandomState> {
     fruitless_sweep_at: AtomicU64,
     /// Hot-key mode (GCRA only), the hot keys' lease stripes, and how many there are.
     hot: Option<HotKeys>,
-    hot_keys: papaya::HashMap<K, LeaseStripes, S>,
+    hot_keys: Map<K, LeaseStripes, S>,
     hot_count: AtomicUsize,
 }
 
@@ -515,11 +521,9 @@ where
     /// time origin must be this clock's), hashing keys with `hasher`.
     pub fn with_hasher(algorithm: A, config: KeyedConfig, clock: C, hasher: S) -> Self {
         let shards = config.max_keys.div_ceil(KEYS_PER_SHARD).next_power_of_two().min(MAX_SHARDS);
-        let collector = Arc::new(seize::Collector::new());
-        let shards: Vec<_> = (0..shards)
-            .map(|_| papaya::HashMap::builder().hasher(hasher.clone()).shared_collector(collector.clone()).build())
-            .collect();
-        let hot_keys = papaya::HashMap::builder().hasher(hasher).shared_collector(collector.clone()).build();
+        let collector = Arc::new(Collector::new());
+        let shards: Vec<_> = (0..shards).map(|_| Map::new(hasher.clone(), &collector)).collect();
+        let hot_keys = Map::new(hasher, &collector);
         Self {
             shards: shards.into_boxed_slice(),
             shard_hasher: foldhash::fast::RandomState::default(),
@@ -658,7 +662,7 @@ where
         if let Some(gcra_state) = self.algorithm.gcra_state(state) {
             // Only this state's hot stripes: a newer state of the key may have its own.
             let owner = owner_of(gcra_state);
-            if matches!(self.hot_keys.remove_if(key, |_, stripes| stripes.owner() == owner, &guard), Ok(Some(_))) {
+            if self.hot_keys.remove_if(key, |_, stripes| stripes.owner() == owner, &guard) {
                 // Ordering: Relaxed; as above, for the hot-key bound.
                 self.hot_count.fetch_sub(1, Ordering::Relaxed);
             }
@@ -744,7 +748,7 @@ where
 
     /// For a hot key: retires its hot bucket if idle with every lease expired, drops
     /// it, and retires the key's state. Returns whether the key's state was retired.
-    fn try_retire_hot(&self, key: &K, state: &A::State, now: weir_core::Nanos, guard: &impl papaya::Guard) -> bool {
+    fn try_retire_hot(&self, key: &K, state: &A::State, now: weir_core::Nanos, guard: &Guard<'_>) -> bool {
         let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) else {
             return false;
         };
@@ -765,12 +769,12 @@ where
     }
 
     /// Removes `key`'s hot stripes if they are still `stripes`.
-    fn drop_hot<Q>(&self, key: &Q, stripes: &LeaseStripes, guard: &impl papaya::Guard)
+    fn drop_hot<Q>(&self, key: &Q, stripes: &LeaseStripes, guard: &Guard<'_>)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if matches!(self.hot_keys.remove_if(key, |_, current| std::ptr::eq(current, stripes), guard), Ok(Some(_))) {
+        if self.hot_keys.remove_if(key, |_, current| std::ptr::eq(current, stripes), guard) {
             // Ordering: Relaxed; see `remove`.
             self.hot_count.fetch_sub(1, Ordering::Relaxed);
         }
@@ -781,13 +785,13 @@ where
     #[allow(clippy::too_many_arguments)]
     fn check_hot<Q>(
         &self,
-        shard: &papaya::HashMap<K, A::State, S>,
+        shard: &Map<K, A::State, S>,
         key: &Q,
         gcra: &GcraAlgorithm,
         gcra_state: &GcraState,
         state: &A::State,
         n: u64,
-        guard: &impl papaya::Guard,
+        guard: &Guard<'_>,
     ) -> Option<Result<Decision, InsufficientCapacity>>
     where
         K: Borrow<Q>,
@@ -825,11 +829,11 @@ where
     /// belong to, so no holder of another state ever uses them.
     fn try_promote<Q>(
         &self,
-        shard: &papaya::HashMap<K, A::State, S>,
+        shard: &Map<K, A::State, S>,
         key: &Q,
         gcra: &GcraAlgorithm,
         gcra_state: &GcraState,
-        guard: &impl papaya::Guard,
+        guard: &Guard<'_>,
     ) where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -848,23 +852,33 @@ where
             }
         }
         let owner = owner_of(gcra_state);
-        let mut attempts = 0;
+        let mut dropped_stale = false;
         let ours = loop {
             let stripes = LeaseStripes::new(config.lease, self.clock.now()).with_owner(owner);
             match self.hot_keys.try_insert(key.to_owned(), stripes, guard) {
                 Ok(ours) => break Some(ours),
-                Err(occupied) if occupied.current.owner() != owner && attempts == 0 => {
-                    // Stripes of an earlier state of this key, left by a race with
-                    // `remove`: drop them (their owner is gone) and try once more.
-                    attempts += 1;
-                    self.drop_hot(key, occupied.current, guard);
+                // Stripes of another state of this key. Whose are stale? If ours is
+                // still the key's linked, live state, theirs: their state was linked
+                // when they were made, before ours (a state once unlinked is never
+                // linked again), so it is gone for good; drop them and try once more.
+                // Otherwise ours is the stale state (swept or removed while this
+                // thread was promoting it) and they may be the key's current state's:
+                // leave them alone and give up.
+                Err(current)
+                    if current.owner() != owner
+                        && !dropped_stale
+                        && gcra.state_kind(gcra_state) == StateKind::Live
+                        && self.is_linked(shard, key, gcra_state, guard) =>
+                {
+                    dropped_stale = true;
+                    self.drop_hot(key, current, guard);
                 }
-                // Another thread is promoting this very state.
+                // Another thread is promoting this very state, or ours is stale.
                 Err(_) => break None,
             }
         };
         let release = |stripes: &LeaseStripes| {
-            if matches!(self.hot_keys.remove_if(key, |_, current| std::ptr::eq(current, stripes), guard), Ok(Some(_))) {
+            if self.hot_keys.remove_if(key, |_, current| std::ptr::eq(current, stripes), guard) {
                 // Ordering: Relaxed; see `remove`.
                 self.hot_count.fetch_sub(1, Ordering::Relaxed);
             }
@@ -882,17 +896,25 @@ where
         // If `remove` unlinked the state while it was being promoted, no sweep will
         // ever see it: retire it (its holders retry on the key's current state) and
         // drop its stripes.
-        let linked = shard
-            .get(key, guard)
-            .is_some_and(|current| self.algorithm.gcra_state(current).is_some_and(|s| std::ptr::eq(s, gcra_state)));
-        if !linked {
+        if !self.is_linked(shard, key, gcra_state, guard) {
             gcra.retire_orphan(gcra_state);
             release(ours);
         }
     }
 
+    /// Whether `key` maps to `gcra_state` now.
+    fn is_linked<Q>(&self, shard: &Map<K, A::State, S>, key: &Q, gcra_state: &GcraState, guard: &Guard<'_>) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        shard
+            .get(key, guard)
+            .is_some_and(|current| self.algorithm.gcra_state(current).is_some_and(|s| std::ptr::eq(s, gcra_state)))
+    }
+
     /// `state`'s snapshot, read from its hot bucket if the key is hot.
-    fn snapshot_of<Q>(&self, key: &Q, state: &A::State, now: weir_core::Nanos, guard: &impl papaya::Guard) -> Snapshot
+    fn snapshot_of<Q>(&self, key: &Q, state: &A::State, now: weir_core::Nanos, guard: &Guard<'_>) -> Snapshot
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -916,18 +938,12 @@ where
     }
 
     /// Removes `key` if it still maps to `state`; returns whether this call removed it.
-    fn unlink<Q>(
-        &self,
-        shard: &papaya::HashMap<K, A::State, S>,
-        key: &Q,
-        state: &A::State,
-        guard: &impl papaya::Guard,
-    ) -> bool
+    fn unlink<Q>(&self, shard: &Map<K, A::State, S>, key: &Q, state: &A::State, guard: &Guard<'_>) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let removed = matches!(shard.remove_if(key, |_, current| std::ptr::eq(current, state), guard), Ok(Some(_)));
+        let removed = shard.remove_if(key, |_, current| std::ptr::eq(current, state), guard);
         if removed {
             // Ordering: Relaxed; see `remove`.
             self.live.fetch_sub(1, Ordering::Relaxed);
@@ -940,9 +956,9 @@ where
     /// first).
     fn insert<'g, Q>(
         &self,
-        shard: &'g papaya::HashMap<K, A::State, S>,
+        shard: &'g Map<K, A::State, S>,
         key: &Q,
-        guard: &'g impl papaya::Guard,
+        guard: &'g Guard<'_>,
     ) -> Result<(&'g A::State, bool), Full>
     where
         K: Borrow<Q>,
@@ -951,10 +967,10 @@ where
         self.reserve()?;
         match shard.try_insert(key.to_owned(), self.algorithm.new_state(), guard) {
             Ok(state) => Ok((state, true)),
-            Err(occupied) => {
+            Err(current) => {
                 // Ordering: Relaxed; give back the reservation (see `remove`).
                 self.live.fetch_sub(1, Ordering::Relaxed);
-                Ok((occupied.current, false))
+                Ok((current, false))
             }
         }
     }
@@ -1031,7 +1047,7 @@ where
     }
 
     #[inline]
-    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &papaya::HashMap<K, A::State, S> {
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &Map<K, A::State, S> {
         let hash = self.shard_hasher.hash_one(key);
         // The high bits: papaya uses the low ones of its own (different) hash.
         &self.shards[(hash >> 32) as usize & (self.shards.len() - 1)]

@@ -263,3 +263,55 @@ fn a_sweeper_with_a_zero_interval_is_an_error() {
     ));
     assert!(matches!(s.spawn_sweeper(Duration::ZERO), Err(weir_keyed::SweeperError::ZeroInterval)));
 }
+
+/// A store of burst 10 at a frozen clock, with hot keys, on a hook clock.
+fn hooked_store(clock: &HookClock) -> &'static Keyed<u64, GcraAlgorithm, HookClock> {
+    let quota = Quota::per_second(10).unwrap();
+    Box::leak(Box::new(
+        Keyed::gcra_with_clock(quota, KeyedConfig::new(100).unwrap(), clock.clone())
+            .with_hot_keys(HotKeys::new(LeaseConfig::new(2).unwrap())),
+    ))
+}
+
+/// A promotion of state S0 delayed past S0's eviction, the key's return as S1 and
+/// S1's own promotion must leave S1's stripes alone: dropping them would leave S1
+/// promoted without a bucket, and the key's next check would start from a fresh,
+/// full one.
+#[test]
+fn a_delayed_promotion_of_a_swept_state_leaves_the_new_states_stripes_alone() {
+    let clock = HookClock::new();
+    let s = hooked_store(&clock);
+    assert!(s.check(&1).is_allowed()); // S0
+    clock.inner.advance(Duration::from_secs(1)); // S0 is idle; the clock stays here
+    // The promotion of S0 reads the clock once, to create its stripes: right there,
+    // S0 is swept, the key comes back as S1, S1 turns hot and spends its burst.
+    clock.arm(1, move || {
+        assert_eq!(s.sweep_all(), 1);
+        assert!(s.check(&1).is_allowed()); // S1
+        assert!(s.promote(&1));
+        let admitted = (0..20).filter(|_| s.check(&1).is_allowed()).count();
+        assert_eq!(admitted, 9);
+    });
+    assert!(!s.promote(&1), "S0 is gone: the delayed promotion gives up");
+    assert!(s.is_hot(&1), "S1 keeps its stripes");
+    let admitted = (0..20).filter(|_| s.check(&1).is_allowed()).count();
+    assert_eq!(admitted, 0, "at a frozen clock the key's burst of 10 is spent");
+}
+
+/// The same with an operator's `remove` in place of the sweep.
+#[test]
+fn a_delayed_promotion_of_a_removed_state_leaves_the_new_states_stripes_alone() {
+    let clock = HookClock::new();
+    let s = hooked_store(&clock);
+    assert!(s.check(&1).is_allowed()); // S0
+    clock.arm(1, move || {
+        assert!(s.remove(&1));
+        assert!(s.promote(&1)); // S1, inserted and promoted
+        let admitted = (0..20).filter(|_| s.check(&1).is_allowed()).count();
+        assert_eq!(admitted, 10);
+    });
+    assert!(!s.promote(&1), "S0 is gone: the delayed promotion gives up");
+    assert!(s.is_hot(&1), "S1 keeps its stripes");
+    let admitted = (0..20).filter(|_| s.check(&1).is_allowed()).count();
+    assert_eq!(admitted, 0, "at a frozen clock the key's burst of 10 is spent");
+}
