@@ -479,8 +479,9 @@ impl<T, C: Clock> LeakyBucket<T, C> {
             // Too late for the deadline: `reservation` is given back on drop.
             Some(deadline) => self.schedule.claim_by(&self.clock, deadline).map_err(|_| RecvTimeoutError::Timeout)?,
         };
+        let at = slot.at();
         reservation.slot = Some(slot);
-        wait::sleep_until(&self.clock, slot.at());
+        wait::sleep_until(&self.clock, at);
         Ok(reservation.take())
     }
 
@@ -563,8 +564,9 @@ impl<T, C: Clock> LeakyBucket<T, C> {
             None => self.schedule.claim(&self.clock),
             Some(deadline) => self.schedule.claim_by(&self.clock, deadline).map_err(|_| RecvTimeoutError::Timeout)?,
         };
+        let at = slot.at();
         reservation.slot = Some(slot);
-        wait::sleep_until_async(&self.clock, slot.at()).await;
+        wait::sleep_until_async(&self.clock, at).await;
         Ok(reservation.take())
     }
 
@@ -614,7 +616,7 @@ impl<T, C: Clock> LeakyBucket<T, C> {
 /// item back to the other consumers and tries to give the slot back.
 struct Reservation<'a, T, C: Clock> {
     bucket: &'a LeakyBucket<T, C>,
-    slot: Option<LeakSlot>,
+    slot: Option<LeakSlot<'a>>,
     taken: bool,
 }
 
@@ -632,7 +634,8 @@ impl<T, C: Clock> Drop for Reservation<'_, T, C> {
             return;
         }
         if let Some(slot) = self.slot.take() {
-            let _given_back = self.bucket.schedule.give_back(slot);
+            // A slot that is not the latest claim comes back and is dropped: spent.
+            let _not_given_back = self.bucket.schedule.give_back(slot);
         }
         self.bucket.unreserve();
     }

@@ -25,9 +25,14 @@
 //!   most `⌊W / T⌋ + 1` slots. An item released at its slot (or later) never makes the
 //!   output exceed `rate × W + 1` in slot time. With a tolerance `τ`, a slot may be up
 //!   to `τ` in the past when claimed, so *release* times obey `⌊(W + τ) / T⌋ + 1`.
+//! - **Each slot is held once.** A [`LeakSlot`] is a move-only token: it is neither
+//!   `Clone` nor `Copy`, [`give_back`](LeakSchedule::give_back) consumes it, and it
+//!   borrows the schedule it came from (a slot offered to another schedule is refused).
+//!   So a slot, once given back, can be claimed again by one claimer only.
 //! - **Give-back.** [`give_back`](LeakSchedule::give_back) undoes the latest claim
 //!   exactly, so a caller that claims slots one at a time (as [`Throttle`] does) never
-//!   wastes one.
+//!   wastes one. A slot that is not the latest claim comes back to its holder, still
+//!   claimed.
 //! - **Lock-free**: a claim retries only when another claim (or give-back) landed.
 //! - **No panic.** Time arithmetic saturates; a clock reading earlier than one already
 //!   used is treated as no time having passed.
@@ -49,23 +54,72 @@ const HORIZON_TICKS: u64 = (1 << 63) - 1;
 
 /// A leak slot claimed from a [`LeakSchedule`]: the time its item may leave, and what
 /// [`give_back`](LeakSchedule::give_back) needs to undo the claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// A move-only token: not `Clone`, not `Copy`. Dropping it spends the slot;
+/// [`give_back`](LeakSchedule::give_back) consumes it. So no slot can be given back
+/// twice (which would let two claimers have it):
+///
+/// ```compile_fail,E0382
+/// use weir_core::{Nanos, Quota};
+/// use weir_leaky::LeakSchedule;
+///
+/// let schedule = LeakSchedule::new(Quota::per_second(10)?, Nanos::ZERO);
+/// let slot = schedule.claim(&Nanos::ZERO);
+/// let _ = schedule.give_back(slot);
+/// let _ = schedule.give_back(slot); // error: the slot was moved into the first give-back
+/// # Ok::<(), weir_core::QuotaError>(())
+/// ```
 #[must_use = "a claimed slot is spent unless its item leaves or it is given back"]
-pub struct LeakSlot {
-    /// The slot's time, in ticks since the schedule's origin.
-    at_ticks: u64,
-    /// The schedule's `next` before this claim.
-    previous: u64,
+pub struct LeakSlot<'s> {
+    /// The schedule it was claimed from: [`give_back`](LeakSchedule::give_back) refuses
+    /// a slot of another schedule.
+    schedule: &'s LeakSchedule,
+    /// What undoing the claim needs.
+    raw: RawSlot,
     /// The slot's time as a clock reading, rounded up to a whole nanosecond.
     at: Nanos,
 }
 
-impl LeakSlot {
+/// A claim, without the schedule it belongs to: what a [`LeakSlot`] carries, and what
+/// the [`Throttle`](crate::Throttle) keeps of a slot it hands from one waiter to the
+/// next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RawSlot {
+    /// The slot's time, in ticks since the schedule's origin.
+    at_ticks: u64,
+    /// The schedule's `next` before this claim.
+    previous: u64,
+}
+
+impl LeakSlot<'_> {
     /// The time (a reading of the schedule's clock) at which this slot's item may
     /// leave: never earlier than the slot, rounded up to a nanosecond.
     #[inline]
     pub const fn at(&self) -> Nanos {
         self.at
+    }
+
+    /// The claim, the token given up. The caller keeps it for one holder only (see
+    /// [`LeakSchedule::slot_from_raw`]).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn into_raw(self) -> RawSlot {
+        self.raw
+    }
+}
+
+/// Two slots are equal when they are the same claim of the same schedule (a slot given
+/// back and claimed again is the same claim).
+impl PartialEq for LeakSlot<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        core::ptr::eq(self.schedule, other.schedule) && self.raw == other.raw
+    }
+}
+
+impl Eq for LeakSlot<'_> {}
+
+impl fmt::Debug for LeakSlot<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeakSlot").field("at", &self.at).field("at_ticks", &self.raw.at_ticks).finish()
     }
 }
 
@@ -88,8 +142,12 @@ impl LeakSlot {
 /// assert_eq!(first.at(), Nanos::ZERO);
 /// assert_eq!(second.at(), Nanos::new(100_000_000)); // 100 ms later, however late we are
 /// assert!(schedule.try_claim(&now).is_err());       // nothing due before 200 ms
-/// assert!(schedule.give_back(second));              // the latest claim can be undone
+/// assert!(schedule.give_back(second).is_ok());      // the latest claim can be undone
 /// assert_eq!(schedule.next_slot(&now), Nanos::new(100_000_000));
+/// // Not the latest claim: it comes back, still claimed (dropping it spends it).
+/// let third = schedule.claim(&now);
+/// let first = schedule.give_back(first).unwrap_err();
+/// assert_eq!((first.at(), third.at()), (Nanos::ZERO, Nanos::new(100_000_000)));
 /// # Ok::<(), weir_core::QuotaError>(())
 /// ```
 pub struct LeakSchedule {
@@ -186,7 +244,7 @@ impl LeakSchedule {
     /// Claims the next slot, however far ahead it is, and returns it: the caller's
     /// item may leave at [`LeakSlot::at`].
     #[inline]
-    pub fn claim<C: Clock + ?Sized>(&self, clock: &C) -> LeakSlot {
+    pub fn claim<C: Clock + ?Sized>(&self, clock: &C) -> LeakSlot<'_> {
         let mut backoff = Backoff::new();
         // Ordering: Relaxed; see `claim_by`.
         let mut next = self.next.load(Ordering::Relaxed);
@@ -206,8 +264,7 @@ impl LeakSchedule {
     /// The clock is read inside the retry loop, so a claim that loses a race decides
     /// with a fresh reading.
     #[inline]
-    pub fn claim_by<C: Clock + ?Sized>(&self, clock: &C, latest: Nanos) -> Result<LeakSlot, Nanos> {
-        let latest_ticks = self.ticks_at(latest);
+    pub fn claim_by<C: Clock + ?Sized>(&self, clock: &C, latest: Nanos) -> Result<LeakSlot<'_>, Nanos> {
         let mut backoff = Backoff::new();
         // Ordering: Relaxed; `next` is the whole state of the schedule and publishes no
         // other memory (an item's data travels through the queue's own Release/Acquire
@@ -215,8 +272,9 @@ impl LeakSchedule {
         // order alone, which is what makes slots distinct and `T` apart.
         let mut next = self.next.load(Ordering::Relaxed);
         loop {
-            let at = self.slot_for(next, self.ticks_at(clock.now()));
-            if at > latest_ticks {
+            let now = clock.now();
+            let at = self.slot_for(next, self.ticks_at(now));
+            if !self.within(at, latest, now) {
                 // Too late for the caller: nothing is written.
                 return Err(self.nanos_at(at));
             }
@@ -228,10 +286,16 @@ impl LeakSchedule {
         }
     }
 
+    /// Whether a slot at `at_ticks` is at or before `latest`.
+    #[inline]
+    fn within(&self, at_ticks: u64, latest: Nanos, _now: Nanos) -> bool {
+        at_ticks <= self.ticks_at(latest)
+    }
+
     /// The claim itself: moves `next` from `next` to `at + T` if no other claim landed
     /// since `next` was read.
     #[inline(always)]
-    fn replace(&self, next: u64, at: u64) -> Result<LeakSlot, u64> {
+    fn replace(&self, next: u64, at: u64) -> Result<LeakSlot<'_>, u64> {
         // Ordering: Relaxed on success and failure; see `claim_by`.
         match self.next.compare_exchange_weak(
             next,
@@ -239,7 +303,7 @@ impl LeakSchedule {
             Ordering::Relaxed,
             Ordering::Relaxed,
         ) {
-            Ok(_) => Ok(LeakSlot { at_ticks: at, previous: next, at: self.nanos_at(at) }),
+            Ok(_) => Ok(self.slot_from_raw(RawSlot { at_ticks: at, previous: next })),
             Err(actual) => Err(actual),
         }
     }
@@ -247,20 +311,56 @@ impl LeakSchedule {
     /// Claims the next slot if it is due now; otherwise claims nothing and returns how
     /// long until it is.
     #[inline]
-    pub fn try_claim<C: Clock + ?Sized>(&self, clock: &C) -> Result<LeakSlot, Duration> {
+    pub fn try_claim<C: Clock + ?Sized>(&self, clock: &C) -> Result<LeakSlot<'_>, Duration> {
         let now = clock.now();
         self.claim_by(&now, now).map_err(|at| at.saturating_duration_since(now))
     }
 
     /// Undoes `slot`'s claim if no slot has been claimed after it (and not given back),
-    /// restoring the schedule exactly as it was; returns whether it did. A slot that
-    /// cannot be given back stays spent: the output falls behind by one interval, never
-    /// ahead.
-    pub fn give_back(&self, slot: LeakSlot) -> bool {
-        let claimed = slot.at_ticks.saturating_add(self.interval);
+    /// restoring the schedule exactly as it was. Otherwise the slot comes back in the
+    /// `Err`, still claimed: its holder may still use it, or drop it, and a slot that is
+    /// dropped is spent (the output falls behind by one interval, never ahead). A slot
+    /// claimed from another schedule always comes back.
+    ///
+    /// The slot is consumed either way: a slot given back can be claimed again, and then
+    /// only one claimer holds it.
+    pub fn give_back<'s>(&self, slot: LeakSlot<'s>) -> Result<(), LeakSlot<'s>> {
+        if !core::ptr::eq(slot.schedule, self) {
+            return Err(slot);
+        }
+        let claimed = slot.raw.at_ticks.saturating_add(self.interval);
         // Ordering: Relaxed; see `claim_by`. The CAS succeeds only if `next` is still
-        // the value this claim wrote, i.e. every later claim has been given back.
-        self.next.compare_exchange(claimed, slot.previous, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        // the value this claim wrote, i.e. every later claim has been given back: a
+        // claim moves `next` past every slot outstanding, and a give-back restores the
+        // value the latest outstanding claim replaced, so `next` equals a slot's `at + T`
+        // only while it is the latest claim outstanding; and the token being unique, no
+        // other holder can give the same claim back.
+        match self.next.compare_exchange(claimed, slot.raw.previous, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(slot),
+        }
+    }
+
+    /// The token for a claim of this schedule. The caller guarantees that `raw` came
+    /// from [`LeakSlot::into_raw`] of a slot of this schedule, and that the claim has one
+    /// holder: tokens are never duplicated.
+    #[inline]
+    pub(crate) fn slot_from_raw(&self, raw: RawSlot) -> LeakSlot<'_> {
+        LeakSlot { schedule: self, raw, at: self.nanos_at(raw.at_ticks) }
+    }
+
+    /// Whether `slot` is a slot a claim at `now` could still take, or a later one: not
+    /// more than the tolerance in the past. An earlier slot left unused is stale: its
+    /// time has gone.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn is_current(&self, slot: &LeakSlot<'_>, now: Nanos) -> bool {
+        slot.raw.at_ticks >= self.ticks_at(now).saturating_sub(self.tolerance)
+    }
+
+    /// Whether `slot` is at or before `latest` (see [`claim_by`](Self::claim_by)).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn is_within(&self, slot: &LeakSlot<'_>, latest: Nanos, now: Nanos) -> bool {
+        self.within(slot.raw.at_ticks, latest, now)
     }
 
     /// When the next slot would be if claimed at the clock's `now` (read-only).
@@ -348,16 +448,33 @@ mod tests {
         let a = schedule.claim(&now);
         let b = schedule.claim(&now);
         let c = schedule.claim(&now);
-        assert!(!schedule.give_back(b), "not the latest");
-        assert!(schedule.give_back(c));
-        assert!(schedule.give_back(b), "the latest once c is back");
-        assert_eq!(schedule.claim(&now), b, "the same slot again");
+        let b_at = b.at();
+        let b = schedule.give_back(b).expect_err("not the latest");
+        assert_eq!(b.at(), b_at, "it comes back, still claimed");
+        assert!(schedule.give_back(c).is_ok());
+        assert!(schedule.give_back(b).is_ok(), "the latest once c is back");
+        assert_eq!(schedule.claim(&now).at(), b_at, "the same slot again");
         assert_eq!(a.at(), now);
         // Giving back the very first claim restores the untouched schedule.
         let fresh = LeakSchedule::new(per_second(10), Nanos::ZERO);
         let first = fresh.claim(&Nanos::new(7));
-        assert!(fresh.give_back(first));
+        assert!(fresh.give_back(first).is_ok());
         assert_eq!(fresh.claim(&Nanos::new(9)).at(), Nanos::new(9));
+    }
+
+    #[test]
+    fn a_slot_of_another_schedule_is_never_given_back() {
+        // Two schedules in the same state: a slot of one matches the other's `next`.
+        let (one, other) =
+            (LeakSchedule::new(per_second(10), Nanos::ZERO), LeakSchedule::new(per_second(10), Nanos::ZERO));
+        let now = Nanos::ZERO;
+        let held = other.claim(&now);
+        let foreign = one.claim(&now);
+        assert_eq!(foreign.at(), held.at());
+        let foreign = other.give_back(foreign).expect_err("a slot of another schedule");
+        // `other` still hands out each slot once: the next one is after `held`.
+        assert_eq!(other.claim(&now).at(), Nanos::new(100_000_000), "{held:?} handed out twice");
+        assert!(one.give_back(foreign).is_ok(), "its own schedule takes it back");
     }
 
     #[test]
@@ -389,7 +506,7 @@ mod tests {
                 .map(|t| {
                     let schedule = &schedule;
                     s.spawn(move || {
-                        (0..per_thread).map(|i| schedule.claim(&Nanos::new(i * t)).at_ticks).collect::<Vec<_>>()
+                        (0..per_thread).map(|i| schedule.claim(&Nanos::new(i * t)).raw.at_ticks).collect::<Vec<_>>()
                     })
                 })
                 .collect();

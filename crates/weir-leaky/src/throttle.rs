@@ -7,9 +7,10 @@
 //! parts:
 //!
 //! - a [`LeakSchedule`], the same shared slot schedule as [`LeakyBucket`]'s;
-//! - *the line*: a `tokio::sync::Mutex<()>`, whose waiters tokio serves strictly in
+//! - *the line*: a `tokio::sync::Mutex`, whose waiters tokio serves strictly in
 //!   the order they called `lock` (its documented FIFO guarantee; `try_lock` cannot
-//!   barge past queued waiters), and which removes a waiter whose future is dropped;
+//!   barge past queued waiters), and which removes a waiter whose future is dropped.
+//!   It guards one thing: a slot a cancelled head could not give back (see below);
 //! - a count of admitted waiters, at most `capacity`.
 //!
 //! [`acquire`](Throttle::acquire) is admission, then the line, then the slot:
@@ -19,9 +20,9 @@
 //!    it counts itself in (a guard counts it out on every exit).
 //! 2. **The line**: it waits for the line's lock. Holding it makes it the head of the
 //!    line; nobody else claims slots meanwhile.
-//! 3. **The slot**: the head claims the next slot and sleeps until it, *still holding
-//!    the line*; at its slot it returns `Ok`, releasing the line to the next waiter,
-//!    which claims the slot after.
+//! 3. **The slot**: the head claims the next slot (or takes the slot a cancelled head
+//!    left, below) and sleeps until it, *still holding the line*; at its slot it
+//!    returns `Ok`, releasing the line to the next waiter, which claims the slot after.
 //!
 //! Hence:
 //!
@@ -35,10 +36,18 @@
 //!   the deadline, otherwise it gives up *at once* (it knows it cannot make it).
 //! - **Cancellation and time-outs leak nothing.** A request dropped while in line never
 //!   held a slot (tokio removes it from the line). A request dropped at the head gives
-//!   its slot back: since only the head claims, the schedule's `next` is still the
-//!   value its own claim wrote, so the give-back restores the schedule *exactly* and
-//!   the next request in line gets that very slot. Either way the admission guard
-//!   counts it out, freeing its place.
+//!   its slot back: when only heads claim, the schedule's `next` is still the value its
+//!   own claim wrote, so the give-back restores the schedule *exactly* and the next
+//!   request in line gets that very slot. Either way the admission guard counts it
+//!   out, freeing its place.
+//! - **Claims from outside.** The schedule is public ([`Throttle::schedule`]): code
+//!   that claims from it directly takes turns like a request that skipped the line
+//!   (in total, still never faster than the rate). A head cancelled after such a claim
+//!   cannot give its slot back (it is no longer the latest claim); it leaves the slot
+//!   in the line's lock instead, and the next head takes it rather than claim a later
+//!   one, so the slot still goes to the next request in line, in order. Only if no
+//!   request comes for it before its time has passed (the throttle was idle then) is
+//!   it dropped, unused.
 //!
 //! Why not the bucket's lock-free ring for the line? A waiting request can be cancelled
 //! at any moment, and a ring cannot remove an entry from its middle: a cancelled entry
@@ -52,6 +61,7 @@ use core::time::Duration;
 use weir_core::sync::{AtomicU64, CachePadded, Ordering};
 use weir_core::{Clock, Nanos, Quota};
 
+use crate::schedule::RawSlot;
 use crate::{BuildError, LeakSchedule, LeakSlot};
 
 #[cfg(doc)]
@@ -150,8 +160,9 @@ impl std::error::Error for ThrottleError {}
 pub struct Throttle<C = TokioClock> {
     /// When requests may proceed.
     schedule: LeakSchedule,
-    /// The line: its holder is the head, the only claimer of slots.
-    line: tokio::sync::Mutex<()>,
+    /// The line: its holder is the head, the only claimer of slots. It holds the slot a
+    /// cancelled head could not give back, if any, for the next head (see `Head`).
+    line: tokio::sync::Mutex<Option<RawSlot>>,
     /// Requests admitted and not yet gone: at most `capacity`.
     waiting: CachePadded<AtomicU64>,
     /// The most requests waiting at once (`1..`).
@@ -178,7 +189,7 @@ impl<C: Clock> Throttle<C> {
         }
         Ok(Self {
             schedule: LeakSchedule::new(quota, clock.now()),
-            line: tokio::sync::Mutex::new(()),
+            line: tokio::sync::Mutex::new(None),
             waiting: CachePadded::new(AtomicU64::new(0)),
             capacity: capacity as u64,
             clock,
@@ -213,19 +224,16 @@ impl<C: Clock> Throttle<C> {
 
     async fn acquire_until(&self, deadline: Option<Nanos>) -> Result<(), ThrottleError> {
         let _place = self.admit()?;
-        let _head = match deadline {
+        let line = match deadline {
             None => self.line.lock().await,
             Some(deadline) => self.lock_by(deadline).await.ok_or(ThrottleError::TimedOut)?,
         };
-        // At the head of the line: the only claimer of slots.
-        let slot = match deadline {
-            None => self.schedule.claim(&self.clock),
-            Some(deadline) => self.schedule.claim_by(&self.clock, deadline).map_err(|_| ThrottleError::TimedOut)?,
-        };
-        let mut claim = Claim { schedule: &self.schedule, slot: Some(slot) };
-        crate::wait::sleep_until_async(&self.clock, slot.at()).await;
+        // At the head of the line: the only claimer of slots (but see `Head`).
+        let mut head = Head { schedule: &self.schedule, left: line, slot: None };
+        let at = head.claim(&self.clock, deadline).ok_or(ThrottleError::TimedOut)?;
+        crate::wait::sleep_until_async(&self.clock, at).await;
         // The request proceeds at its slot: the slot is spent.
-        claim.slot = None;
+        head.slot = None;
         Ok(())
     }
 
@@ -247,7 +255,7 @@ impl<C: Clock> Throttle<C> {
     }
 
     /// Waits in line until `deadline`; `None` if the head was not reached by then.
-    async fn lock_by(&self, deadline: Nanos) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+    async fn lock_by(&self, deadline: Nanos) -> Option<tokio::sync::MutexGuard<'_, Option<RawSlot>>> {
         let lock = self.line.lock();
         let mut lock = core::pin::pin!(lock);
         loop {
@@ -274,7 +282,9 @@ impl<C: Clock> Throttle<C> {
         self.capacity as usize
     }
 
-    /// The leak schedule.
+    /// The leak schedule. Slots claimed from it directly are turns taken outside the
+    /// line: they delay the requests waiting, and the total never exceeds the rate
+    /// (see the [module docs](self), "Claims from outside").
     pub fn schedule(&self) -> &LeakSchedule {
         &self.schedule
     }
@@ -306,18 +316,61 @@ impl Drop for Place<'_> {
     }
 }
 
-/// The head's claimed slot; given back on drop unless spent.
-struct Claim<'a> {
+/// The head of the line: holds the line (and, in it, the slot a cancelled head may
+/// have left), and its claimed slot, given back on drop unless spent.
+struct Head<'a> {
     schedule: &'a LeakSchedule,
-    slot: Option<LeakSlot>,
+    /// The line's lock, guarding the slot a cancelled head could not give back.
+    left: tokio::sync::MutexGuard<'a, Option<RawSlot>>,
+    /// The head's slot, until it is spent.
+    slot: Option<LeakSlot<'a>>,
 }
 
-impl Drop for Claim<'_> {
+impl<'a> Head<'a> {
+    /// Takes the head's slot: the one a cancelled head left, if its time has not passed,
+    /// or else the next one from the schedule; with a deadline, only a slot within it
+    /// (see [`LeakSchedule::claim_by`]). Returns when the slot is due, or `None` if it
+    /// would be after the deadline (then nothing is claimed, and a slot left by a
+    /// cancelled head stays for the next).
+    fn claim<C: Clock>(&mut self, clock: &C, deadline: Option<Nanos>) -> Option<Nanos> {
+        if let Some(raw) = self.left.take() {
+            let left = self.schedule.slot_from_raw(raw);
+            let now = clock.now();
+            if self.schedule.is_current(&left, now) {
+                // Earlier than any slot the schedule has left to give (it was claimed
+                // before the claims that kept it from being given back).
+                if deadline.is_some_and(|deadline| !self.schedule.is_within(&left, deadline, now)) {
+                    *self.left = Some(left.into_raw());
+                    return None;
+                }
+                let at = left.at();
+                self.slot = Some(left);
+                return Some(at);
+            }
+            // Its time has passed with nobody waiting for it: give it back if it has
+            // become the latest claim again, or else drop it, unused.
+            let _stale = self.schedule.give_back(left);
+        }
+        let slot = match deadline {
+            None => self.schedule.claim(clock),
+            Some(deadline) => self.schedule.claim_by(clock, deadline).ok()?,
+        };
+        let at = slot.at();
+        self.slot = Some(slot);
+        Some(at)
+    }
+}
+
+impl Drop for Head<'_> {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            // Only the head claims, so this is the latest claim: always given back.
-            let given_back = self.schedule.give_back(slot);
-            debug_assert!(given_back, "the head's slot is always the latest claim");
+            // Usually the latest claim (only heads claim), and given back exactly. If a
+            // caller has claimed from the public schedule since, it cannot be; then it
+            // is left in the line for the next head, which takes it before any later
+            // slot, so it is not wasted.
+            if let Err(slot) = self.schedule.give_back(slot) {
+                *self.left = Some(slot.into_raw());
+            }
         }
     }
 }

@@ -230,6 +230,39 @@ async fn cancelling_the_head_of_the_line_gives_its_slot_to_the_next() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_head_cancelled_after_an_outside_claim_neither_panics_nor_wastes_its_slot() {
+    // The schedule is public: a caller may claim from it while the head of the line
+    // waits for its slot. The head, cancelled then, cannot give its slot back (it is
+    // no longer the latest claim); its slot goes to the next request in line instead.
+    let throttle = throttle(10, 10);
+    let start = Instant::now();
+    throttle.acquire().await.unwrap(); // slot 0
+    let (head, next, outside, last) = tokio::join!(
+        timeout(60 * MS, throttle.acquire()), // holds slot 100; dropped at 60 ms
+        async {
+            sleep(10 * MS).await; // in line behind the head
+            throttle.acquire().await.unwrap();
+            ms_since(start)
+        },
+        async {
+            sleep(20 * MS).await;
+            let slot = throttle.schedule().claim(throttle.clock()); // slot 200, from outside
+            slot.at().as_u64() / 1_000_000
+        },
+        async {
+            sleep(30 * MS).await; // in line behind `next`
+            throttle.acquire().await.unwrap();
+            ms_since(start)
+        },
+    );
+    assert!(head.is_err());
+    assert_eq!(outside, 200);
+    assert_eq!(next, 100, "the cancelled head's slot went to the next in line");
+    assert_eq!(last, 300, "after the outside claim");
+    assert_eq!(throttle.waiting(), 0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn cancelling_in_the_middle_keeps_order_and_frees_the_place() {
     let throttle = throttle(10, 3);
     let start = Instant::now();
