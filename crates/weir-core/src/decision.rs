@@ -9,7 +9,7 @@ use core::time::Duration;
 /// `remaining` is kept as capacity left and the capacity one request takes, and
 /// divided only when [`remaining`](Snapshot::remaining) is asked for: a check whose
 /// caller only needs allowed-or-denied never pays for the division.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Snapshot {
     limit: u64,
     /// Capacity left, in `unit`s of the algorithm's choosing.
@@ -51,6 +51,17 @@ impl Snapshot {
     #[inline]
     pub const fn reset_after(&self) -> Duration {
         Duration::from_nanos(self.reset_after_ns)
+    }
+}
+
+/// `Snapshot { limit, remaining, reset_after }`: what a client would be told.
+impl fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("limit", &self.limit)
+            .field("remaining", &self.remaining())
+            .field("reset_after", &self.reset_after())
+            .finish()
     }
 }
 
@@ -100,33 +111,70 @@ impl fmt::Display for DenyReason {
 /// assert_eq!(d.remaining(), 0);
 /// ```
 #[must_use = "a Decision says whether the request may proceed"]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy)]
 pub struct Decision {
     snapshot: Snapshot,
     /// `None` when admitted.
     denial: Option<DenyReason>,
+    /// Which of a store's [`Policy`](crate::Policy)s decided (0 for a single quota).
+    policy: u16,
     /// Zero when admitted.
     retry_after_ns: u64,
+    /// The clock reading the decision was made at, in the deciding limiter's time
+    /// base (zero if the limiter did not say).
+    decided_at: u64,
 }
 
 impl Decision {
     /// An admission; `snapshot` is the state after it.
     #[inline]
     pub const fn allowed(snapshot: Snapshot) -> Self {
-        Self { snapshot, denial: None, retry_after_ns: 0 }
+        Self { snapshot, denial: None, policy: 0, retry_after_ns: 0, decided_at: 0 }
     }
 
     /// A denial for [`DenyReason::RateLimited`]: the same request would be admitted
     /// after `retry_after_ns` nanoseconds if nothing else is admitted meanwhile.
     #[inline]
     pub const fn denied(snapshot: Snapshot, retry_after_ns: u64) -> Self {
-        Self { snapshot, denial: Some(DenyReason::RateLimited), retry_after_ns }
+        Self { snapshot, denial: Some(DenyReason::RateLimited), policy: 0, retry_after_ns, decided_at: 0 }
     }
 
     /// A denial for another `reason`.
     #[inline]
     pub const fn denied_because(reason: DenyReason, snapshot: Snapshot, retry_after_ns: u64) -> Self {
-        Self { snapshot, denial: Some(reason), retry_after_ns }
+        Self { snapshot, denial: Some(reason), policy: 0, retry_after_ns, decided_at: 0 }
+    }
+
+    /// The same decision, made at `now` (the deciding limiter's clock reading). A
+    /// refund of the admission passes the decision back, and algorithms whose state
+    /// is per window give the capacity back to the window the admission was counted
+    /// in, not to a later one.
+    #[inline]
+    pub const fn at(self, now: crate::Nanos) -> Self {
+        Self { decided_at: now.as_u64(), ..self }
+    }
+
+    /// The clock reading this decision was made at, in the deciding limiter's time
+    /// base ([`Nanos::ZERO`](crate::Nanos::ZERO) if it did not say).
+    #[inline]
+    pub const fn decided_at(&self) -> crate::Nanos {
+        crate::Nanos::new(self.decided_at)
+    }
+
+    /// The same decision, attributed to policy `index` of the store that made it
+    /// (see [`KeyedLimiter::policies`](crate::KeyedLimiter::policies)). Indices above
+    /// `u16::MAX` are kept as `u16::MAX`.
+    #[inline]
+    pub const fn for_policy(self, index: usize) -> Self {
+        let policy = if index > u16::MAX as usize { u16::MAX } else { index as u16 };
+        Self { policy, ..self }
+    }
+
+    /// Which of the deciding store's policies decided: for an all-of check, the
+    /// quota that denied, or, when all admitted, the one with the least left.
+    #[inline]
+    pub const fn policy_index(&self) -> usize {
+        self.policy as usize
     }
 
     /// Whether the request was admitted.
@@ -179,6 +227,45 @@ impl Decision {
     #[inline]
     pub const fn reset_after(&self) -> Duration {
         self.snapshot.reset_after()
+    }
+}
+
+/// Decisions are equal when they say the same to a client: outcome, numbers and
+/// deciding policy. When each was made ([`Decision::decided_at`]) is not compared.
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        (self.snapshot, self.denial, self.policy, self.retry_after_ns)
+            == (other.snapshot, other.denial, other.policy, other.retry_after_ns)
+    }
+}
+
+impl Eq for Decision {}
+
+impl core::hash::Hash for Decision {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        (self.snapshot, self.denial, self.policy, self.retry_after_ns).hash(state);
+    }
+}
+
+/// What a client would be told: `Decision { allowed, limit, remaining, reset_after,
+/// retry_after }` (and the reason and policy when they say something).
+impl fmt::Debug for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Decision");
+        d.field("allowed", &self.is_allowed())
+            .field("limit", &self.limit())
+            .field("remaining", &self.remaining())
+            .field("reset_after", &self.reset_after());
+        if let Some(retry_after) = self.retry_after() {
+            d.field("retry_after", &retry_after);
+        }
+        if let Some(reason) = self.denial.filter(|r| *r != DenyReason::RateLimited) {
+            d.field("reason", &reason);
+        }
+        if self.policy != 0 {
+            d.field("policy", &self.policy);
+        }
+        d.finish()
     }
 }
 

@@ -10,6 +10,8 @@
 //!   retry-after; asking for more than can ever be admitted is [`InsufficientCapacity`];
 //! - [`Limiter`] (one limiter) and [`Algorithm`] (parameters applied to separately
 //!   stored states, for per-key stores);
+//! - [`KeyedLimiter`] and [`AsyncKeyedLimiter`]: the per-key contract that HTTP
+//!   middleware is generic over, for in-memory and remote (Redis) stores alike;
 //! - [`QuotaCell`]: a quota replaced at run time while checks read it lock-free;
 //! - [`sync`]: the one module weir's crates take atomics from (loom's under `cfg(loom)`).
 //!
@@ -31,6 +33,7 @@ pub mod nanos;
 mod quota;
 mod quota_cell;
 mod single;
+mod store;
 pub mod sync;
 
 pub use clock::Clock;
@@ -45,3 +48,4 @@ pub use limiter::{Algorithm, Limiter, Retire};
 pub use nanos::{Nanos, ticks};
 pub use quota::{MAX_TOLERANCE_TICKS, Quota, QuotaError};
 pub use quota_cell::QuotaCell;
+pub use store::{AsyncKeyedLimiter, KeyedLimiter, Local, Policy};
