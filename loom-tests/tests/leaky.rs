@@ -321,6 +321,45 @@ fn give_back_racing_with_claims_never_duplicates_a_slot() {
     });
 }
 
+#[test]
+fn a_claim_with_a_passed_deadline_racing_with_a_give_back_takes_only_a_due_slot() {
+    // One thread claims and gives back; one claims; one claims with a deadline that has
+    // passed (3 ns, read at 12 ns): it may take only a slot due by 12 ns, and every
+    // slot held is held once, an interval apart from the others.
+    loom::model(|| {
+        let schedule = Arc::new(LeakSchedule::new(quota(), Nanos::ZERO));
+        let giver = {
+            let schedule = schedule.clone();
+            thread::spawn(move || {
+                let slot = schedule.claim(&Nanos::ZERO);
+                let at = slot.at().as_u64();
+                schedule.give_back(slot).err().map(|_kept| at)
+            })
+        };
+        let other = {
+            let schedule = schedule.clone();
+            thread::spawn(move || schedule.claim(&Nanos::ZERO).at().as_u64())
+        };
+        let late = schedule.claim_by(&Nanos::new(12), Nanos::new(3));
+        let late = match late {
+            Ok(slot) => Some(slot.at().as_u64()),
+            Err(at) => {
+                assert!(at > Nanos::new(12), "refused a slot due at {at:?}");
+                None
+            }
+        };
+        if let Some(at) = late {
+            assert!(at <= 12, "claimed a slot at {at} ns, after both its deadline and now");
+        }
+        let mut kept: Vec<u64> =
+            [giver.join().unwrap(), Some(other.join().unwrap()), late].into_iter().flatten().collect();
+        kept.sort();
+        assert!(kept.windows(2).all(|w| w[1] >= w[0] + T_NS), "{kept:?}");
+        // The schedule continues one interval after the latest slot held.
+        assert_eq!(schedule.next_slot(&Nanos::ZERO).as_u64(), kept.last().unwrap() + T_NS, "{kept:?}");
+    });
+}
+
 fn bucket(capacity: usize, clock: ManualClock) -> Arc<LeakyBucket<u8, ManualClock>> {
     Arc::new(LeakyBucket::with_clock(quota(), capacity, clock).unwrap())
 }

@@ -456,12 +456,31 @@ impl<T, C: Clock> LeakyBucket<T, C> {
 
     /// [`recv`](Self::recv), giving up after `timeout` (by the bucket's clock): an
     /// item whose slot is later than that is left for another consumer, and no slot is
-    /// spent on it.
+    /// spent on it: it never claims a slot that comes after the deadline.
+    ///
+    /// A zero time-out polls, like [`try_recv`](Self::try_recv): it takes an item that
+    /// is waiting and due now.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_core::Quota;
+    /// use weir_leaky::{LeakyBucket, RecvTimeoutError};
+    ///
+    /// let bucket = LeakyBucket::new(Quota::per_hour(1)?, 4)?;
+    /// bucket.offer("a").unwrap();
+    /// bucket.offer("b").unwrap();
+    /// assert_eq!(bucket.recv_timeout(Duration::ZERO), Ok("a")); // due now
+    /// // "b" is due in an hour: give up at once, leaving it (and its slot) in the bucket.
+    /// assert_eq!(bucket.recv_timeout(Duration::from_secs(1)), Err(RecvTimeoutError::Timeout));
+    /// assert_eq!(bucket.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
         self.recv_until(Some(self.clock.now() + timeout))
     }
 
     /// [`recv`](Self::recv), giving up at `deadline` (a reading of the bucket's clock).
+    /// A deadline that has passed polls, like [`try_recv`](Self::try_recv).
     pub fn recv_deadline(&self, deadline: Nanos) -> Result<T, RecvTimeoutError> {
         self.recv_until(Some(deadline))
     }
@@ -541,13 +560,14 @@ impl<T, C: Clock> LeakyBucket<T, C> {
 
     /// [`recv_async`](Self::recv_async), giving up after `timeout` (by the bucket's
     /// clock): an item whose slot is later than that is left for another consumer, and
-    /// no slot is spent on it.
+    /// no slot is spent on it. A zero time-out polls, like [`try_recv`](Self::try_recv).
     pub async fn recv_async_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
         self.recv_async_until(Some(self.clock.now() + timeout)).await
     }
 
     /// [`recv_async`](Self::recv_async), giving up at `deadline` (a reading of the
-    /// bucket's clock).
+    /// bucket's clock). A deadline that has passed polls, like
+    /// [`try_recv`](Self::try_recv).
     pub async fn recv_async_deadline(&self, deadline: Nanos) -> Result<T, RecvTimeoutError> {
         self.recv_async_until(Some(deadline)).await
     }

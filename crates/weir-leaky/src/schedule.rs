@@ -33,6 +33,11 @@
 //!   exactly, so a caller that claims slots one at a time (as [`Throttle`] does) never
 //!   wastes one. A slot that is not the latest claim comes back to its holder, still
 //!   claimed.
+//! - **Deadlines.** [`claim_by`](LeakSchedule::claim_by) never claims a slot later
+//!   than its bound or, once the clock reads later than the bound, later than now: a
+//!   caller that waits for its slot never waits past its deadline, and a deadline that
+//!   has just passed still takes a slot that is due, as
+//!   [`try_claim`](LeakSchedule::try_claim) does.
 //! - **Lock-free**: a claim retries only when another claim (or give-back) landed.
 //! - **No panic.** Time arithmetic saturates; a clock reading earlier than one already
 //!   used is treated as no time having passed.
@@ -258,11 +263,33 @@ impl LeakSchedule {
         }
     }
 
-    /// Claims the next slot if it is at or before `latest` (a clock reading); otherwise
-    /// claims nothing and returns when the next slot would be.
+    /// Claims the next slot if it is at or before `latest` (a clock reading), or, once
+    /// the clock reads later than `latest`, if it is due now; otherwise claims nothing
+    /// and returns when the next slot would be.
+    ///
+    /// So the slot is never later than `latest` or the clock's reading, whichever is
+    /// later: a caller that waits for it never waits past its deadline. A deadline
+    /// that has passed (a zero time-out, say) still takes a slot that is due now, as
+    /// [`try_claim`](Self::try_claim) does; it never takes one in the past that a claim
+    /// at `now` would not take, so passed deadlines cannot release a burst. Before the
+    /// schedule's origin no slot is due (the first is at the origin).
     ///
     /// The clock is read inside the retry loop, so a claim that loses a race decides
     /// with a fresh reading.
+    ///
+    /// ```
+    /// use weir_core::{Nanos, Quota};
+    /// use weir_leaky::LeakSchedule;
+    ///
+    /// let schedule = LeakSchedule::new(Quota::per_second(10)?, Nanos::ZERO);
+    /// let ms = |n: u64| Nanos::new(n * 1_000_000);
+    /// // Read at 5 ms, a deadline of 3 ms has passed, but the slot at 5 ms is due now.
+    /// assert_eq!(schedule.claim_by(&ms(5), ms(3)).map(|slot| slot.at()), Ok(ms(5)));
+    /// // The next slot is at 105 ms: after a deadline of 100 ms; nothing is claimed.
+    /// assert_eq!(schedule.claim_by(&ms(5), ms(100)).unwrap_err(), ms(105));
+    /// assert_eq!(schedule.claim_by(&ms(5), ms(105)).map(|slot| slot.at()), Ok(ms(105)));
+    /// # Ok::<(), weir_core::QuotaError>(())
+    /// ```
     #[inline]
     pub fn claim_by<C: Clock + ?Sized>(&self, clock: &C, latest: Nanos) -> Result<LeakSlot<'_>, Nanos> {
         let mut backoff = Backoff::new();
@@ -286,10 +313,14 @@ impl LeakSchedule {
         }
     }
 
-    /// Whether a slot at `at_ticks` is at or before `latest`.
+    /// Whether a slot at `at_ticks` is at or before `latest`, or due at `now`: at or
+    /// before the later of the two. Never for a bound before the origin, where
+    /// `ticks_at` would clamp the bound up to tick 0 and so accept the slot at the
+    /// origin, after the bound.
     #[inline]
-    fn within(&self, at_ticks: u64, latest: Nanos, _now: Nanos) -> bool {
-        at_ticks <= self.ticks_at(latest)
+    fn within(&self, at_ticks: u64, latest: Nanos, now: Nanos) -> bool {
+        let bound = latest.max(now);
+        bound >= self.origin && at_ticks <= self.ticks_at(bound)
     }
 
     /// The claim itself: moves `next` from `next` to `at + T` if no other claim landed
@@ -357,7 +388,8 @@ impl LeakSchedule {
         slot.raw.at_ticks >= self.ticks_at(now).saturating_sub(self.tolerance)
     }
 
-    /// Whether `slot` is at or before `latest` (see [`claim_by`](Self::claim_by)).
+    /// Whether `slot` is at or before `latest`, or due at `now` (see
+    /// [`claim_by`](Self::claim_by)).
     #[cfg(feature = "tokio")]
     pub(crate) fn is_within(&self, slot: &LeakSlot<'_>, latest: Nanos, now: Nanos) -> bool {
         self.within(slot.raw.at_ticks, latest, now)

@@ -33,7 +33,9 @@
 //!   drift with wake-up latency below `T` (or below the tolerance).
 //! - **Deadlines.** [`acquire_timeout`](Throttle::acquire_timeout) waits in line at most
 //!   until its deadline; at the head, it claims a slot only if the slot is at or before
-//!   the deadline, otherwise it gives up *at once* (it knows it cannot make it).
+//!   the deadline, otherwise it gives up *at once* (it knows it cannot make it). A zero
+//!   or passed deadline still takes a slot that is due now (see
+//!   [`LeakSchedule::claim_by`]): an idle throttle lets it through.
 //! - **Cancellation and time-outs leak nothing.** A request dropped while in line never
 //!   held a slot (tokio removes it from the line). A request dropped at the head gives
 //!   its slot back: when only heads claim, the schedule's `next` is still the value its
