@@ -271,7 +271,7 @@ fn quota() -> Quota {
 #[test]
 fn concurrent_slot_claims_are_distinct_and_an_interval_apart() {
     loom::model(|| {
-        let schedule = Arc::new(LeakSchedule::new(quota(), Nanos::ZERO));
+        let schedule = Arc::new(LeakSchedule::new(quota(), Nanos::ZERO).unwrap());
         let handles: Vec<_> = [0u64, 5, 25]
             .into_iter()
             .map(|at| {
@@ -289,7 +289,7 @@ fn concurrent_slot_claims_are_distinct_and_an_interval_apart() {
 #[test]
 fn give_back_racing_with_claims_never_duplicates_a_slot() {
     loom::model(|| {
-        let schedule = Arc::new(LeakSchedule::new(quota(), Nanos::ZERO));
+        let schedule = Arc::new(LeakSchedule::new(quota(), Nanos::ZERO).unwrap());
         let now = Nanos::ZERO;
         let giver = {
             let schedule = schedule.clone();
@@ -327,7 +327,7 @@ fn a_claim_with_a_passed_deadline_racing_with_a_give_back_takes_only_a_due_slot(
     // passed (3 ns, read at 12 ns): it may take only a slot due by 12 ns, and every
     // slot held is held once, an interval apart from the others.
     loom::model(|| {
-        let schedule = Arc::new(LeakSchedule::new(quota(), Nanos::ZERO));
+        let schedule = Arc::new(LeakSchedule::new(quota(), Nanos::ZERO).unwrap());
         let giver = {
             let schedule = schedule.clone();
             thread::spawn(move || {

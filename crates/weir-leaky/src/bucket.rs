@@ -231,7 +231,8 @@ impl<T> LeakyBucket<T, weir_core::MonotonicClock> {
     /// `quota.emission_interval()`, on the default
     /// [`MonotonicClock`](weir_core::MonotonicClock).
     ///
-    /// The quota's burst is not used: the output of a leaky bucket has no burst (see
+    /// The output of a leaky bucket has no burst: a quota with one is a
+    /// [`BuildError`] (see [`LeakSchedule::new`](crate::LeakSchedule::new), and
     /// [`with_tolerance`](Self::with_tolerance) for absorbing consumer lateness).
     pub fn new(quota: Quota, capacity: usize) -> Result<Self, BuildError> {
         Self::with_clock(quota, capacity, weir_core::MonotonicClock::new())
@@ -244,12 +245,13 @@ impl<T, C: Clock> LeakyBucket<T, C> {
     /// `clock`. The first item may leave at once.
     ///
     /// `capacity` 0, above [`MAX_CAPACITY`](crate::MAX_CAPACITY) or more memory than
-    /// the allocator gives is a [`BuildError`].
+    /// the allocator gives is a [`BuildError`], and so is a quota the leak cannot
+    /// honour (see [`LeakSchedule::new`](crate::LeakSchedule::new)).
     pub fn with_clock(quota: Quota, capacity: usize, clock: C) -> Result<Self, BuildError> {
         Ok(Self {
             queue: BoundedQueue::new(capacity)?,
             reserved: CachePadded::new(AtomicU64::new(0)),
-            schedule: LeakSchedule::new(quota, clock.now()),
+            schedule: LeakSchedule::new(quota, clock.now())?,
             #[cfg(any(feature = "std", loom))]
             waiters: Waiters::new(),
             clock,

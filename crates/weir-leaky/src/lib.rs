@@ -188,6 +188,23 @@ pub enum BuildError {
         /// The tolerance asked for.
         tolerance: Duration,
     },
+    /// The quota has a burst other than its count. A leak releases one item per
+    /// interval and has no burst, so the burst would be silently ignored.
+    BurstNotUsed {
+        /// The quota's burst.
+        burst: u64,
+        /// The quota's count.
+        count: u64,
+    },
+    /// The quota's emission interval is not a whole number of ticks (1/16 ns), which
+    /// happens only above 16 million per second: one item per interval could not be
+    /// released at that rate to within 0.1%.
+    FractionalInterval {
+        /// The quota's count.
+        count: u64,
+        /// The quota's period.
+        period: Duration,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -207,6 +224,19 @@ impl fmt::Display for BuildError {
                 f,
                 "a tolerance of {tolerance:?} is longer than about 9.1 years, the span weir's time \
                  arithmetic covers; use a shorter one (a few milliseconds is typical)"
+            ),
+            Self::BurstNotUsed { burst, count } => write!(
+                f,
+                "the quota has a burst of {burst} but a leaky bucket releases items one interval \
+                 apart and has no burst; build the quota without `with_burst` (count {count}), \
+                 and use `with_tolerance` to absorb late consumers"
+            ),
+            Self::FractionalInterval { count, period } => write!(
+                f,
+                "{count} per {period:?} leaks one item every {:.3} ns, not a whole number of \
+                 1/16 ns ticks, so it cannot be paced to within 0.1%; choose a rate whose \
+                 interval is whole (such as 10^9 per second) or queue batches of items",
+                period.as_nanos() as f64 / count as f64
             ),
         }
     }

@@ -68,11 +68,11 @@ const HORIZON_TICKS: u64 = (1 << 63) - 1;
 /// use weir_core::{Nanos, Quota};
 /// use weir_leaky::LeakSchedule;
 ///
-/// let schedule = LeakSchedule::new(Quota::per_second(10)?, Nanos::ZERO);
+/// let schedule = LeakSchedule::new(Quota::per_second(10)?, Nanos::ZERO)?;
 /// let slot = schedule.claim(&Nanos::ZERO);
 /// let _ = schedule.give_back(slot);
 /// let _ = schedule.give_back(slot); // error: the slot was moved into the first give-back
-/// # Ok::<(), weir_core::QuotaError>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[must_use = "a claimed slot is spent unless its item leaves or it is given back"]
 pub struct LeakSlot<'s> {
@@ -140,7 +140,7 @@ impl fmt::Debug for LeakSlot<'_> {
 /// use weir_core::{Nanos, Quota};
 /// use weir_leaky::LeakSchedule;
 ///
-/// let schedule = LeakSchedule::new(Quota::per_second(10)?, Nanos::ZERO);
+/// let schedule = LeakSchedule::new(Quota::per_second(10)?, Nanos::ZERO)?;
 /// let now = Nanos::ZERO;
 /// let first = schedule.claim(&now);
 /// let second = schedule.claim(&now); // claimed ahead of time
@@ -153,7 +153,7 @@ impl fmt::Debug for LeakSlot<'_> {
 /// let third = schedule.claim(&now);
 /// let first = schedule.give_back(first).unwrap_err();
 /// assert_eq!((first.at(), third.at()), (Nanos::ZERO, Nanos::new(100_000_000)));
-/// # Ok::<(), weir_core::QuotaError>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct LeakSchedule {
     /// The earliest time, in ticks since `origin`, the next slot may take: `T` after
@@ -171,17 +171,29 @@ pub struct LeakSchedule {
 }
 
 impl LeakSchedule {
-    /// A schedule leaking one item per `quota.emission_interval()` (the quota's burst
-    /// is not used: a leak has no burst; see [`with_tolerance`](Self::with_tolerance)),
-    /// with tick 0 at the clock reading `origin` (use the clock's `now()`). The first
-    /// slot is due at `origin`.
-    pub fn new(quota: Quota, origin: Nanos) -> Self {
-        Self {
+    /// A schedule leaking one item per `quota.emission_interval()`, with tick 0 at
+    /// the clock reading `origin` (use the clock's `now()`). The first slot is due at
+    /// `origin`.
+    ///
+    /// A leak has no burst (for consumer lateness see
+    /// [`with_tolerance`](Self::with_tolerance)), so a quota whose burst is not its
+    /// count is refused ([`BuildError::BurstNotUsed`]) rather than silently misread;
+    /// and one item leaves per whole interval, so a rate whose interval is not a whole
+    /// number of ticks of 1/16 ns (some rates above 16 million per second; see
+    /// [`Quota::is_whole_ticks`]) is refused too ([`BuildError::FractionalInterval`]).
+    pub fn new(quota: Quota, origin: Nanos) -> Result<Self, BuildError> {
+        if quota.burst() != quota.count() {
+            return Err(BuildError::BurstNotUsed { burst: quota.burst(), count: quota.count() });
+        }
+        if !quota.is_whole_ticks() {
+            return Err(BuildError::FractionalInterval { count: quota.count(), period: quota.period() });
+        }
+        Ok(Self {
             next: CachePadded::new(AtomicU64::new(0)),
             interval: quota.emission_interval_ticks(),
             tolerance: 0,
             origin,
-        }
+        })
     }
 
     /// The same schedule with tolerance `τ`: a slot may be claimed up to `τ` in the past,
@@ -281,14 +293,14 @@ impl LeakSchedule {
     /// use weir_core::{Nanos, Quota};
     /// use weir_leaky::LeakSchedule;
     ///
-    /// let schedule = LeakSchedule::new(Quota::per_second(10)?, Nanos::ZERO);
+    /// let schedule = LeakSchedule::new(Quota::per_second(10)?, Nanos::ZERO)?;
     /// let ms = |n: u64| Nanos::new(n * 1_000_000);
     /// // Read at 5 ms, a deadline of 3 ms has passed, but the slot at 5 ms is due now.
     /// assert_eq!(schedule.claim_by(&ms(5), ms(3)).map(|slot| slot.at()), Ok(ms(5)));
     /// // The next slot is at 105 ms: after a deadline of 100 ms; nothing is claimed.
     /// assert_eq!(schedule.claim_by(&ms(5), ms(100)).unwrap_err(), ms(105));
     /// assert_eq!(schedule.claim_by(&ms(5), ms(105)).map(|slot| slot.at()), Ok(ms(105)));
-    /// # Ok::<(), weir_core::QuotaError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[inline]
     pub fn claim_by<C: Clock + ?Sized>(&self, clock: &C, latest: Nanos) -> Result<LeakSlot<'_>, Nanos> {
@@ -443,8 +455,24 @@ mod tests {
     }
 
     #[test]
+    fn a_quota_the_leak_would_misread_is_refused() {
+        // A burst would be silently ignored: a leak has none.
+        let bursty = Quota::per_second(10).unwrap().with_burst(50).unwrap();
+        assert_eq!(
+            LeakSchedule::new(bursty, Nanos::ZERO).err(),
+            Some(BuildError::BurstNotUsed { burst: 50, count: 10 })
+        );
+        // 300 million per second is 53⅓ ticks: one item per whole interval cannot
+        // keep that rate, so it is refused; 10⁹ per second (16 ticks) is fine.
+        let fractional = LeakSchedule::new(per_second(300_000_000), Nanos::ZERO).err();
+        assert!(matches!(fractional, Some(BuildError::FractionalInterval { count: 300_000_000, .. })));
+        assert!(std::string::ToString::to_string(&fractional.unwrap()).contains("whole"));
+        assert!(LeakSchedule::new(per_second(1_000_000_000), Nanos::ZERO).is_ok());
+    }
+
+    #[test]
     fn slots_are_an_interval_apart_in_absolute_time() {
-        let schedule = LeakSchedule::new(per_second(10), Nanos::new(1_000));
+        let schedule = LeakSchedule::new(per_second(10), Nanos::new(1_000)).unwrap();
         let at = |ms: u64| Nanos::new(1_000 + ms * 1_000_000);
         assert_eq!(schedule.claim(&at(0)).at(), at(0));
         // Claimed ahead, the next slot is exactly one interval later.
@@ -458,8 +486,10 @@ mod tests {
 
     #[test]
     fn tolerance_keeps_the_schedule_for_late_claims() {
-        let schedule =
-            LeakSchedule::new(per_second(1_000), Nanos::ZERO).with_tolerance(Duration::from_micros(300)).unwrap();
+        let schedule = LeakSchedule::new(per_second(1_000), Nanos::ZERO)
+            .unwrap()
+            .with_tolerance(Duration::from_micros(300))
+            .unwrap();
         let us = |n: u64| Nanos::new(n * 1_000);
         assert_eq!(schedule.claim(&us(0)).at(), us(0));
         // 200 µs late for the slot at 1 ms: still given the slot at 1 ms.
@@ -468,14 +498,14 @@ mod tests {
         assert_eq!(schedule.claim(&us(2_500)).at(), us(2_200));
         assert_eq!(schedule.tolerance(), Duration::from_micros(300));
         assert!(matches!(
-            LeakSchedule::new(per_second(1), Nanos::ZERO).with_tolerance(Duration::MAX),
+            LeakSchedule::new(per_second(1), Nanos::ZERO).unwrap().with_tolerance(Duration::MAX),
             Err(BuildError::ToleranceTooLong { .. })
         ));
     }
 
     #[test]
     fn give_back_undoes_only_the_latest_claim() {
-        let schedule = LeakSchedule::new(per_second(10), Nanos::ZERO);
+        let schedule = LeakSchedule::new(per_second(10), Nanos::ZERO).unwrap();
         let now = Nanos::new(5);
         let a = schedule.claim(&now);
         let b = schedule.claim(&now);
@@ -488,7 +518,7 @@ mod tests {
         assert_eq!(schedule.claim(&now).at(), b_at, "the same slot again");
         assert_eq!(a.at(), now);
         // Giving back the very first claim restores the untouched schedule.
-        let fresh = LeakSchedule::new(per_second(10), Nanos::ZERO);
+        let fresh = LeakSchedule::new(per_second(10), Nanos::ZERO).unwrap();
         let first = fresh.claim(&Nanos::new(7));
         assert!(fresh.give_back(first).is_ok());
         assert_eq!(fresh.claim(&Nanos::new(9)).at(), Nanos::new(9));
@@ -497,8 +527,10 @@ mod tests {
     #[test]
     fn a_slot_of_another_schedule_is_never_given_back() {
         // Two schedules in the same state: a slot of one matches the other's `next`.
-        let (one, other) =
-            (LeakSchedule::new(per_second(10), Nanos::ZERO), LeakSchedule::new(per_second(10), Nanos::ZERO));
+        let (one, other) = (
+            LeakSchedule::new(per_second(10), Nanos::ZERO).unwrap(),
+            LeakSchedule::new(per_second(10), Nanos::ZERO).unwrap(),
+        );
         let now = Nanos::ZERO;
         let held = other.claim(&now);
         let foreign = one.claim(&now);
@@ -511,7 +543,7 @@ mod tests {
 
     #[test]
     fn backwards_clock_and_extremes_never_panic() {
-        let schedule = LeakSchedule::new(per_second(1), Nanos::new(1_000_000));
+        let schedule = LeakSchedule::new(per_second(1), Nanos::new(1_000_000)).unwrap();
         assert_eq!(schedule.claim(&Nanos::ZERO).at(), Nanos::new(1_000_000)); // before origin
         assert_eq!(schedule.claim(&Nanos::new(1)).at(), Nanos::new(1_001_000_000));
         let far = Nanos::MAX;
@@ -520,7 +552,7 @@ mod tests {
         let _ = schedule.claim(&far);
         let _ = schedule.try_claim(&far);
         let _ = schedule.next_slot(&far);
-        let slowest = LeakSchedule::new(Quota::per_day(1).unwrap(), Nanos::ZERO);
+        let slowest = LeakSchedule::new(Quota::per_day(1).unwrap(), Nanos::ZERO).unwrap();
         let mut last = Nanos::ZERO;
         for _ in 0..if cfg!(miri) { 100 } else { 10_000 } {
             let slot = slowest.claim(&Nanos::ZERO);
@@ -531,7 +563,7 @@ mod tests {
 
     #[test]
     fn concurrent_claims_are_distinct_and_an_interval_apart() {
-        let schedule = LeakSchedule::new(Quota::per_second(1_000_000_000).unwrap(), Nanos::ZERO);
+        let schedule = LeakSchedule::new(Quota::per_second(1_000_000_000).unwrap(), Nanos::ZERO).unwrap();
         let per_thread = if cfg!(miri) { 20 } else { 5_000 };
         let mut slots: Vec<u64> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..3)

@@ -174,8 +174,9 @@ pub struct Throttle<C = TokioClock> {
 
 impl Throttle<TokioClock> {
     /// A throttle letting one request through every `quota.emission_interval()`, with
-    /// at most `capacity` requests waiting, on a [`TokioClock`]. The quota's burst is
-    /// not used (see [`LeakSchedule::with_tolerance`] instead).
+    /// at most `capacity` requests waiting, on a [`TokioClock`]. A quota with a burst
+    /// is a [`BuildError`] (a throttle has none; see [`LeakSchedule::new`] and
+    /// [`LeakSchedule::with_tolerance`]).
     pub fn new(quota: Quota, capacity: usize) -> Result<Self, BuildError> {
         Self::with_clock(quota, capacity, TokioClock::new())
     }
@@ -190,7 +191,7 @@ impl<C: Clock> Throttle<C> {
             return Err(BuildError::ZeroCapacity);
         }
         Ok(Self {
-            schedule: LeakSchedule::new(quota, clock.now()),
+            schedule: LeakSchedule::new(quota, clock.now())?,
             line: tokio::sync::Mutex::new(None),
             waiting: CachePadded::new(AtomicU64::new(0)),
             capacity: capacity as u64,

@@ -88,7 +88,7 @@ fn a_deadline_before_the_clocks_origin_claims_no_slot_and_returns_in_time() {
 #[test]
 fn claim_by_never_claims_a_slot_later_than_its_bound() {
     let origin = Nanos::new(1_000);
-    let schedule = LeakSchedule::new(Quota::per_second(10).unwrap(), origin);
+    let schedule = LeakSchedule::new(Quota::per_second(10).unwrap(), origin).unwrap();
     // A frozen clock before the origin, a bound before the origin: nothing can be
     // claimed (every slot is at or after the origin); the answer is when the first is.
     for (now, latest) in [(500, 600), (0, 0), (999, 999), (500, 999)] {
