@@ -14,7 +14,7 @@
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::thread;
-use loom_tests::interleavings;
+use loom_tests::{RealTime, Span, linearizations};
 use std::collections::VecDeque;
 use std::time::Duration;
 use weir_core::{Clock, ManualClock, Nanos, Quota};
@@ -75,8 +75,8 @@ impl Reference {
 }
 
 /// Runs `threads` concurrently on a queue of `capacity` (after `prefill` pushes) and
-/// asserts that the outcomes and the items left equal those of some sequential
-/// interleaving.
+/// asserts that the outcomes and the items left equal those of some linearization
+/// (program order and real-time precedence kept).
 fn assert_linearizable(capacity: usize, prefill: &[u8], threads: Vec<Vec<Op>>) {
     let threads = std::sync::Arc::new(threads);
     let prefill = prefill.to_vec();
@@ -85,16 +85,18 @@ fn assert_linearizable(capacity: usize, prefill: &[u8], threads: Vec<Vec<Op>>) {
         for &v in &prefill {
             queue.try_push(v).unwrap();
         }
+        let clock = Arc::new(RealTime::new());
         let handles: Vec<_> = (0..threads.len())
             .map(|t| {
-                let (queue, threads) = (queue.clone(), threads.clone());
-                thread::spawn(move || threads[t].iter().map(|&op| apply(&queue, op)).collect::<Vec<_>>())
+                let (queue, threads, clock) = (queue.clone(), threads.clone(), clock.clone());
+                thread::spawn(move || threads[t].iter().map(|&op| clock.time(|| apply(&queue, op))).collect::<Vec<_>>())
             })
             .collect();
-        let seen: Vec<Vec<Outcome>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let (seen, spans): (Vec<Vec<Outcome>>, Vec<Vec<Span>>) =
+            handles.into_iter().map(|h| h.join().unwrap().into_iter().unzip()).unzip();
         let left: Vec<u8> = std::iter::from_fn(|| queue.pop().ok()).collect();
 
-        let explained = interleavings(&threads).into_iter().any(|history| {
+        let explained = linearizations(&threads, &spans).into_iter().any(|history| {
             let mut reference = Reference { items: prefill.iter().copied().collect(), capacity, closed: false };
             let mut next = vec![0; threads.len()];
             history.into_iter().all(|(t, op)| {
@@ -103,7 +105,7 @@ fn assert_linearizable(capacity: usize, prefill: &[u8], threads: Vec<Vec<Op>>) {
                 reference.apply(op) == observed
             }) && reference.items.iter().copied().eq(left.iter().copied())
         });
-        assert!(explained, "no sequential order explains {seen:?} leaving {left:?}");
+        assert!(explained, "no linearization explains {seen:?} (spans {spans:?}) leaving {left:?}");
     });
 }
 
