@@ -1,0 +1,3 @@
+//! Benchmark of the Redis back ends (written below).
+
+fn main() {}

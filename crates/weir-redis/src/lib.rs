@@ -1,0 +1,11 @@
+//! weir's rate limiters with their state in Redis.
+
+mod connection;
+mod error;
+mod limiter;
+mod math;
+mod scripts;
+
+pub use connection::{Redis, RedisOptions};
+pub use error::{ConfigError, Error};
+pub use limiter::{Backend, DEFAULT_PREFIX, MAX_LOG_LIMIT, MAX_TIER, RedisLimiter};

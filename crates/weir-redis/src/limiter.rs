@@ -1,0 +1,454 @@
+//! [`RedisLimiter`]: one quota (or a tier of quotas) per client key, state in Redis.
+
+use crate::math::{GcraMicros, NS, WindowMicros};
+use crate::{ConfigError, Error, Redis, scripts};
+use core::fmt;
+use std::sync::Arc;
+use weir_core::sync::{AtomicU64, Ordering};
+use weir_core::{AsyncKeyedLimiter, Clock, Decision, InsufficientCapacity, Nanos, Policy, Quota, Snapshot};
+
+/// The most quotas in one tier.
+pub const MAX_TIER: usize = 8;
+
+/// The largest sliding-log limit: the log keeps one sorted-set entry (about 60
+/// bytes in Redis) per request of the last window.
+pub const MAX_LOG_LIMIT: u64 = 100_000;
+
+/// The key prefix used unless another is set.
+pub const DEFAULT_PREFIX: &str = "weir:";
+
+/// Which algorithm a [`RedisLimiter`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Backend {
+    /// GCRA (token bucket), one quota or a tier of several.
+    Gcra,
+    /// Fixed window counter.
+    FixedWindow,
+    /// Sliding window counter (two windows, weighted).
+    SlidingWindow,
+    /// Sliding log (a sorted set of admitted requests).
+    SlidingLog,
+}
+
+#[derive(Debug, Clone)]
+enum Algo {
+    Gcra(Box<[GcraMicros]>),
+    Fixed(WindowMicros),
+    Sliding(WindowMicros),
+    Log(WindowMicros),
+}
+
+/// Where decision times come from.
+#[derive(Clone)]
+enum TimeSource {
+    /// Redis's `TIME`, read inside each script.
+    Server,
+    /// A clock of this process, in ns since the Unix epoch (or any origin all
+    /// instances share).
+    Client(Arc<dyn Clock + Send + Sync>),
+}
+
+/// Per-key rate limiting with the state in Redis: every instance of a fleet that
+/// uses the same Redis, key prefix and quota shares one limit per key.
+///
+/// Built from a [`Redis`] connection and a quota:
+///
+/// | constructor | algorithm | Redis calls per decision | memory per active key |
+/// |---|---|---|---|
+/// | [`gcra`](Self::gcra) | token bucket (GCRA), as `weir-gcra` | `GET` + `SET PX` (denied: `GET`) | one string |
+/// | [`tiered`](Self::tiered) | several GCRA quotas, all or nothing | that, per quota, in one script | one string per quota |
+/// | [`fixed_window`](Self::fixed_window) | fixed window counter | `GET` + `SET PX` | one string |
+/// | [`sliding_window`](Self::sliding_window) | sliding window counter | `GET` + `SET PX` | one string |
+/// | [`sliding_log`](Self::sliding_log) | exact sliding window | 3 reads + `ZADD` + `PEXPIRE` | one entry per request in the window |
+///
+/// Each decision is one round trip running one Lua script, atomic on the server.
+/// Time is Redis's `TIME` unless [`with_clock`](Self::with_clock) says otherwise.
+/// Keys are `<prefix>{<client key>}:<suffix>`; see the crate docs.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use weir_core::Quota;
+/// use weir_redis::{Redis, RedisLimiter};
+///
+/// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
+/// let per_user = RedisLimiter::gcra(&redis, Quota::per_minute(100)?).with_prefix("rl:api:")?;
+/// let decision = per_user.check("user-42").await?;
+/// if decision.is_denied() {
+///     println!("retry in {:?}", decision.retry_after());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisLimiter {
+    redis: Redis,
+    algo: Algo,
+    policies: Box<[Policy]>,
+    prefix: Arc<str>,
+    time: TimeSource,
+    /// A random tag unique to this limiter, for sliding-log entries.
+    tag: u64,
+}
+
+impl fmt::Debug for RedisLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("backend", &self.backend())
+            .field("policies", &self.policies)
+            .field("prefix", &self.prefix)
+            .field("server_time", &matches!(self.time, TimeSource::Server))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A process-wide counter that makes sliding-log entries unique per call.
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+fn random_tag() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // std's RandomState is seeded from the operating system's randomness.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(std::process::id().into());
+    hasher.finish()
+}
+
+fn window_of(quota: &Quota) -> Result<WindowMicros, ConfigError> {
+    if quota.burst() != quota.count() {
+        return Err(ConfigError::BurstIsNotCount { count: quota.count(), burst: quota.burst() });
+    }
+    let period_ns = quota.period().as_nanos();
+    if period_ns < 1_000_000 {
+        return Err(ConfigError::WindowTooShort { window: quota.period() });
+    }
+    // Whole µs, rounded up (never a shorter window than asked).
+    let period_us = u64::try_from(period_ns.div_ceil(u128::from(NS))).unwrap_or(u64::MAX);
+    Ok(WindowMicros { limit: quota.count(), period_us })
+}
+
+impl RedisLimiter {
+    fn build(redis: &Redis, algo: Algo, policies: Box<[Policy]>) -> Self {
+        Self {
+            redis: redis.clone(),
+            algo,
+            policies,
+            prefix: Arc::from(DEFAULT_PREFIX),
+            time: TimeSource::Server,
+            tag: random_tag(),
+        }
+    }
+
+    /// A token bucket (GCRA) per key, deciding exactly as `weir_gcra::Gcra` does for
+    /// the same requests at the same times (to 1 µs, see the crate docs).
+    pub fn gcra(redis: &Redis, quota: Quota) -> Self {
+        Self::build(redis, Algo::Gcra(Box::new([GcraMicros::new(&quota)])), Box::new([Policy::of(&quota)]))
+    }
+
+    /// Several GCRA quotas per key, checked all or nothing in one script (a minute,
+    /// a day and a burst limit, say): a request is admitted only if every quota
+    /// admits it, and a denied one consumes nothing from any of them.
+    ///
+    /// The decision's [`policy_index`](Decision::policy_index) names the quota that
+    /// decided: on denial the one whose wait is longest, on admission the one with
+    /// the least left.
+    pub fn tiered(redis: &Redis, quotas: &[Quota]) -> Result<Self, ConfigError> {
+        if quotas.is_empty() || quotas.len() > MAX_TIER {
+            return Err(ConfigError::TierSize { quotas: quotas.len() });
+        }
+        let micros = quotas.iter().map(GcraMicros::new).collect();
+        let policies = quotas.iter().map(Policy::of).collect();
+        Ok(Self::build(redis, Algo::Gcra(micros), policies))
+    }
+
+    /// A fixed window counter per key: at most `count` per window of `period`,
+    /// windows aligned to the Unix epoch (or the clock's origin). The quota's burst
+    /// must equal its count; the window must be at least 1 ms.
+    pub fn fixed_window(redis: &Redis, quota: Quota) -> Result<Self, ConfigError> {
+        let window = window_of(&quota)?;
+        Ok(Self::build(redis, Algo::Fixed(window), Box::new([Policy::new(quota.count(), quota.period())])))
+    }
+
+    /// A sliding window counter per key, as `weir_window::SlidingWindow` (the
+    /// previous window's count weighted by its overlap with the last window-length,
+    /// plus the current one's).
+    pub fn sliding_window(redis: &Redis, quota: Quota) -> Result<Self, ConfigError> {
+        let window = window_of(&quota)?;
+        Ok(Self::build(redis, Algo::Sliding(window), Box::new([Policy::new(quota.count(), quota.period())])))
+    }
+
+    /// A sliding log per key: exactly at most `count` in any interval of `period`,
+    /// as `weir_window::SlidingLog`, at the cost of one sorted-set entry per
+    /// admitted request. At most [`MAX_LOG_LIMIT`] per window.
+    pub fn sliding_log(redis: &Redis, quota: Quota) -> Result<Self, ConfigError> {
+        let window = window_of(&quota)?;
+        if window.limit > MAX_LOG_LIMIT {
+            return Err(ConfigError::LogTooLarge { limit: window.limit });
+        }
+        Ok(Self::build(redis, Algo::Log(window), Box::new([Policy::new(quota.count(), quota.period())])))
+    }
+
+    /// The same limiter with keys under `prefix` (default [`DEFAULT_PREFIX`]), so its
+    /// keys never collide with the application's or another limiter's. Instances
+    /// that should share a limit use the same prefix. Braces are refused (they would
+    /// break the per-client hash tag).
+    pub fn with_prefix(self, prefix: &str) -> Result<Self, ConfigError> {
+        if prefix.contains(['{', '}']) {
+            return Err(ConfigError::BraceInPrefix { prefix: prefix.to_owned() });
+        }
+        Ok(Self { prefix: Arc::from(prefix), ..self })
+    }
+
+    /// The same limiter deciding at this process's `clock` (read in nanoseconds,
+    /// used in whole microseconds) instead of Redis's `TIME`.
+    ///
+    /// For tests (a [`ManualClock`](weir_core::ManualClock) makes every decision
+    /// reproducible), and for fleets whose clocks are known to agree: with client
+    /// time, an instance whose clock runs ahead refills buckets early, so skew
+    /// widens the limit; Redis's time cannot be skewed between instances. Readings
+    /// are taken as times since the Unix epoch; windows align to multiples of their
+    /// length from the clock's origin.
+    pub fn with_clock(self, clock: impl Clock + Send + Sync + 'static) -> Self {
+        Self { time: TimeSource::Client(Arc::new(clock)), ..self }
+    }
+
+    /// The algorithm this limiter runs.
+    pub fn backend(&self) -> Backend {
+        match self.algo {
+            Algo::Gcra(_) => Backend::Gcra,
+            Algo::Fixed(_) => Backend::FixedWindow,
+            Algo::Sliding(_) => Backend::SlidingWindow,
+            Algo::Log(_) => Backend::SlidingLog,
+        }
+    }
+
+    /// The connection this limiter uses.
+    pub fn redis(&self) -> &Redis {
+        &self.redis
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The most that one call can ever be admitted (the smallest limit of a tier).
+    pub fn capacity(&self) -> u64 {
+        match &self.algo {
+            Algo::Gcra(quotas) => quotas.iter().map(GcraMicros::burst).min().unwrap_or(0),
+            Algo::Fixed(w) | Algo::Sliding(w) | Algo::Log(w) => w.limit,
+        }
+    }
+
+    /// The Redis keys of `key`'s state, one per quota (what `DEL` would forget).
+    ///
+    /// ```
+    /// # fn demo(limiter: &weir_redis::RedisLimiter) {
+    /// // With the default prefix and a single GCRA quota:
+    /// assert_eq!(limiter.redis_keys("alice"), vec!["weir:{alice}:g0".to_owned()]);
+    /// # }
+    /// ```
+    pub fn redis_keys(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> Vec<String> {
+        let base = self.base_key(key.as_ref());
+        match &self.algo {
+            Algo::Gcra(quotas) => (0..quotas.len()).map(|i| format!("{base}:g{i}")).collect(),
+            Algo::Fixed(_) => vec![format!("{base}:fw")],
+            Algo::Sliding(_) => vec![format!("{base}:sw")],
+            Algo::Log(_) => vec![format!("{base}:sl")],
+        }
+    }
+
+    /// `<prefix>{<key>}`, with `%`, `{` and `}` in the key percent-encoded so the
+    /// hash tag is always exactly the client key (and the encoding is one-to-one).
+    /// Bytes that are not UTF-8 are percent-encoded too.
+    fn base_key(&self, key: &[u8]) -> String {
+        let mut out = String::with_capacity(self.prefix.len() + key.len() + 6);
+        out.push_str(&self.prefix);
+        out.push('{');
+        for chunk in key.utf8_chunks() {
+            for c in chunk.valid().chars() {
+                match c {
+                    '%' => out.push_str("%25"),
+                    '{' => out.push_str("%7B"),
+                    '}' => out.push_str("%7D"),
+                    c => out.push(c),
+                }
+            }
+            for b in chunk.invalid() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+        out.push('}');
+        out
+    }
+
+    /// The `now` argument of every script: empty for Redis's `TIME`.
+    fn now_arg(&self) -> String {
+        match &self.time {
+            TimeSource::Server => String::new(),
+            TimeSource::Client(clock) => (clock.now().as_u64() / NS).to_string(),
+        }
+    }
+
+    fn too_many(&self, n: u64) -> Result<(), Error> {
+        let capacity = self.capacity();
+        if n > capacity {
+            return Err(Error::InsufficientCapacity(InsufficientCapacity { requested: n, capacity }));
+        }
+        Ok(())
+    }
+
+    /// Checks one request for `key`. See [`check_n`](Self::check_n).
+    pub async fn check(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> Result<Decision, Error> {
+        self.check_n(key, 1).await
+    }
+
+    /// Checks a request of cost `n` for `key`, all or nothing, in one round trip:
+    /// admitted (consuming `n` in Redis) or denied (writing nothing). `n` = 0 peeks.
+    /// `n` above [`capacity`](Self::capacity) is [`Error::InsufficientCapacity`]
+    /// without a round trip.
+    ///
+    /// The decision is stamped ([`Decision::decided_at`]) with the time it was made
+    /// at, in nanoseconds of Unix time (Redis's clock, or the limiter's clock), so
+    /// that [`refund`](Self::refund) finds the window it was counted in.
+    pub async fn check_n(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64) -> Result<Decision, Error> {
+        self.too_many(n)?;
+        let keys = self.redis_keys(key);
+        let now = self.now_arg();
+        match &self.algo {
+            Algo::Gcra(quotas) => self.gcra_check(&keys, quotas, n, &now).await,
+            Algo::Fixed(w) | Algo::Sliding(w) => {
+                let script = if matches!(self.algo, Algo::Fixed(_)) { &*scripts::FIXED } else { &*scripts::SLIDING };
+                let mut invocation = script.prepare_invoke();
+                invocation.key(&keys[0]).arg(&now).arg(n).arg(w.limit).arg(w.period_us);
+                let reply: Vec<u64> = self.redis.invoke(&invocation).await?;
+                match (&self.algo, reply.as_slice()) {
+                    (Algo::Fixed(_), &[admitted, now, window, count]) => {
+                        let at = now.max(window.saturating_mul(w.period_us));
+                        Ok(w.fixed(admitted == 1 || n == 0, now, window, count).at(Nanos::new(at.saturating_mul(NS))))
+                    }
+                    (Algo::Sliding(_), &[admitted, now, window, prev, curr]) => {
+                        let at = now.max(window.saturating_mul(w.period_us));
+                        let decision = w.sliding(admitted == 1 || n == 0, now, window, prev, curr, n);
+                        Ok(decision.at(Nanos::new(at.saturating_mul(NS))))
+                    }
+                    _ => Err(Error::reply(format_args!("window script replied {reply:?}"))),
+                }
+            }
+            Algo::Log(w) => {
+                // Ordering: Relaxed; the counter only has to hand out distinct values.
+                let call = CALLS.fetch_add(1, Ordering::Relaxed);
+                let tag = format!("{:x}.{call:x}", self.tag);
+                let mut invocation = scripts::LOG.prepare_invoke();
+                invocation.key(&keys[0]).arg(&now).arg(n).arg(w.limit).arg(w.period_us).arg(tag);
+                let reply: Vec<u64> = self.redis.invoke(&invocation).await?;
+                match *reply.as_slice() {
+                    [admitted, now, at, live, newest, blocking] => Ok(w
+                        .log(admitted == 1 || n == 0, now, live, newest, blocking)
+                        .at(Nanos::new(at.saturating_mul(NS)))),
+                    _ => Err(Error::reply(format_args!("sliding-log script replied {reply:?}"))),
+                }
+            }
+        }
+    }
+
+    async fn gcra_check(&self, keys: &[String], quotas: &[GcraMicros], n: u64, now: &str) -> Result<Decision, Error> {
+        let mut invocation = scripts::GCRA.prepare_invoke();
+        invocation.arg(now).arg(if n == 0 { "0" } else { "1" });
+        for (key, quota) in keys.iter().zip(quotas) {
+            invocation.key(key).arg(quota.cost_us(n)).arg(quota.tolerance_us());
+        }
+        let reply: Vec<u64> = self.redis.invoke(&invocation).await?;
+        let (admitted, now, used) = match reply.as_slice() {
+            [admitted, now, used @ ..] if used.len() == quotas.len() => (*admitted == 1 || n == 0, *now, used),
+            _ => return Err(Error::reply(format_args!("GCRA script replied {reply:?}"))),
+        };
+        let decisions = quotas.iter().zip(used).map(|(quota, &used)| quota.decision(admitted, used, quota.cost_us(n)));
+        Ok(deciding(decisions).at(Nanos::new(now.saturating_mul(NS))))
+    }
+
+    /// Gives back `n` units that `admission` (a decision of this limiter for `key`)
+    /// consumed and the caller did not use. GCRA moves the bucket back by `n` (never
+    /// beyond full); windows give `n` back to the window the admission was counted
+    /// in (found from [`Decision::decided_at`]), and nothing once it no longer counts.
+    pub async fn refund(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64, admission: &Decision) -> Result<(), Error> {
+        self.too_many(n)?;
+        if n == 0 || admission.is_denied() {
+            return Ok(());
+        }
+        let keys = self.redis_keys(key);
+        let now = self.now_arg();
+        let at_us = admission.decided_at().as_u64() / NS;
+        let mut invocation;
+        match &self.algo {
+            Algo::Gcra(quotas) => {
+                invocation = scripts::GCRA_REFUND.prepare_invoke();
+                invocation.arg(&now);
+                for (key, quota) in keys.iter().zip(quotas.iter()) {
+                    invocation.key(key).arg(quota.cost_us(n));
+                }
+            }
+            Algo::Fixed(w) | Algo::Sliding(w) => {
+                let kind = if matches!(self.algo, Algo::Fixed(_)) { "f" } else { "s" };
+                invocation = scripts::WINDOW_REFUND.prepare_invoke();
+                invocation.key(&keys[0]).arg(&now).arg(n).arg(at_us / w.period_us).arg(kind);
+            }
+            Algo::Log(_) => {
+                invocation = scripts::LOG_REFUND.prepare_invoke();
+                invocation.key(&keys[0]).arg(&now).arg(n).arg(at_us);
+            }
+        }
+        let _now: u64 = self.redis.invoke(&invocation).await?;
+        Ok(())
+    }
+
+    /// `key`'s state now, without consuming anything (a key never seen is full).
+    pub async fn snapshot(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> Result<Snapshot, Error> {
+        Ok(self.check_n(key, 0).await?.snapshot())
+    }
+
+    /// The quotas this limiter enforces, one per [`Decision::policy_index`].
+    pub fn policies(&self) -> &[Policy] {
+        &self.policies
+    }
+}
+
+/// The decision of an all-of check from each quota's: the denial with the longest
+/// wait, or if all admitted, the admission with the least left (the first on ties),
+/// attributed to its quota.
+pub(crate) fn deciding(decisions: impl IntoIterator<Item = Decision>) -> Decision {
+    let mut best: Option<(usize, Decision)> = None;
+    for (i, d) in decisions.into_iter().enumerate() {
+        let better = match &best {
+            None => true,
+            Some((_, b)) => match (d.is_denied(), b.is_denied()) {
+                (true, false) => true,
+                (false, true) => false,
+                (true, true) => d.retry_after() > b.retry_after(),
+                (false, false) => d.remaining() < b.remaining(),
+            },
+        };
+        if better {
+            best = Some((i, d));
+        }
+    }
+    best.map_or(Decision::allowed(Snapshot::new(0, 0, 0)), |(i, d)| d.for_policy(i))
+}
+
+impl<K: AsRef<[u8]> + ?Sized + Sync> AsyncKeyedLimiter<K> for RedisLimiter {
+    type Error = Error;
+
+    fn check_n(&self, key: &K, n: u64) -> impl Future<Output = Result<Decision, Error>> + Send {
+        RedisLimiter::check_n(self, key, n)
+    }
+
+    fn refund(&self, key: &K, n: u64, admission: &Decision) -> impl Future<Output = Result<(), Error>> + Send {
+        RedisLimiter::refund(self, key, n, admission)
+    }
+
+    fn snapshot(&self, key: &K) -> impl Future<Output = Result<Snapshot, Error>> + Send {
+        RedisLimiter::snapshot(self, key)
+    }
+
+    fn policies(&self) -> &[Policy] {
+        &self.policies
+    }
+}

@@ -1,0 +1,292 @@
+//! The Lua scripts: each decision is one script, atomic on the server.
+//!
+//! Conventions shared by every script:
+//!
+//! - `ARGV[1]` is the decision time in integer microseconds, or the empty string
+//!   for the server's own clock (`TIME`, read inside the script so the decision and
+//!   its time are one atomic step).
+//! - Times and costs are integers in microseconds, held in Lua's doubles: exact up
+//!   to 2⁵³ µs (the year 2255 as a Unix time). Numbers are written with
+//!   `string.format('%.0f')` so Redis stores them as plain integers.
+//! - A denial writes nothing (the sliding log removes its expired entries, which
+//!   changes no decision); every write sets the key's expiry to the instant its
+//!   state becomes indistinguishable from a missing key, so idle clients cost Redis
+//!   nothing.
+//! - A key holding another Redis type fails inside `GET`/`ZRANGE` with Redis's own
+//!   `WRONGTYPE` error; a string this script cannot read fails with `WEIRSTATE`.
+//!   Either way nothing is admitted.
+//! - Replies are arrays of integers.
+
+use redis::Script;
+use std::sync::LazyLock;
+
+/// Common prologue: `now` from `ARGV[1]` or `TIME`.
+macro_rules! now_prologue {
+    () => {
+        r#"
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function int(x) return string.format('%.0f', x) end
+"#
+    };
+}
+
+/// GCRA over one or more keys (a tier), all or nothing.
+///
+/// `KEYS[i]`: the TAT of quota `i` (integer µs, Unix time). `ARGV[2]`: the
+/// per-unit flag `1` to admit, `0` to peek (nothing written). Then per key
+/// `ARGV[2i+1]` = cost of the request in µs, `ARGV[2i+2]` = tolerance (burst × T)
+/// in µs. Reply: `{admitted (1/0), now, used_1, …, used_k}`, where `used_i` is the
+/// capacity in use (µs) after the admission, or before the denial.
+///
+/// Calls: one `GET` per key, one `SET … PX` per key when admitted.
+pub(crate) static GCRA: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        now_prologue!(),
+        r#"
+local admit = ARGV[2] == '1'
+local fits = true
+local used = {}
+local k = #KEYS
+for i = 1, k do
+  local tat = now
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    tat = tonumber(v)
+    if not tat then
+      return redis.error_reply('WEIRSTATE ' .. KEYS[i] .. ' does not hold a GCRA state')
+    end
+    if tat < now then tat = now end
+  end
+  used[i] = tat - now
+  if used[i] + tonumber(ARGV[2 * i + 1]) > tonumber(ARGV[2 * i + 2]) then fits = false end
+end
+local reply = {0, now}
+if fits and admit then
+  reply[1] = 1
+  for i = 1, k do
+    local debt = used[i] + tonumber(ARGV[2 * i + 1])
+    used[i] = debt
+    if debt > 0 then
+      redis.call('SET', KEYS[i], int(now + debt), 'PX', int(math.ceil(debt / 1000)))
+    end
+  end
+end
+for i = 1, k do reply[i + 2] = used[i] end
+return reply
+"#
+    ))
+});
+
+/// GCRA refund over one or more keys: moves each TAT back by `ARGV[1 + i]` µs,
+/// never before `now`. Reply: `now`.
+pub(crate) static GCRA_REFUND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        now_prologue!(),
+        r#"
+for i = 1, #KEYS do
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    local tat = tonumber(v)
+    if not tat then
+      return redis.error_reply('WEIRSTATE ' .. KEYS[i] .. ' does not hold a GCRA state')
+    end
+    if tat > now then
+      local new = tat - tonumber(ARGV[1 + i])
+      if new <= now then
+        redis.call('DEL', KEYS[i])
+      else
+        redis.call('SET', KEYS[i], int(new), 'PX', int(math.ceil((new - now) / 1000)))
+      end
+    end
+  end
+end
+return now
+"#
+    ))
+});
+
+/// Parses a window state `"<window>:<a>[:<b>]"`, or fails the script.
+macro_rules! window_parse {
+    () => {
+        r#"
+local function parse(v, fields)
+  local w, a, b = string.match(v, '^(%d+):(%d+):?(%d*)$')
+  if not w or (fields == 3 and b == '') or (fields == 2 and b ~= '') then
+    return nil
+  end
+  return tonumber(w), tonumber(a), tonumber(b) or 0
+end
+"#
+    };
+}
+
+/// Fixed window. `KEYS[1]`: `"<window>:<count>"`. `ARGV[2]` = n (0 peeks),
+/// `ARGV[3]` = limit, `ARGV[4]` = window length P (µs). Windows are
+/// `[w·P, (w+1)·P)` in Unix µs. A time earlier than the stored window is decided
+/// in the stored window (a clock stepping back is no time passing).
+/// Reply: `{admitted, now, window, count}` (count after the admission).
+///
+/// Calls: one `GET`, one `SET … PX` when admitted.
+pub(crate) static FIXED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        now_prologue!(),
+        window_parse!(),
+        r#"
+local n, limit, p = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local window, count = math.floor(now / p), 0
+local v = redis.call('GET', KEYS[1])
+if v then
+  local w, c = parse(v, 2)
+  if not w then return redis.error_reply('WEIRSTATE ' .. KEYS[1] .. ' does not hold a fixed window') end
+  if w >= window then window, count = w, c end
+end
+if n > 0 and count + n <= limit then
+  count = count + n
+  redis.call('SET', KEYS[1], int(window) .. ':' .. int(count), 'PX', int(math.ceil(((window + 1) * p - now) / 1000)))
+  return {1, now, window, count}
+end
+return {0, now, window, count}
+"#
+    ))
+});
+
+/// Sliding window counter. `KEYS[1]`: `"<window>:<prev>:<curr>"`. Arguments as
+/// for [`FIXED`]. The estimate is `prev·(P − e)/P + curr` with `e` the time into
+/// the current window; `n` fit iff `prev·(P − e) ≤ (limit − curr − n)·P`, compared
+/// in doubles (exact while `limit × P < 2⁵³`). Reply: `{admitted, now, window,
+/// prev, curr}` (the view in the decision's window, curr after the admission).
+///
+/// Calls: one `GET`, one `SET … PX` when admitted.
+pub(crate) static SLIDING: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        now_prologue!(),
+        window_parse!(),
+        r#"
+local n, limit, p = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local window = math.floor(now / p)
+local prev, curr = 0, 0
+local v = redis.call('GET', KEYS[1])
+if v then
+  local w, a, b = parse(v, 3)
+  if not w then return redis.error_reply('WEIRSTATE ' .. KEYS[1] .. ' does not hold a sliding window') end
+  if w >= window then window, prev, curr = w, a, b
+  elseif w == window - 1 then prev = b end
+end
+local elapsed = now - window * p
+if elapsed < 0 then elapsed = 0 end
+local room = limit - curr - n
+if n > 0 and room >= 0 and prev * (p - elapsed) <= room * p then
+  curr = curr + n
+  redis.call('SET', KEYS[1], int(window) .. ':' .. int(prev) .. ':' .. int(curr), 'PX',
+    int(math.ceil(((window + 2) * p - now) / 1000)))
+  return {1, now, window, prev, curr}
+end
+return {0, now, window, prev, curr}
+"#
+    ))
+});
+
+/// Refund of a fixed (`ARGV[4] = 'f'`) or sliding (`'s'`) window: gives `ARGV[2]`
+/// back to window `ARGV[3]` if the state still counts it. Reply: `now`.
+pub(crate) static WINDOW_REFUND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        now_prologue!(),
+        window_parse!(),
+        r#"
+local n, at, kind = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local v = redis.call('GET', KEYS[1])
+if not v then return now end
+if kind == 'f' then
+  local w, c = parse(v, 2)
+  if not w then return redis.error_reply('WEIRSTATE ' .. KEYS[1] .. ' does not hold a fixed window') end
+  if w == at and c > 0 then
+    c = c - math.min(n, c)
+    if c == 0 then redis.call('DEL', KEYS[1])
+    else redis.call('SET', KEYS[1], int(w) .. ':' .. int(c), 'KEEPTTL') end
+  end
+else
+  local w, a, b = parse(v, 3)
+  if not w then return redis.error_reply('WEIRSTATE ' .. KEYS[1] .. ' does not hold a sliding window') end
+  if w == at then b = b - math.min(n, b) elseif w == at + 1 then a = a - math.min(n, a) else return now end
+  if a == 0 and b == 0 then redis.call('DEL', KEYS[1])
+  else redis.call('SET', KEYS[1], int(w) .. ':' .. int(a) .. ':' .. int(b), 'KEEPTTL') end
+end
+return now
+"#
+    ))
+});
+
+/// Sliding log. `KEYS[1]`: a sorted set of admitted requests scored by their time
+/// (µs). `ARGV[2]` = n (0 peeks), `ARGV[3]` = limit, `ARGV[4]` = P (µs),
+/// `ARGV[5]` = a member prefix unique to this call. A request at `t` is stamped at
+/// `at = max(t, newest)`; entries at or before `at − P` have left the window.
+/// Reply: `{admitted, now, at, live, newest, blocking}`: `live` entries after the
+/// decision, the newest one's time, and on denial the time of the entry whose
+/// expiry lets the request fit.
+///
+/// Calls: `ZRANGE` (newest), `ZREMRANGEBYSCORE`, `ZCARD`; then `ZADD` + `PEXPIRE`
+/// when admitted, or one `ZRANGE` for the blocking entry when denied.
+pub(crate) static LOG: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        now_prologue!(),
+        r#"
+local n, limit, p, tag = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local at, newest = now, 0
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if last[2] then
+  newest = tonumber(last[2])
+  if newest > at then at = newest end
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(at - p))
+local live = redis.call('ZCARD', KEYS[1])
+if n > 0 and live + n <= limit then
+  local stamp = int(at)
+  local i = 1
+  while i <= n do
+    local batch = {}
+    local j = 0
+    while i <= n and j < 1000 do
+      batch[#batch + 1] = stamp
+      batch[#batch + 1] = tag .. ':' .. i
+      i = i + 1
+      j = j + 1
+    end
+    redis.call('ZADD', KEYS[1], unpack(batch))
+  end
+  redis.call('PEXPIRE', KEYS[1], int(math.ceil((at + p - now) / 1000)))
+  return {1, now, at, live + n, at, 0}
+end
+local blocking = 0
+if n > 0 and live > 0 then
+  local idx = live + n - limit - 1
+  if idx >= live then idx = live - 1 end
+  local e = redis.call('ZRANGE', KEYS[1], idx, idx, 'WITHSCORES')
+  if e[2] then blocking = tonumber(e[2]) end
+end
+if live == 0 then newest = 0 end
+return {0, now, at, live, newest, blocking}
+"#
+    ))
+});
+
+/// Sliding-log refund: removes up to `ARGV[2]` entries stamped at `ARGV[3]` (µs).
+/// Reply: `now`.
+pub(crate) static LOG_REFUND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        now_prologue!(),
+        r#"
+local left = tonumber(ARGV[2])
+while left > 0 do
+  local entries = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[3], ARGV[3], 'LIMIT', 0, math.min(left, 1000))
+  if #entries == 0 then break end
+  redis.call('ZREM', KEYS[1], unpack(entries))
+  left = left - #entries
+end
+return now
+"#
+    ))
+});

@@ -1,0 +1,337 @@
+//! Every backend against a real redis-server: shared limits, field-by-field
+//! agreement with the local crates, tiers, refunds, typed errors, authentication.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+use support::RedisServer;
+use weir_core::{AsyncKeyedLimiter, Decision, ManualClock, Nanos, Policy, Quota};
+use weir_redis::{Backend, ConfigError, Error, Redis, RedisLimiter};
+
+/// A Unix time in ns (2023-11-14), a whole number of hours.
+const T0: u64 = 1_699_999_200_000_000_000;
+
+async fn connect(server: &RedisServer) -> Redis {
+    Redis::connect(&server.url()).await.expect("connect to the test server")
+}
+
+fn limiter(redis: &Redis, backend: Backend, quota: Quota, clock: &ManualClock) -> RedisLimiter {
+    let limiter = match backend {
+        Backend::Gcra => RedisLimiter::gcra(redis, quota),
+        Backend::FixedWindow => RedisLimiter::fixed_window(redis, quota).unwrap(),
+        Backend::SlidingWindow => RedisLimiter::sliding_window(redis, quota).unwrap(),
+        Backend::SlidingLog => RedisLimiter::sliding_log(redis, quota).unwrap(),
+        _ => unreachable!(),
+    };
+    limiter.with_clock(clock.clone())
+}
+
+const BACKENDS: [Backend; 4] = [Backend::Gcra, Backend::FixedWindow, Backend::SlidingWindow, Backend::SlidingLog];
+
+#[tokio::test]
+async fn gcra_worked_example() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    let limiter =
+        RedisLimiter::gcra(&redis, Quota::per_second(10).unwrap().with_burst(20).unwrap()).with_clock(clock.clone());
+    let d = limiter.check_n("alice", 20).await.unwrap();
+    assert!(d.is_allowed() && d.remaining() == 0, "{d:?}");
+    assert_eq!(d.decided_at(), Nanos::new(T0));
+    clock.advance(Duration::from_secs(2));
+    let mut admitted = 0;
+    for _ in 0..15 {
+        admitted += usize::from(limiter.check("alice").await.unwrap().is_allowed());
+    }
+    assert_eq!((admitted, limiter.snapshot("alice").await.unwrap().remaining()), (15, 5));
+    let denied = limiter.check_n("alice", 6).await.unwrap();
+    assert_eq!(denied.retry_after(), Some(Duration::from_millis(100)));
+    assert_eq!(limiter.snapshot("alice").await.unwrap().remaining(), 5, "a denial consumes nothing");
+    assert!(limiter.check_n("bob", 20).await.unwrap().is_allowed(), "another key is not affected");
+    assert!(matches!(
+        limiter.check_n("alice", 21).await,
+        Err(Error::InsufficientCapacity(e)) if e.requested == 21 && e.capacity == 20
+    ));
+}
+
+#[tokio::test]
+async fn server_time_decides_by_default_and_idle_keys_expire() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let limiter = RedisLimiter::gcra(&redis, Quota::per_second(1_000).unwrap()).with_prefix("t:").unwrap();
+    let d = limiter.check_n("k", 10).await.unwrap();
+    assert!(d.is_allowed());
+    let now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let skew = now_ns.abs_diff(d.decided_at().as_u64());
+    assert!(skew < 60_000_000_000, "decided at the server's Unix time: {:?}", d.decided_at());
+    // The key lives exactly as long as the state is not full: 10 ms here.
+    let ttl: i64 = server.cli(&["PTTL", "t:{k}:g0"]).trim().parse().unwrap();
+    assert!((1..=10).contains(&ttl), "PTTL {ttl}");
+    // A denial (and a peek) writes nothing: no key appears.
+    let big = RedisLimiter::gcra(&redis, Quota::per_hour(1).unwrap()).with_prefix("t2:").unwrap();
+    assert!(big.check("x").await.unwrap().is_allowed());
+    assert!(big.check("x").await.unwrap().is_denied());
+    let _ = big.snapshot("y").await.unwrap();
+    assert_eq!(server.cli(&["EXISTS", "t2:{y}:g0"]).trim(), "0");
+}
+
+/// A deterministic request sequence: (advance in µs, cost).
+fn sequence(seed: u64, len: usize, max_step_us: u64, max_n: u64) -> Vec<(u64, u64)> {
+    let mut state = seed;
+    let mut next = move || {
+        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        state >> 33
+    };
+    (0..len).map(|_| (next() % (max_step_us + 1), next() % max_n + 1)).collect()
+}
+
+/// `retry_after` rounded up to a whole µs: the resolution of the Redis backends.
+fn to_micros(d: &Decision) -> Option<u128> {
+    d.retry_after().map(|r| r.as_nanos().div_ceil(1_000))
+}
+
+async fn agree(
+    name: &str,
+    local: impl Fn(u64) -> Decision,
+    remote: &RedisLimiter,
+    clock: &ManualClock,
+    steps: &[(u64, u64)],
+) {
+    let mut denied = 0;
+    for (i, &(advance, n)) in steps.iter().enumerate() {
+        clock.advance(Duration::from_micros(advance));
+        let expected = local(n);
+        denied += usize::from(expected.is_denied());
+        let got = remote.check_n("client", n).await.unwrap();
+        let same = expected.is_allowed() == got.is_allowed()
+            && expected.snapshot() == got.snapshot()
+            && to_micros(&expected) == to_micros(&got);
+        assert!(same, "{name}, step {i} (n = {n}): local {expected:?}, Redis {got:?}");
+    }
+    assert!(denied > steps.len() / 10 && denied < steps.len() * 9 / 10, "{name}: {denied} denials is no test");
+}
+
+#[tokio::test]
+async fn decisions_match_the_local_crates_field_by_field() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    // Quotas whose emission interval is a whole number of microseconds.
+    let gcra_quotas = [
+        Quota::per_second(10).unwrap().with_burst(20).unwrap(),
+        Quota::per_minute(100).unwrap(),
+        Quota::new(40, Duration::from_millis(1_000)).unwrap().with_burst(7).unwrap(),
+    ];
+    for (q, quota) in gcra_quotas.into_iter().enumerate() {
+        let clock = ManualClock::starting_at(Nanos::new(T0));
+        let local = weir_gcra::Gcra::with_clock(quota, clock.clone());
+        let remote =
+            RedisLimiter::gcra(&redis, quota).with_prefix(&format!("g{q}:")).unwrap().with_clock(clock.clone());
+        let period_us = quota.period().as_micros() as u64;
+        let steps = sequence(q as u64 + 1, 300, period_us / quota.count() * 2, quota.burst().min(5));
+        agree(&format!("GCRA {quota}"), |n| local.check_n(n).unwrap(), &remote, &clock, &steps).await;
+    }
+    let window_quotas = [Quota::per_second(10).unwrap(), Quota::per_minute(50).unwrap()];
+    for (q, quota) in window_quotas.into_iter().enumerate() {
+        let period_us = quota.period().as_micros() as u64;
+        let steps = sequence(q as u64 + 7, 300, period_us / quota.count() * 2, 4);
+        let clock = ManualClock::starting_at(Nanos::new(T0));
+        let local = weir_window::FixedWindow::with_clock(quota, clock.clone()).unwrap();
+        let remote = limiter(&redis, Backend::FixedWindow, quota, &clock).with_prefix(&format!("f{q}:")).unwrap();
+        agree(&format!("fixed {quota}"), |n| local.check_n(n).unwrap(), &remote, &clock, &steps).await;
+
+        let clock = ManualClock::starting_at(Nanos::new(T0));
+        let local = weir_window::SlidingWindow::with_clock(quota, clock.clone()).unwrap();
+        let remote = limiter(&redis, Backend::SlidingWindow, quota, &clock).with_prefix(&format!("s{q}:")).unwrap();
+        agree(&format!("sliding {quota}"), |n| local.check_n(n).unwrap(), &remote, &clock, &steps).await;
+
+        let clock = ManualClock::starting_at(Nanos::new(T0));
+        let local = weir_window::SlidingLog::with_clock(quota, clock.clone()).unwrap();
+        let remote = limiter(&redis, Backend::SlidingLog, quota, &clock).with_prefix(&format!("l{q}:")).unwrap();
+        agree(&format!("log {quota}"), |n| local.check_n(n).unwrap(), &remote, &clock, &steps).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_on_one_key_share_exactly_the_limit() {
+    let server = RedisServer::start();
+    let quota = Quota::per_minute(50).unwrap();
+    for backend in BACKENDS {
+        let clock = ManualClock::starting_at(Nanos::new(T0 + 17_000_000_000)); // frozen
+        let mut tasks = Vec::new();
+        for _client in 0..4 {
+            // Each client is its own instance: its own connection.
+            let limiter = Arc::new(limiter(&connect(&server).await, backend, quota, &clock));
+            for _task in 0..8 {
+                let limiter = limiter.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut admitted = 0u64;
+                    for _ in 0..10 {
+                        admitted += u64::from(limiter.check("shared").await.unwrap().is_allowed());
+                    }
+                    admitted
+                }));
+            }
+        }
+        let mut admitted = 0;
+        for task in tasks {
+            admitted += task.await.unwrap();
+        }
+        assert_eq!(admitted, 50, "{backend:?}: 320 requests at one instant over 4 clients");
+    }
+}
+
+#[tokio::test]
+async fn a_tier_is_all_or_nothing_and_names_the_deciding_quota() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    let burst = Quota::per_second(2).unwrap().with_burst(5).unwrap();
+    let minute = Quota::per_minute(20).unwrap();
+    let day = Quota::per_day(30).unwrap();
+    let tier = RedisLimiter::tiered(&redis, &[burst, minute, day]).unwrap().with_clock(clock.clone());
+    assert_eq!(
+        tier.policies(),
+        &[Policy::of(&burst), Policy::new(20, Duration::from_secs(60)), Policy::new(30, Duration::from_secs(86_400))]
+    );
+    let d = tier.check_n("u", 5).await.unwrap();
+    assert!(d.is_allowed());
+    assert_eq!((d.policy_index(), d.remaining()), (0, 0), "the burst quota has the least left");
+    let denied = tier.check("u").await.unwrap();
+    assert!(denied.is_denied());
+    assert_eq!((denied.policy_index(), denied.retry_after()), (0, Some(Duration::from_millis(500))));
+    // Nothing was taken from the minute or the day by the denial.
+    let keys = tier.redis_keys("u");
+    assert_eq!(keys, ["weir:{u}:g0", "weir:{u}:g1", "weir:{u}:g2"]);
+    clock.advance(Duration::from_secs(3)); // the burst refills 6 > 5
+    let d = tier.check_n("u", 5).await.unwrap();
+    assert!(d.is_allowed(), "{d:?}");
+    assert_eq!((d.policy_index(), d.remaining()), (0, 0));
+    clock.advance(Duration::from_secs(3));
+    let d = tier.check_n("u", 5).await.unwrap();
+    assert_eq!((d.is_allowed(), d.policy_index()), (true, 0));
+    clock.advance(Duration::from_secs(3));
+    // 15 of the minute's 20 are used (plus 3 refilled over 9 s): 5 more fit.
+    let d = tier.check_n("u", 5).await.unwrap();
+    assert!(d.is_allowed(), "{d:?}");
+    clock.advance(Duration::from_secs(3));
+    // The minute has 20 − 20 + 4 refilled (12 s at one per 3 s) = 4 left: 5 is denied by it.
+    let d = tier.check_n("u", 5).await.unwrap();
+    assert!(d.is_denied(), "{d:?}");
+    assert_eq!(d.policy_index(), 1, "the minute decides: {d:?}");
+    assert_eq!(d.retry_after(), Some(Duration::from_secs(3)));
+    let burst_left = tier.check_n("u", 0).await.unwrap();
+    assert!(burst_left.is_allowed());
+    // Refund gives back to every quota.
+    let admitted = tier.check_n("u", 4).await.unwrap();
+    assert!(admitted.is_allowed(), "{admitted:?}");
+    tier.refund("u", 4, &admitted).await.unwrap();
+    assert!(tier.check_n("u", 4).await.unwrap().is_allowed());
+    assert!(matches!(RedisLimiter::tiered(&redis, &[]), Err(ConfigError::TierSize { quotas: 0 })));
+}
+
+#[tokio::test]
+async fn refunds_give_back_to_the_window_the_admission_was_counted_in() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let quota = Quota::per_minute(10).unwrap();
+    for backend in BACKENDS {
+        let clock = ManualClock::starting_at(Nanos::new(T0 + 50_000_000_000)); // 50 s into a minute
+        let limiter = limiter(&redis, backend, quota, &clock).with_prefix(&format!("{backend:?}:")).unwrap();
+        let admission = limiter.check_n("k", 6).await.unwrap();
+        assert!(admission.is_allowed());
+        limiter.refund("k", 2, &admission).await.unwrap();
+        assert_eq!(limiter.snapshot("k").await.unwrap().remaining(), 6, "{backend:?}");
+        limiter.refund("k", 10, &admission).await.unwrap();
+        assert_eq!(limiter.snapshot("k").await.unwrap().remaining(), 10, "{backend:?}: never beyond empty");
+        // An admission in one window, a refund after the next window began.
+        let admission = limiter.check_n("k", 10).await.unwrap();
+        assert!(admission.is_allowed(), "{backend:?}");
+        clock.advance(Duration::from_secs(15));
+        let before = limiter.snapshot("k").await.unwrap();
+        limiter.refund("k", 10, &admission).await.unwrap();
+        let after = limiter.snapshot("k").await.unwrap();
+        match backend {
+            // The fixed window has moved on: the refund no longer counts.
+            Backend::FixedWindow => assert_eq!((before.remaining(), after.remaining()), (10, 10)),
+            // The previous window still weighs 55/60: the refund comes off it.
+            Backend::SlidingWindow => assert_eq!((before.remaining(), after.remaining()), (0, 10)),
+            // The entries are still in the log.
+            Backend::SlidingLog => assert_eq!((before.remaining(), after.remaining()), (0, 10)),
+            // The bucket refilled 2.5 of 10.
+            _ => assert_eq!((before.remaining(), after.remaining()), (2, 10)),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_type_or_unreadable_key_is_a_typed_error_and_admits_nothing() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    for backend in BACKENDS {
+        let limiter = limiter(&redis, backend, Quota::per_minute(10).unwrap(), &clock);
+        let key = &limiter.redis_keys("victim")[0];
+        server.cli(&["DEL", key]);
+        server.cli(&["HSET", key, "field", "1"]);
+        let e = limiter.check("victim").await.unwrap_err();
+        assert!(matches!(e, Error::WrongType { .. }), "{backend:?}: {e:?}");
+        assert!(e.to_string().contains("key prefix"), "{e}");
+        assert!(!e.is_unavailable());
+        if backend != Backend::SlidingLog {
+            server.cli(&["DEL", key]);
+            server.cli(&["SET", key, "not a state"]);
+            let e = limiter.check("victim").await.unwrap_err();
+            assert!(matches!(e, Error::CorruptState { .. }), "{backend:?}: {e:?}");
+            assert_eq!(server.cli(&["GET", key]).trim(), "not a state", "nothing written");
+        }
+        server.cli(&["DEL", key]);
+    }
+}
+
+#[tokio::test]
+async fn keys_carry_the_client_as_a_hash_tag() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let limiter = RedisLimiter::gcra(&redis, Quota::per_minute(10).unwrap());
+    assert_eq!(limiter.redis_keys("a}b{c%"), ["weir:{a%7Db%7Bc%25}:g0"]);
+    assert_eq!(limiter.redis_keys(&b"\xff"[..]), ["weir:{%FF}:g0"]);
+    assert!(matches!(limiter.clone().with_prefix("x{"), Err(ConfigError::BraceInPrefix { .. })));
+    // Keys with braces work and do not collide with their encoded spelling.
+    assert!(limiter.check_n("a}b", 10).await.unwrap().is_allowed());
+    assert!(limiter.check_n("a%7Db", 10).await.unwrap().is_allowed());
+}
+
+#[tokio::test]
+async fn the_async_keyed_trait_is_the_whole_interface() {
+    async fn admit<S: AsyncKeyedLimiter<str>>(store: &S, key: &str) -> Result<bool, S::Error> {
+        Ok(store.check_n(key, 1).await?.is_allowed())
+    }
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let limiter = RedisLimiter::gcra(&redis, Quota::per_minute(1).unwrap());
+    assert!(admit(&limiter, "k").await.unwrap());
+    assert!(!admit(&limiter, "k").await.unwrap());
+    assert_eq!(AsyncKeyedLimiter::<str>::policies(&limiter), &[Policy::new(1, Duration::from_secs(60))]);
+}
+
+#[tokio::test]
+async fn a_password_is_checked_at_connection() {
+    let server = RedisServer::start_with_password("s3cret-pw");
+    let ok = Redis::connect(&server.url()).await.expect("the right password");
+    assert!(RedisLimiter::gcra(&ok, Quota::per_minute(1).unwrap()).check("k").await.unwrap().is_allowed());
+    let url = format!("redis://:wrong@127.0.0.1:{}", server.port());
+    let e = Redis::connect(&url).await.unwrap_err();
+    assert!(matches!(e, Error::Auth(_)), "a wrong password is an authentication error: {e:?}");
+    let url = format!("redis://127.0.0.1:{}", server.port());
+    let e = Redis::connect(&url).await.unwrap_err();
+    assert!(matches!(e, Error::Auth(_)), "no password is an authentication error: {e:?}");
+    let e = Redis::connect("redis://:pw@[bad").await.unwrap_err();
+    assert!(matches!(e, Error::Config(_)) && !e.to_string().contains("pw"), "{e}");
+    // An ACL user with a database number.
+    server.cli(&["ACL", "SETUSER", "limiter", "on", ">user-pw", "~*", "+@all"]);
+    let url = format!("redis://limiter:user-pw@127.0.0.1:{}/3", server.port());
+    let user = Redis::connect(&url).await.expect("an ACL user");
+    assert!(RedisLimiter::gcra(&user, Quota::per_minute(1).unwrap()).check("k").await.unwrap().is_allowed());
+    assert_eq!(server.cli(&["-n", "3", "EXISTS", "weir:{k}:g0"]).trim(), "1", "database 3");
+}

@@ -1,0 +1,260 @@
+//! Test fixture: real `redis-server` processes on free loopback ports, stopped when
+//! dropped. Without `redis-server` on PATH every test that needs one fails with a
+//! message saying how to install it; none passes silently.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to start answering.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn binary(name: &str) -> PathBuf {
+    let found = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|dir| dir.join(name)).find(|p| p.is_file()));
+    match found {
+        Some(path) => path,
+        None => panic!(
+            "`{name}` is not on PATH: the weir-redis tests run against a real Redis server. Install it with \
+             `apt-get install redis-server` (Debian/Ubuntu, as root), or run `.ci/redis-server install` from the \
+             repository root, then run the tests again."
+        ),
+    }
+}
+
+/// A free loopback port (and, for cluster nodes, `port + 10000` free too).
+fn free_port(with_bus: bool) -> u16 {
+    for _ in 0..100 {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let port = listener.local_addr().expect("local address").port();
+        if !with_bus {
+            return port;
+        }
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port found");
+}
+
+/// One `redis-server` process.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    password: Option<String>,
+    extra: Vec<String>,
+    dir: PathBuf,
+    paused: bool,
+}
+
+impl RedisServer {
+    /// A server without a password.
+    pub fn start() -> Self {
+        Self::spawn(free_port(false), None, Vec::new())
+    }
+
+    /// A server that requires `password` (`--requirepass`).
+    pub fn start_with_password(password: &str) -> Self {
+        Self::spawn(free_port(false), Some(password.to_owned()), Vec::new())
+    }
+
+    fn spawn(port: u16, password: Option<String>, extra: Vec<String>) -> Self {
+        let dir = std::env::temp_dir().join(format!("weir-redis-test-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the server's folder");
+        let mut server = Self { child: None, port, password, extra, dir, paused: false };
+        server.launch();
+        server
+    }
+
+    fn launch(&mut self) {
+        let mut command = Command::new(binary("redis-server"));
+        command
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(password) = &self.password {
+            command.args(["--requirepass", password]);
+        }
+        self.child = Some(command.spawn().expect("start redis-server"));
+        self.wait_ready();
+    }
+
+    /// Waits (bounded) until the server answers on its port.
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(reply) = self.raw_command("PING")
+                && (reply.starts_with("+PONG") || reply.starts_with("-NOAUTH"))
+            {
+                return;
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!("redis-server on port {} exited at start: {status}", self.port);
+            }
+            assert!(Instant::now() < deadline, "redis-server on port {} did not answer within 10 s", self.port);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Sends one inline command over a fresh connection and returns the first reply
+    /// line, or `None` if the server does not answer within 1 s.
+    pub fn raw_command(&self, command: &str) -> Option<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        stream.set_write_timeout(Some(Duration::from_secs(1))).ok()?;
+        let mut request = String::new();
+        if let Some(password) = &self.password {
+            request.push_str(&format!("AUTH {password}\r\n"));
+        }
+        request.push_str(command);
+        request.push_str("\r\n");
+        stream.write_all(request.as_bytes()).ok()?;
+        let mut reply = Vec::new();
+        let mut buffer = [0u8; 4096];
+        let lines_wanted = if self.password.is_some() { 2 } else { 1 };
+        while reply.iter().filter(|&&b| b == b'\n').count() < lines_wanted {
+            let read = stream.read(&mut buffer).ok()?;
+            if read == 0 {
+                break;
+            }
+            reply.extend_from_slice(&buffer[..read]);
+        }
+        let text = String::from_utf8_lossy(&reply).into_owned();
+        let mut lines = text.lines();
+        if self.password.is_some() {
+            lines.next();
+        }
+        lines.next().map(str::to_owned)
+    }
+
+    /// Runs `redis-cli` against this server and returns its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let mut command = Command::new(binary("redis-cli"));
+        command.args(["-h", "127.0.0.1", "-p", &self.port.to_string()]);
+        if let Some(password) = &self.password {
+            command.args(["--no-auth-warning", "-a", password]);
+        }
+        let output = command.args(args).output().expect("run redis-cli");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>` (with the password, if any).
+    pub fn url(&self) -> String {
+        match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let status = Command::new("kill").arg(signal).arg(child.id().to_string()).status().expect("run kill");
+            assert!(status.success(), "kill {signal} failed");
+        }
+    }
+
+    /// Stops the server (SIGKILL: no goodbye to clients) and waits for it to exit.
+    pub fn stop(&mut self) {
+        if self.paused {
+            self.resume();
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing is answered.
+    pub fn pause(&mut self) {
+        self.signal("-STOP");
+        self.paused = true;
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&mut self) {
+        self.signal("-CONT");
+        self.paused = false;
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of three masters on loopback, no replicas.
+#[derive(Debug)]
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                let port = free_port(true);
+                let extra = vec![
+                    "--cluster-enabled".to_owned(),
+                    "yes".to_owned(),
+                    "--cluster-config-file".to_owned(),
+                    format!("nodes-{port}.conf"),
+                    "--cluster-node-timeout".to_owned(),
+                    "2000".to_owned(),
+                ];
+                RedisServer::spawn(port, None, extra)
+            })
+            .collect();
+        let addresses: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let output = Command::new(binary("redis-cli"))
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let cluster = Self { nodes };
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !cluster.nodes.iter().all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")) {
+            assert!(Instant::now() < deadline, "the cluster did not reach cluster_state:ok within 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        cluster
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
