@@ -14,7 +14,9 @@
 //!   the state the limiter's snapshot shows: no request lost or counted twice),
 //!   with no over-admission in exact mode and at most `batch − 1` in approximate
 //!   mode. Its denials may be stricter than the reference while another thread holds
-//!   a lease, so they are not required to match.
+//!   a lease, so they are not required to match; but once every thread has finished,
+//!   in exact mode, checks on a stripe no thread used must be decided exactly as the
+//!   reference decides them (a denial then means no capacity is left anywhere).
 //!
 //! Readings that are earlier than one already used count as no time passing, in the
 //! references as in the limiters.
@@ -354,17 +356,39 @@ fn striped(limit: u64, stripes: usize, batch: u64, mode: StripedMode) -> Striped
 /// thread's order), the sliding reference with `limit + slack` (slack 0: exact mode)
 /// admits every check the limiter admitted (denied checks only move time forward),
 /// and ends in the state the limiter's snapshot shows at `end`.
+///
+/// In exact mode the denials are judged too, once the threads have finished: the
+/// limiter has one stripe more than the threads use (`stripes` of theirs, rounded
+/// up with the idle one to a power of two), and after they join, checks of 1 on the
+/// idle stripe at the latest reading any thread used, repeated until one is denied,
+/// must be decided exactly as the reference decides them after the threads' checks.
+/// A denial there while capacity is left anywhere (a lease on some stripe that a
+/// denial skipped) fails the model.
 fn striped_model(limit: u64, stripes: usize, batch: u64, mode: StripedMode, end: u64, threads: Vec<Vec<Check>>) {
     let slack = match mode {
         StripedMode::Exact => 0,
         StripedMode::Approximate => batch - 1,
     };
+    assert!(threads.iter().flatten().all(|c| c.stripe < stripes), "threads use stripes 0..{stripes}");
+    let idle = stripes;
+    let probe_at = threads.iter().flatten().map(|c| c.at).max().unwrap_or(0);
     model(
         threads,
-        move || striped(limit, stripes, batch, mode),
+        move || striped(limit, stripes + 1, batch, mode),
         |l, c| l.check_n_on_at(c.stripe, c.n, Nanos::new(c.at)).unwrap(),
         move |l, threads, seen| {
             let final_snapshot = l.snapshot_at(Nanos::new(end));
+            // Quiescence: every thread has finished. Probe the idle stripe.
+            let mut probes = Vec::new();
+            if mode == StripedMode::Exact {
+                while probes.len() as u64 <= limit {
+                    let allowed = l.check_n_on_at(idle, 1, Nanos::new(probe_at)).unwrap().is_allowed();
+                    probes.push(allowed);
+                    if !allowed {
+                        break;
+                    }
+                }
+            }
             let decided: Vec<Vec<(Check, bool)>> = threads
                 .iter()
                 .zip(seen)
@@ -374,12 +398,17 @@ fn striped_model(limit: u64, stripes: usize, batch: u64, mode: StripedMode, end:
                 let mut reference = SlidingRef { limit: limit + slack, ..SlidingRef::default() };
                 history.into_iter().all(|(_, (c, admitted))| reference.replay(c, admitted)) && {
                     // The state must match with the true limit (slack only loosens admission).
-                    let exact = SlidingRef { limit, ..reference.clone() };
+                    let mut exact = SlidingRef { limit, ..reference.clone() };
                     exact.snapshot(end).remaining() == final_snapshot.remaining()
                         && exact.snapshot(end).reset_after() == final_snapshot.reset_after()
+                        && probes.iter().all(|&allowed| exact.check(on(idle, 1, probe_at)).is_allowed() == allowed)
                 }
             });
-            assert!(ok, "{mode:?}: no order of the admitted checks fits: {seen:?}, final {final_snapshot:?}");
+            assert!(
+                ok,
+                "{mode:?}: no order of the admitted checks fits: {seen:?}, final {final_snapshot:?}, \
+                 then on the idle stripe at {probe_at}: {probes:?}"
+            );
         },
     );
 }
@@ -424,6 +453,15 @@ fn striped_slow_path_shrinks_and_reclaims_leases() {
         50,
         vec![vec![on(0, 1, 10), on(0, 2, 10)], vec![on(1, 1, 10), on(1, 1, 10)]],
     );
+}
+
+#[test]
+fn striped_denial_races_with_a_lease_being_installed() {
+    // Limit 2, leases of 2: thread 0's grant takes both tokens (1 admitted, 1 leased
+    // to stripe 0), and thread 1, finding none left, reclaims before denying. Its pass
+    // may read stripe 0 after the grant but before the lease lands there and find
+    // nothing: that token must still be found by a later check on another stripe.
+    striped_model(2, 2, 2, StripedMode::Exact, 50, vec![vec![on(0, 1, 10)], vec![on(1, 1, 10)]]);
 }
 
 #[test]

@@ -43,9 +43,15 @@
 //! Near the limit the exact mode shrinks leases to what is left, and **before
 //! denying it reclaims every stripe's unused lease** (one CAS per stripe holding
 //! one) and asks again; a denial is therefore exact whenever no other thread holds
-//! capacity during that pass (see "Under-admission" below). A flag in the global word (`drained`, cleared by every
-//! grant) records that a pass found nothing, so that denials under sustained
-//! overload cost two loads, not one per stripe.
+//! capacity during that pass (see "Under-admission" below). A flag in the global
+//! word, `drained`, records that the leases have been reclaimed, so that denials
+//! under sustained overload cost two loads, not one per stripe. A check sets it
+//! *before* its pass, and every grant clears it. A lease lands on its stripe only
+//! after its grant, so a pass may miss one on its way; its installer reads the flag
+//! after the lease lands, and clears it if set. A `SeqCst` fence on each side (after
+//! setting the flag, after installing) makes at least one of the two see the other:
+//! the pass takes the lease or the installer clears the flag. So once the checks
+//! that raced have finished, the flag is never set while a stripe holds capacity.
 //!
 //! This is the kernel's idea turned around. Linux's `__percpu_counter_limited_add`
 //! (`lib/percpu_counter.c`, added for tmpfs block accounting) lets each CPU add to
@@ -62,19 +68,20 @@
 //!
 //! Leased capacity that a stripe never uses is counted as admitted until it is
 //! reclaimed: by a check about to deny (above), or at the next rollover. A denial
-//! can thus be stricter than the sequential algorithm's only while another thread
-//! holds a lease it took *during* the reclaiming pass (at most `batch − 1` per
-//! concurrently checking stripe), or holds tokens in hand that it has not yet
-//! granted or returned: its own stripe's leftover, taken back at the start of its
-//! slow path, or leases it reclaimed from other stripes in a pass racing with this
-//! one. (The `drained` flag can also, in a rare race, be
-//! set while one lease is outstanding: a pass that saw the global count unchanged
-//! while one thread returned its leftover and took a new lease of exactly the same
-//! size. That lease's own stripe still spends it; others just do not reclaim it.)
-//! With a frozen clock, threads that each check until their first denial admit
-//! exactly `limit` between them (a stress test). Decisions'
-//! `remaining` on the fast path is an estimate (the global capacity left when the
-//! stripe's lease was granted, plus the lease); [`snapshot`] sums every stripe.
+//! can thus be stricter than the sequential algorithm's only while another check
+//! is still running and holds capacity the denying check cannot take: a lease it
+//! took *during* the reclaiming pass (at most `batch − 1` per concurrently checking
+//! stripe), a lease granted and not yet on its stripe, or tokens in hand that it
+//! has not yet granted or returned (its own stripe's leftover, taken back at the
+//! start of its slow path, or leases it reclaimed from other stripes in a pass
+//! racing with this one). Once the checks that raced have finished, none of these
+//! is left, and a denial happens only when no capacity is left anywhere: loom
+//! models check that a further check on an idle stripe, after every thread has
+//! finished, is decided exactly as the sequential algorithm decides it. With a
+//! frozen clock, threads that each check until their first denial admit exactly
+//! `limit` between them (a stress test). Decisions' `remaining` on the fast path is
+//! an estimate (the global capacity left when the stripe's lease was granted, plus
+//! the lease); [`snapshot`] sums every stripe.
 //!
 //! ## Approximate mode: over-admission below one batch
 //!
@@ -135,8 +142,10 @@
 //! succeeded, and no thread ever waits for another to finish a step. Allowed
 //! (fast path): one load and one CAS on the thread's own stripe. Allowed (slow
 //! path, once per lease): a few loads of the global line and one CAS on it, one
-//! on the stripe. Denied: the stripe and the global line read, nothing written
-//! (after the first denial of a window in exact mode, which reclaims). Rollover:
+//! on the stripe, and in exact mode a `SeqCst` fence and one more load of the
+//! global line after the lease is installed. Denied: the stripe and the global line
+//! read, nothing written (in exact mode, except by the first denial after a grant,
+//! which sets `drained` and reclaims). Rollover:
 //! two CASes on the global line plus one per stripe holding a lease, once per
 //! window. Memory: 128 bytes per stripe plus 128 for the global words.
 //!
@@ -176,7 +185,7 @@ use crate::WindowError;
 use crate::frame::{self, Frame};
 use alloc::boxed::Box;
 use core::fmt;
-use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
+use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering, fence};
 use weir_core::{Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, Snapshot};
 
 /// The most stripes a striped limiter may have.
@@ -415,8 +424,8 @@ impl Core {
     /// A denial decided from two loads, if the slow path would deny without writing
     /// anything: the open window is the reading's (or later), the stripe's lease
     /// holds nothing of it, the request does not fit, and (exact mode) no stripe
-    /// holds a lease of it either (`drained`). The denied path under sustained
-    /// overload.
+    /// holds a lease of it either (`drained`: every lease was reclaimed, and none
+    /// installed since). The denied path under sustained overload.
     #[inline(always)]
     fn settled_denial(&self, lease: u64, n: u64, rel: u64, now: Nanos) -> Option<Decision> {
         let l = self.layout;
@@ -574,24 +583,40 @@ impl Core {
                 continue;
             }
             if self.mode == StripedMode::Exact && !l.drained(view.word) {
+                // Reclaim before denying: set `drained` first, then take every
+                // stripe's lease. A lease that lands on a stripe after the pass read it
+                // was granted before the flag and is installed after it; its
+                // installer sees the flag and clears it (`install`), so the flag is
+                // never left set over a lease once both checks have finished.
+                // Ordering: AcqRel/Acquire; see the grant above.
+                if self
+                    .global
+                    .current
+                    .compare_exchange(view.word, view.word | l.drained_bit(), Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    backoff.spin();
+                    continue;
+                }
+                // Ordering: SeqCst fence, between setting the flag and reading the
+                // stripes; pairs with the SeqCst fence in `install`, between putting a
+                // lease on a stripe and reading the flag. Whichever fence comes first
+                // in their single total order, the other side's read sees the first
+                // side's write: this pass finds the lease, or the installer finds the
+                // flag. (Without the fences each read could miss the other's write.)
+                fence(Ordering::SeqCst);
                 let taken = self.sweep(window, true);
                 if taken > 0 {
+                    // Granted (the grant clears the flag) or returned (the flag stays:
+                    // every stripe's lease was taken or is its installer's to report).
                     pocket = Tokens { window, count: taken };
-                } else {
-                    // No stripe holds a lease of this window: record it, if no grant
-                    // or return landed meanwhile, so the next denials skip the pass.
-                    // Ordering: AcqRel/Acquire; see the grant above.
-                    let _ = self.global.current.compare_exchange(
-                        view.word,
-                        view.word | l.drained_bit(),
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    );
                 }
                 continue;
             }
-            // Denied, writing nothing. In exact mode no lease is outstanding (the
-            // `drained` flag), so `used` is what was admitted and the wait is exact.
+            // Denied, writing nothing. In exact mode every stripe's lease has been
+            // reclaimed (the `drained` flag; a lease installed since clears it), so
+            // once racing checks have finished, `used` is what was admitted and the
+            // wait is exact.
             return self.denial(&view, used, elapsed, n, now);
         }
     }
@@ -704,6 +729,10 @@ impl Core {
 
     /// Puts a lease of `tokens` for `window` on the stripe, unless the stripe holds
     /// one already (a thread sharing it was faster): then the tokens go back.
+    ///
+    /// The lease was granted before it lands here, so a reclaiming pass in between
+    /// (exact mode) may have missed it and set `drained`: once the lease is on the
+    /// stripe, this clears the flag if it is set, so that the next denial reclaims.
     fn install(&self, stripe: &Stripe, window: u64, tokens: u64) {
         let l = self.layout;
         // Ordering: Relaxed; see `check`.
@@ -720,8 +749,31 @@ impl Core {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return,
+                Ok(_) => break,
                 Err(actual) => lease = actual,
+            }
+        }
+        if self.mode == StripedMode::Approximate {
+            return; // no reclaiming, no flag
+        }
+        // Ordering: SeqCst fence, between the lease landing and the flag being read;
+        // pairs with the fence in `slow` between setting `drained` and the pass.
+        fence(Ordering::SeqCst);
+        // Ordering: Relaxed; the fence above orders it after the lease, and only the
+        // flag is read (a grant or return changing the count is one more retry).
+        let mut word = self.global.current.load(Ordering::Relaxed);
+        // A closed window grants no more and its successor opens with the flag clear;
+        // a pass that sets it there reads the stripes after this thread's fence.
+        while l.drained(word) && !l.closed(word) {
+            // Ordering: AcqRel/Acquire; see the grant in `slow`.
+            match self.global.current.compare_exchange_weak(
+                word,
+                word & !l.drained_bit(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(actual) => word = actual,
             }
         }
     }
