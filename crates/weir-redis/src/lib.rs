@@ -2,10 +2,12 @@
 
 mod connection;
 mod error;
+pub mod fail;
 mod limiter;
 mod math;
 mod scripts;
 
 pub use connection::{Redis, RedisOptions};
 pub use error::{ConfigError, Error};
+pub use fail::{Backoff, Checked, FailPolicy, Path, Resilient};
 pub use limiter::{Backend, DEFAULT_PREFIX, MAX_LOG_LIMIT, MAX_TIER, RedisLimiter};

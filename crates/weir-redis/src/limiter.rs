@@ -84,6 +84,7 @@ pub struct RedisLimiter {
     redis: Redis,
     algo: Algo,
     policies: Box<[Policy]>,
+    quotas: Box<[Quota]>,
     prefix: Arc<str>,
     time: TimeSource,
     /// A random tag unique to this limiter, for sliding-log entries.
@@ -126,11 +127,12 @@ fn window_of(quota: &Quota) -> Result<WindowMicros, ConfigError> {
 }
 
 impl RedisLimiter {
-    fn build(redis: &Redis, algo: Algo, policies: Box<[Policy]>) -> Self {
+    fn build(redis: &Redis, algo: Algo, policies: Box<[Policy]>, quotas: &[Quota]) -> Self {
         Self {
             redis: redis.clone(),
             algo,
             policies,
+            quotas: quotas.into(),
             prefix: Arc::from(DEFAULT_PREFIX),
             time: TimeSource::Server,
             tag: random_tag(),
@@ -140,7 +142,7 @@ impl RedisLimiter {
     /// A token bucket (GCRA) per key, deciding exactly as `weir_gcra::Gcra` does for
     /// the same requests at the same times (to 1 µs, see the crate docs).
     pub fn gcra(redis: &Redis, quota: Quota) -> Self {
-        Self::build(redis, Algo::Gcra(Box::new([GcraMicros::new(&quota)])), Box::new([Policy::of(&quota)]))
+        Self::build(redis, Algo::Gcra(Box::new([GcraMicros::new(&quota)])), Box::new([Policy::of(&quota)]), &[quota])
     }
 
     /// Several GCRA quotas per key, checked all or nothing in one script (a minute,
@@ -156,7 +158,7 @@ impl RedisLimiter {
         }
         let micros = quotas.iter().map(GcraMicros::new).collect();
         let policies = quotas.iter().map(Policy::of).collect();
-        Ok(Self::build(redis, Algo::Gcra(micros), policies))
+        Ok(Self::build(redis, Algo::Gcra(micros), policies, quotas))
     }
 
     /// A fixed window counter per key: at most `count` per window of `period`,
@@ -164,7 +166,7 @@ impl RedisLimiter {
     /// must equal its count; the window must be at least 1 ms.
     pub fn fixed_window(redis: &Redis, quota: Quota) -> Result<Self, ConfigError> {
         let window = window_of(&quota)?;
-        Ok(Self::build(redis, Algo::Fixed(window), Box::new([Policy::new(quota.count(), quota.period())])))
+        Ok(Self::build(redis, Algo::Fixed(window), Box::new([Policy::new(quota.count(), quota.period())]), &[quota]))
     }
 
     /// A sliding window counter per key, as `weir_window::SlidingWindow` (the
@@ -172,7 +174,7 @@ impl RedisLimiter {
     /// plus the current one's).
     pub fn sliding_window(redis: &Redis, quota: Quota) -> Result<Self, ConfigError> {
         let window = window_of(&quota)?;
-        Ok(Self::build(redis, Algo::Sliding(window), Box::new([Policy::new(quota.count(), quota.period())])))
+        Ok(Self::build(redis, Algo::Sliding(window), Box::new([Policy::new(quota.count(), quota.period())]), &[quota]))
     }
 
     /// A sliding log per key: exactly at most `count` in any interval of `period`,
@@ -183,7 +185,7 @@ impl RedisLimiter {
         if window.limit > MAX_LOG_LIMIT {
             return Err(ConfigError::LogTooLarge { limit: window.limit });
         }
-        Ok(Self::build(redis, Algo::Log(window), Box::new([Policy::new(quota.count(), quota.period())])))
+        Ok(Self::build(redis, Algo::Log(window), Box::new([Policy::new(quota.count(), quota.period())]), &[quota]))
     }
 
     /// The same limiter with keys under `prefix` (default [`DEFAULT_PREFIX`]), so its
@@ -218,6 +220,11 @@ impl RedisLimiter {
             Algo::Sliding(_) => Backend::SlidingWindow,
             Algo::Log(_) => Backend::SlidingLog,
         }
+    }
+
+    /// The quotas this limiter enforces, as given.
+    pub fn quotas(&self) -> impl Iterator<Item = Quota> + '_ {
+        self.quotas.iter().copied()
     }
 
     /// The connection this limiter uses.

@@ -258,3 +258,134 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 }
+
+/// What a [`FakeRedis`] does with the commands it receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FakeMode {
+    /// Answer every command with `+PONG`.
+    Pong,
+    /// Answer every command with these raw RESP bytes.
+    Reply(Vec<u8>),
+    /// Read commands and never answer (a server that hangs).
+    Silent,
+}
+
+#[derive(Debug)]
+struct FakeState {
+    mode: FakeMode,
+    /// Script calls (`EVALSHA`/`EVAL`) received.
+    scripts: usize,
+}
+
+/// A fake Redis on a loopback port that speaks just enough RESP to connect, then
+/// answers as told: for bad replies and for counting the calls that reach "Redis".
+#[derive(Debug, Clone)]
+pub struct FakeRedis {
+    port: u16,
+    state: std::sync::Arc<std::sync::Mutex<FakeState>>,
+}
+
+impl FakeRedis {
+    pub fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().unwrap().port();
+        let state = std::sync::Arc::new(std::sync::Mutex::new(FakeState { mode: FakeMode::Pong, scripts: 0 }));
+        let shared = state.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let state = shared.clone();
+                std::thread::spawn(move || serve_fake(stream, state));
+            }
+        });
+        Self { port, state }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn set_mode(&self, mode: FakeMode) {
+        self.state.lock().unwrap().mode = mode;
+    }
+
+    /// Script calls received so far.
+    pub fn scripts(&self) -> usize {
+        self.state.lock().unwrap().scripts
+    }
+}
+
+/// Parses whole RESP commands (`*N` arrays of `$len` bulk strings) from the front
+/// of `buffer`, returning each command's first word.
+fn take_commands(buffer: &mut Vec<u8>) -> Vec<String> {
+    fn line(buf: &[u8], at: usize) -> Option<(String, usize)> {
+        let end = buf[at..].windows(2).position(|w| w == b"\r\n")? + at;
+        Some((String::from_utf8_lossy(&buf[at..end]).into_owned(), end + 2))
+    }
+    let mut commands = Vec::new();
+    loop {
+        let parsed = (|| {
+            let (head, mut at) = line(buffer, 0)?;
+            let count: usize = head.strip_prefix('*')?.parse().ok()?;
+            let mut first = String::new();
+            for i in 0..count {
+                let (len, next) = line(buffer, at)?;
+                let len: usize = len.strip_prefix('$')?.parse().ok()?;
+                if buffer.len() < next + len + 2 {
+                    return None;
+                }
+                if i == 0 {
+                    first = String::from_utf8_lossy(&buffer[next..next + len]).to_uppercase();
+                }
+                at = next + len + 2;
+            }
+            Some((first, at))
+        })();
+        match parsed {
+            Some((first, used)) => {
+                buffer.drain(..used);
+                commands.push(first);
+            }
+            None => return commands,
+        }
+    }
+}
+
+fn serve_fake(mut stream: TcpStream, state: std::sync::Arc<std::sync::Mutex<FakeState>>) {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 8192];
+    // Commands received while silent: answered, in order, once the server speaks
+    // again (as a paused server does when it resumes).
+    let mut owed = 0usize;
+    loop {
+        let read = match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(read) => read,
+        };
+        buffer.extend_from_slice(&chunk[..read]);
+        for command in take_commands(&mut buffer) {
+            let reply = {
+                let mut state = state.lock().unwrap();
+                if command.starts_with("EVAL") {
+                    state.scripts += 1;
+                }
+                let one = match &state.mode {
+                    FakeMode::Pong => b"+PONG\r\n".to_vec(),
+                    FakeMode::Reply(bytes) => bytes.clone(),
+                    FakeMode::Silent => Vec::new(),
+                };
+                if one.is_empty() {
+                    owed += 1;
+                    None
+                } else {
+                    Some(one.repeat(std::mem::take(&mut owed) + 1))
+                }
+            };
+            if let Some(reply) = reply
+                && stream.write_all(&reply).is_err()
+            {
+                return;
+            }
+        }
+    }
+}

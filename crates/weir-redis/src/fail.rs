@@ -1,0 +1,382 @@
+//! [`Resilient`]: what a [`RedisLimiter`] decides when Redis is slow or down.
+//!
+//! A check that gets no answer within the call timeout (or finds the connection
+//! down) is decided by the [`FailPolicy`] instead: admit, deny, or ask a local weir
+//! limiter running at `rate ÷ instances`. Redis is then left alone for a back-off
+//! (doubling from [`Backoff::initial`] up to [`Backoff::max`]); after it, one check
+//! probes Redis while the others keep using the policy, and the first answer
+//! brings every check back to Redis. So a dead Redis costs each request at most one
+//! timeout at the start of an outage and nothing after, and sees one probe per
+//! back-off period, not one per request.
+//!
+//! Which path decided is in [`Checked::path`]; a middleware that only needs the
+//! [`Decision`] uses the [`AsyncKeyedLimiter`] impl. A decision made locally (fail
+//! open, fail closed or the fallback) has [`Decision::decided_at`] zero; one made by
+//! Redis carries Redis's time.
+//!
+//! # The local fallback
+//!
+//! Each instance enforces `count ÷ instances` per period with burst
+//! `max(1, burst ÷ instances)` per key (windows: `limit ÷ instances` per window),
+//! in a `weir_keyed::Keyed` GCRA store of bounded size, so the fleet as a whole
+//! stays near the configured limit while Redis is away, if the load is spread
+//! evenly over `instances` instances. (An "insurance" limiter at the full rate on
+//! every instance would admit `instances ×` the limit.) The fallback starts empty
+//! at each outage's first use and keeps its state across outages; a tier's
+//! quotas are checked all-of (a snapshot of each, then a check of each: two
+//! racing requests may each take from some quotas and then be denied by another,
+//! which only admits less). Refunds of fallback admissions are dropped.
+
+use crate::limiter::deciding;
+use crate::{ConfigError, Error, RedisLimiter};
+use core::fmt;
+use core::time::Duration;
+use weir_core::sync::{AtomicBool, AtomicU64, Ordering};
+use weir_core::{AsyncKeyedLimiter, Clock, Decision, MonotonicClock, Nanos, Policy, Quota, Snapshot};
+use weir_keyed::{Keyed, KeyedConfig};
+
+/// What to decide while Redis does not answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailPolicy {
+    /// Admit every request (availability first: an outage lifts the limit).
+    Open,
+    /// Deny every request, with `retry_after` = the time until Redis is tried again
+    /// (protection first: an outage stops the traffic).
+    Closed,
+    /// Decide with a local limiter per instance at the quota's rate divided by
+    /// `instances` (see the [module docs](crate::fail)), holding at most `max_keys`
+    /// keys.
+    LocalFallback {
+        /// How many instances share the limit (the divisor).
+        instances: u32,
+        /// The most keys the local limiter holds.
+        max_keys: usize,
+    },
+}
+
+/// Which path made a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Path {
+    /// Redis, the shared state.
+    Redis,
+    /// [`FailPolicy::Open`] admitted it.
+    FailOpen,
+    /// [`FailPolicy::Closed`] denied it.
+    FailClosed,
+    /// [`FailPolicy::LocalFallback`]'s local limiter decided.
+    LocalFallback,
+}
+
+/// A decision and the path that made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked {
+    /// The decision.
+    pub decision: Decision,
+    /// Who made it.
+    pub path: Path,
+}
+
+/// How long Redis is left alone after it failed: `initial`, doubled after each
+/// failed probe, at most `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The first pause (default 100 ms).
+    pub initial: Duration,
+    /// The longest pause (default 5 s).
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self { initial: Duration::from_millis(100), max: Duration::from_secs(5) }
+    }
+}
+
+type Fallback<C> = Keyed<Vec<u8>, weir_gcra::GcraAlgorithm, C>;
+
+/// A [`RedisLimiter`] with a [`FailPolicy`] for when Redis is slow or down, and
+/// automatic recovery with back-off (see the [module docs](crate::fail)).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use weir_core::Quota;
+/// use weir_redis::{FailPolicy, Path, Redis, RedisLimiter, Resilient};
+///
+/// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
+/// let limiter = RedisLimiter::gcra(&redis, Quota::per_second(100)?);
+/// // Ten instances behind the load balancer: each enforces 10/s alone while Redis is away.
+/// let limiter = Resilient::new(limiter, FailPolicy::LocalFallback { instances: 10, max_keys: 100_000 })?;
+/// let checked = limiter.check_traced("203.0.113.7", 1).await?;
+/// if checked.path != Path::Redis {
+///     // count it: the shared limit is not in force
+/// }
+/// # Ok(()) }
+/// ```
+pub struct Resilient<C: Clock = MonotonicClock> {
+    limiter: RedisLimiter,
+    policy: FailPolicy,
+    /// One local store per quota, for [`FailPolicy::LocalFallback`].
+    fallback: Box<[Fallback<C>]>,
+    clock: C,
+    backoff: Backoff,
+    /// 0 while Redis is healthy; otherwise the clock reading (ns, at least 1) before
+    /// which Redis is not tried again.
+    down_until: AtomicU64,
+    /// The current back-off (ns), doubled after each failed probe.
+    backoff_ns: AtomicU64,
+    /// Whether a probe is in flight (only one at a time after a back-off).
+    probing: AtomicBool,
+}
+
+impl<C: Clock> fmt::Debug for Resilient<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Resilient")
+            .field("limiter", &self.limiter)
+            .field("policy", &self.policy)
+            .field("backoff", &self.backoff)
+            .field("healthy", &self.is_healthy())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A quota for one of `instances` instances: the rate divided, the burst too.
+fn divided(quota: Quota, instances: u32) -> Result<Quota, ConfigError> {
+    let fallback = |e: weir_core::QuotaError| ConfigError::Fallback { message: e.to_string() };
+    let period = quota
+        .period()
+        .checked_mul(instances)
+        .ok_or(ConfigError::Fallback { message: format!("{quota} × {instances} instances is too long a period") })?;
+    Quota::new(quota.count(), period)
+        .and_then(|q| q.with_burst((quota.burst() / u64::from(instances)).max(1)))
+        .map_err(fallback)
+}
+
+impl Resilient<MonotonicClock> {
+    /// `limiter` with `policy`, the default [`Backoff`] and the monotonic clock.
+    pub fn new(limiter: RedisLimiter, policy: FailPolicy) -> Result<Self, ConfigError> {
+        Self::with_clock(limiter, policy, Backoff::default(), MonotonicClock::new())
+    }
+}
+
+impl<C: Clock + Clone> Resilient<C> {
+    /// `limiter` with `policy` and `backoff`, timing back-offs (and the local
+    /// fallback) with `clock`.
+    pub fn with_clock(
+        limiter: RedisLimiter,
+        policy: FailPolicy,
+        backoff: Backoff,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        let mut fallback = Vec::new();
+        if let FailPolicy::LocalFallback { instances, max_keys } = policy {
+            if instances == 0 {
+                return Err(ConfigError::Zero { what: "the number of instances" });
+            }
+            let config = KeyedConfig::new(max_keys).map_err(|e| ConfigError::Fallback { message: e.to_string() })?;
+            for quota in limiter.quotas() {
+                let quota = divided(quota, instances)?;
+                fallback.push(Keyed::gcra_with_clock(quota, config.clone(), clock.clone()));
+            }
+        }
+        Ok(Self {
+            limiter,
+            policy,
+            fallback: fallback.into_boxed_slice(),
+            clock,
+            backoff,
+            down_until: AtomicU64::new(0),
+            backoff_ns: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
+        })
+    }
+}
+
+impl<C: Clock> Resilient<C> {
+    /// The limiter behind the policy.
+    pub fn limiter(&self) -> &RedisLimiter {
+        &self.limiter
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> FailPolicy {
+        self.policy
+    }
+
+    /// Whether the last answer came from Redis (no outage under way).
+    pub fn is_healthy(&self) -> bool {
+        // Ordering: Relaxed; a hint, read alone.
+        self.down_until.load(Ordering::Relaxed) == 0
+    }
+
+    /// Checks one request. See [`check_traced`](Self::check_traced).
+    pub async fn check(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> Result<Decision, Error> {
+        Ok(self.check_traced(key, 1).await?.decision)
+    }
+
+    /// Checks a request of cost `n` for `key`: in Redis when it answers, else by the
+    /// fail policy. Errors are those a retry would not fix ([`Error::WrongType`],
+    /// [`Error::InsufficientCapacity`], …); an unavailable Redis is never an error
+    /// here.
+    pub async fn check_traced(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64) -> Result<Checked, Error> {
+        let key = key.as_ref();
+        if !self.may_call() {
+            return self.decide_locally(key, n);
+        }
+        let reply = self.limiter.check_n(key, n).await;
+        match reply {
+            Ok(decision) => {
+                self.succeeded();
+                Ok(Checked { decision, path: Path::Redis })
+            }
+            Err(e) if e.is_unavailable() => {
+                self.failed();
+                self.decide_locally(key, n)
+            }
+            Err(e) => {
+                self.release_probe();
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives back `n` units of `admission`. A Redis admission is refunded in Redis
+    /// (silently dropped while Redis is unavailable); a local one is dropped.
+    pub async fn refund(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64, admission: &Decision) -> Result<(), Error> {
+        if admission.decided_at() == Nanos::ZERO {
+            return Ok(());
+        }
+        if !self.is_healthy() {
+            return Ok(());
+        }
+        match self.limiter.refund(key, n, admission).await {
+            Err(e) if e.is_unavailable() => {
+                self.failed();
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// `key`'s state: from Redis when it answers, else from the policy.
+    pub async fn snapshot(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> Result<Snapshot, Error> {
+        Ok(self.check_traced(key, 0).await?.decision.snapshot())
+    }
+
+    /// Whether a call to Redis may be made now: Redis is healthy, or its back-off
+    /// is over and this call wins the one probe.
+    fn may_call(&self) -> bool {
+        // Ordering: Relaxed; the health words are hints that publish no other data:
+        // a stale read at worst sends one more call to Redis or to the policy.
+        let until = self.down_until.load(Ordering::Relaxed);
+        if until == 0 {
+            return true;
+        }
+        if self.clock.now().as_u64() < until {
+            return false;
+        }
+        // Ordering: Relaxed; see above. The swap only elects one prober.
+        !self.probing.swap(true, Ordering::Relaxed)
+    }
+
+    fn release_probe(&self) {
+        // Ordering: Relaxed; see `may_call`.
+        self.probing.store(false, Ordering::Relaxed);
+    }
+
+    /// Redis answered: back to normal.
+    fn succeeded(&self) {
+        // Ordering: Relaxed; see `may_call`.
+        if self.down_until.load(Ordering::Relaxed) != 0 {
+            // Ordering: Relaxed; see `may_call`.
+            self.down_until.store(0, Ordering::Relaxed);
+            // Ordering: Relaxed; see `may_call`.
+            self.backoff_ns.store(0, Ordering::Relaxed);
+        }
+        self.release_probe();
+    }
+
+    /// Redis did not answer: leave it alone for the next back-off.
+    fn failed(&self) {
+        let initial = duration_ns(self.backoff.initial).max(1);
+        let max = duration_ns(self.backoff.max).max(initial);
+        // Ordering: Relaxed; see `may_call`. Concurrent failures may each double it;
+        // the cap bounds the result.
+        let previous = self.backoff_ns.load(Ordering::Relaxed);
+        let pause = if previous == 0 { initial } else { previous.saturating_mul(2).min(max) };
+        // Ordering: Relaxed; see `may_call`.
+        self.backoff_ns.store(pause, Ordering::Relaxed);
+        let until = self.clock.now().as_u64().saturating_add(pause).max(1);
+        // Ordering: Relaxed; see `may_call`.
+        self.down_until.store(until, Ordering::Relaxed);
+        self.release_probe();
+    }
+
+    /// The time until the next probe, for a fail-closed `retry_after`.
+    fn until_probe_ns(&self) -> u64 {
+        // Ordering: Relaxed; see `may_call`.
+        let until = self.down_until.load(Ordering::Relaxed);
+        until.saturating_sub(self.clock.now().as_u64()).max(1)
+    }
+
+    fn decide_locally(&self, key: &[u8], n: u64) -> Result<Checked, Error> {
+        let limit = self.limiter.capacity();
+        if n > limit {
+            return Err(Error::InsufficientCapacity(weir_core::InsufficientCapacity { requested: n, capacity: limit }));
+        }
+        let (decision, path) = match self.policy {
+            FailPolicy::Open => (Decision::allowed(Snapshot::new(limit, limit.saturating_sub(n), 0)), Path::FailOpen),
+            FailPolicy::Closed => {
+                let snapshot = Snapshot::new(limit, 0, 0);
+                let decision = if n == 0 {
+                    Decision::allowed(snapshot)
+                } else {
+                    Decision::denied(snapshot, self.until_probe_ns())
+                };
+                (decision, Path::FailClosed)
+            }
+            FailPolicy::LocalFallback { .. } => (self.fallback_check(key, n)?, Path::LocalFallback),
+        };
+        Ok(Checked { decision: decision.at(Nanos::ZERO), path })
+    }
+
+    /// All-of over the fallback stores: denied by the first that cannot fit `n`
+    /// (consuming nothing), else admitted by each.
+    fn fallback_check(&self, key: &[u8], n: u64) -> Result<Decision, Error> {
+        if let Some((i, store)) =
+            self.fallback.iter().enumerate().find(|(_, store)| n > 0 && store.snapshot(key).remaining() < n)
+        {
+            return Ok(store.check_n(key, n)?.for_policy(i));
+        }
+        let mut decisions = Vec::with_capacity(self.fallback.len());
+        for store in self.fallback.iter() {
+            decisions.push(store.check_n(key, n)?);
+        }
+        Ok(deciding(decisions))
+    }
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl<K: AsRef<[u8]> + ?Sized + Sync, C: Clock + Send + Sync> AsyncKeyedLimiter<K> for Resilient<C> {
+    type Error = Error;
+
+    async fn check_n(&self, key: &K, n: u64) -> Result<Decision, Error> {
+        Ok(self.check_traced(key, n).await?.decision)
+    }
+
+    fn refund(&self, key: &K, n: u64, admission: &Decision) -> impl Future<Output = Result<(), Error>> + Send {
+        Resilient::refund(self, key, n, admission)
+    }
+
+    fn snapshot(&self, key: &K) -> impl Future<Output = Result<Snapshot, Error>> + Send {
+        Resilient::snapshot(self, key)
+    }
+
+    fn policies(&self) -> &[Policy] {
+        self.limiter.policies()
+    }
+}

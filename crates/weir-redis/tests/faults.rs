@@ -1,0 +1,256 @@
+//! Faults against real (and fake) servers: a server stopped mid-load, paused,
+//! restarted, its scripts flushed; bad replies; the fail policies and their
+//! back-off. Every wait is bounded.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+use support::{FakeMode, FakeRedis, RedisServer};
+use weir_core::{ManualClock, Nanos, Quota};
+use weir_redis::{Backoff, Error, FailPolicy, Path, Redis, RedisLimiter, RedisOptions, Resilient};
+
+const TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The bound on any one call: the timeout plus generous scheduling slack. A call
+/// that takes longer has hung.
+const HANG: Duration = Duration::from_secs(3);
+
+async fn connect(url: &str) -> Redis {
+    Redis::connect_with(url, RedisOptions::new().timeout(TIMEOUT)).await.expect("connect")
+}
+
+fn backoff() -> Backoff {
+    Backoff { initial: Duration::from_millis(100), max: Duration::from_secs(1) }
+}
+
+/// A check that must finish within [`HANG`].
+async fn bounded<T>(what: &str, call: impl Future<Output = T>) -> T {
+    tokio::time::timeout(HANG, call).await.unwrap_or_else(|_| panic!("{what} hung past the timeout"))
+}
+
+fn resilient(redis: &Redis, policy: FailPolicy, clock: &ManualClock) -> Resilient<ManualClock> {
+    let limiter = RedisLimiter::gcra(redis, Quota::per_minute(100).unwrap());
+    Resilient::with_clock(limiter, policy, backoff(), clock.clone()).unwrap()
+}
+
+const POLICIES: [FailPolicy; 3] =
+    [FailPolicy::Open, FailPolicy::Closed, FailPolicy::LocalFallback { instances: 4, max_keys: 1_000 }];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_stopped_mid_load_hands_over_to_each_policy() {
+    for policy in POLICIES {
+        let mut server = RedisServer::start();
+        let clock = ManualClock::new();
+        let limiter = Arc::new(resilient(&connect(&server.url()).await, policy, &clock));
+        let mut load = Vec::new();
+        for task in 0..4 {
+            let limiter = limiter.clone();
+            load.push(tokio::spawn(async move {
+                let mut paths = Vec::new();
+                for i in 0..400 {
+                    let key = format!("client-{task}-{}", i % 7);
+                    let checked = bounded("a check under load", limiter.check_traced(&key, 1)).await.unwrap();
+                    paths.push(checked.path);
+                    tokio::task::yield_now().await;
+                }
+                paths
+            }));
+        }
+        // Stop the server while the load runs.
+        while limiter.is_healthy() && !load.iter().all(|t| t.is_finished()) {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            server.stop();
+        }
+        for task in load {
+            let paths = task.await.unwrap();
+            assert!(
+                paths
+                    .iter()
+                    .all(|p| matches!(p, Path::Redis | Path::FailOpen | Path::FailClosed | Path::LocalFallback))
+            );
+        }
+        // Every check after the stop is the policy's, as documented.
+        for round in 0..3 {
+            let checked = bounded("a check after the stop", limiter.check_traced("after", 1)).await.unwrap();
+            let d = checked.decision;
+            assert_eq!(d.decided_at(), Nanos::ZERO, "decided locally");
+            match policy {
+                FailPolicy::Open => assert_eq!((checked.path, d.is_allowed()), (Path::FailOpen, true)),
+                FailPolicy::Closed => {
+                    assert_eq!((checked.path, d.is_denied()), (Path::FailClosed, true));
+                    assert!(d.retry_after().unwrap() > Duration::ZERO);
+                }
+                _ => assert_eq!((checked.path, d.is_allowed()), (Path::LocalFallback, true)),
+            }
+            clock.advance(Duration::from_secs(2)); // past the back-off: the next check probes
+            let _ = round;
+        }
+        if let FailPolicy::LocalFallback { .. } = policy {
+            // 100 per minute over 4 instances: 25 at once, then one per 2.4 s.
+            let d = limiter.check_traced("fresh", 25).await.unwrap();
+            assert_eq!((d.path, d.decision.is_allowed()), (Path::LocalFallback, true));
+            let d = limiter.check_traced("fresh", 1).await.unwrap().decision;
+            assert_eq!(d.retry_after(), Some(Duration::from_millis(2_400)));
+        }
+        assert!(!limiter.is_healthy());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_times_out_then_the_policy_decides_and_checks_recover() {
+    let mut server = RedisServer::start();
+    let redis = connect(&server.url()).await;
+    let raw = RedisLimiter::gcra(&redis, Quota::per_minute(100).unwrap());
+    let clock = ManualClock::new();
+    let limiter = resilient(&redis, FailPolicy::Closed, &clock);
+    assert_eq!(limiter.check_traced("k", 1).await.unwrap().path, Path::Redis);
+    server.pause();
+    let paused = tokio::time::Instant::now();
+    let mut timeouts = 0;
+    while paused.elapsed() < Duration::from_secs(2) {
+        match bounded("a check of a paused server", raw.check("k")).await {
+            Err(Error::Timeout { after }) => {
+                assert_eq!(after, TIMEOUT);
+                timeouts += 1;
+            }
+            other => panic!("a paused server answers a timeout, not {other:?}"),
+        }
+        let checked = bounded("a policy check", limiter.check_traced("k", 1)).await.unwrap();
+        assert_eq!((checked.path, checked.decision.is_denied()), (Path::FailClosed, true));
+        clock.advance(Duration::from_millis(500)); // probes now and then
+    }
+    assert!(timeouts >= 5, "{timeouts} timeouts in 2 s of a 100 ms timeout");
+    server.resume();
+    clock.advance(Duration::from_secs(2));
+    let recovered = recover(&limiter, &clock).await;
+    assert!(recovered, "checks went back to Redis after the pause");
+    assert!(raw.check("k").await.is_ok());
+}
+
+/// Checks `key` until Redis decides (bounded: the connection may need a moment to
+/// be re-established), advancing past each back-off.
+async fn recover(limiter: &Resilient<ManualClock>, clock: &ManualClock) -> bool {
+    for _ in 0..100 {
+        if bounded("a recovering check", limiter.check_traced("k", 1)).await.unwrap().path == Path::Redis {
+            return true;
+        }
+        clock.advance(Duration::from_secs(2));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_is_used_again_without_restarting_the_client() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::new();
+    let limiter = resilient(&connect(&server.url()).await, FailPolicy::Open, &clock);
+    assert_eq!(limiter.check_traced("k", 1).await.unwrap().path, Path::Redis);
+    server.stop();
+    assert_eq!(bounded("a check", limiter.check_traced("k", 1)).await.unwrap().path, Path::FailOpen);
+    server.restart(); // same port, empty, no scripts loaded
+    clock.advance(Duration::from_secs(2));
+    assert!(recover(&limiter, &clock).await, "checks went back to Redis after the restart");
+    assert!(limiter.is_healthy());
+}
+
+#[tokio::test]
+async fn script_flush_mid_run_reloads_transparently() {
+    let server = RedisServer::start();
+    let redis = connect(&server.url()).await;
+    let clock = ManualClock::starting_at(Nanos::new(1_700_000_000_000_000_000));
+    let limiters = [
+        RedisLimiter::gcra(&redis, Quota::per_minute(10).unwrap()),
+        RedisLimiter::fixed_window(&redis, Quota::per_minute(10).unwrap()).unwrap(),
+        RedisLimiter::sliding_window(&redis, Quota::per_minute(10).unwrap()).unwrap(),
+        RedisLimiter::sliding_log(&redis, Quota::per_minute(10).unwrap()).unwrap(),
+    ];
+    for (i, limiter) in limiters.into_iter().enumerate() {
+        let limiter = limiter.with_clock(clock.clone()).with_prefix(&format!("p{i}:")).unwrap();
+        for expected in (5..10).rev() {
+            assert_eq!(limiter.check("k").await.unwrap().remaining(), expected);
+            assert_eq!(server.cli(&["SCRIPT", "FLUSH"]).trim(), "OK");
+        }
+        assert_eq!(limiter.check_n("k", 5).await.unwrap().remaining(), 0);
+        let admission = limiter.check_n("j", 5).await.unwrap();
+        server.cli(&["SCRIPT", "FLUSH"]);
+        limiter.refund("j", 5, &admission).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn bad_replies_are_typed_errors_and_admit_nothing() {
+    let fake = FakeRedis::start();
+    let redis = connect(&fake.url()).await;
+    let limiter = RedisLimiter::gcra(&redis, Quota::per_minute(10).unwrap());
+    for (reply, what) in [
+        (&b"+PONG\r\n"[..], "a status"),
+        (b"*2\r\n:1\r\n:5\r\n", "too short an array"),
+        (b"*3\r\n:1\r\n$3\r\nabc\r\n:0\r\n", "a non-number"),
+        (b"-ERR something broke\r\n", "an error"),
+    ] {
+        fake.set_mode(FakeMode::Reply(reply.to_vec()));
+        let e = bounded("a check", limiter.check("k")).await.unwrap_err();
+        assert!(matches!(e, Error::Reply { .. }), "{what}: {e:?}");
+        // The fail policy does not turn a bad reply into an admission.
+        let clock = ManualClock::new();
+        let open = Resilient::with_clock(limiter.clone(), FailPolicy::Open, backoff(), clock).unwrap();
+        let e = bounded("a check", open.check("k")).await.unwrap_err();
+        assert!(matches!(e, Error::Reply { .. }), "{what}: {e:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_type_key_is_an_error_under_every_policy() {
+    let server = RedisServer::start();
+    let redis = connect(&server.url()).await;
+    server.cli(&["LPUSH", "weir:{k}:g0", "x"]);
+    for policy in POLICIES {
+        let limiter = resilient(&redis, policy, &ManualClock::new());
+        let e = limiter.check("k").await.unwrap_err();
+        assert!(matches!(e, Error::WrongType { .. }), "{policy:?}: {e:?}");
+        assert!(limiter.is_healthy(), "a wrong type is not an outage");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_redis_is_probed_once_per_backoff_not_per_request() {
+    let fake = FakeRedis::start();
+    let redis = connect(&fake.url()).await;
+    let clock = ManualClock::new();
+    let limiter = Arc::new(resilient(&redis, FailPolicy::Open, &clock));
+    fake.set_mode(FakeMode::Silent);
+    // The first check waits for the timeout, then the policy decides.
+    assert_eq!(bounded("a check", limiter.check_traced("k", 1)).await.unwrap().path, Path::FailOpen);
+    assert_eq!(fake.scripts(), 1);
+    // Within the back-off nothing reaches Redis.
+    for _ in 0..50 {
+        assert_eq!(limiter.check_traced("k", 1).await.unwrap().path, Path::FailOpen);
+    }
+    assert_eq!(fake.scripts(), 1);
+    // After it, one probe among many concurrent checks.
+    let expected = [(100, 2), (200, 3), (400, 4), (800, 5), (1_000, 6), (1_000, 7)];
+    for (pause_ms, probes) in expected {
+        clock.advance(Duration::from_millis(pause_ms - 1));
+        assert_eq!(limiter.check_traced("k", 1).await.unwrap().path, Path::FailOpen);
+        assert_eq!(fake.scripts(), probes - 1, "no probe before the back-off ({pause_ms} ms) is over");
+        clock.advance(Duration::from_millis(1));
+        let checks: Vec<_> = (0..16)
+            .map(|_| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move { limiter.check_traced("k", 1).await.unwrap().path })
+            })
+            .collect();
+        for check in checks {
+            assert_eq!(bounded("a check", check).await.unwrap(), Path::FailOpen);
+        }
+        assert_eq!(fake.scripts(), probes, "one probe after a back-off of {pause_ms} ms");
+    }
+    // Redis answers again: the next probe brings every check back.
+    fake.set_mode(FakeMode::Reply(b"*3\r\n:1\r\n:1700000000000000\r\n:600000\r\n".to_vec()));
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(limiter.check_traced("k", 1).await.unwrap().path, Path::Redis);
+    assert!(limiter.is_healthy());
+    assert_eq!(limiter.check_traced("k", 1).await.unwrap().path, Path::Redis);
+}
