@@ -12,6 +12,8 @@
 //!   stored states, for per-key stores);
 //! - [`KeyedLimiter`] and [`AsyncKeyedLimiter`]: the per-key contract that HTTP
 //!   middleware is generic over, for in-memory and remote (Redis) stores alike;
+//! - [`AllOf`] (`alloc`): several quotas at once (per minute, per day, a burst), a
+//!   request denied by one consuming nothing from the others;
 //! - [`QuotaCell`]: a quota replaced at run time while checks read it lock-free;
 //! - [`sync`]: the one module weir's crates take atomics from (loom's under `cfg(loom)`).
 //!
@@ -26,6 +28,8 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+#[cfg(feature = "alloc")]
+mod all_of;
 pub mod clock;
 mod decision;
 mod limiter;
@@ -36,6 +40,8 @@ mod single;
 mod store;
 pub mod sync;
 
+#[cfg(feature = "alloc")]
+pub use all_of::{AllOf, AllOfError, AllOfMembers};
 pub use clock::Clock;
 #[cfg(all(feature = "std", not(loom)))]
 pub use clock::CoarseClock;
