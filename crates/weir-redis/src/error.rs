@@ -200,6 +200,8 @@ pub enum ConfigError {
         /// Why.
         message: String,
     },
+    /// Leases are taken from a single-quota GCRA limiter only.
+    LeaseNeedsGcra,
     /// A Redis URL that does not parse (shown without its password).
     Url {
         /// The URL, without its password.
@@ -236,6 +238,9 @@ impl fmt::Display for ConfigError {
             }
             Self::Zero { what } => write!(f, "{what} must not be zero"),
             Self::Fallback { message } => write!(f, "the local fallback limiter cannot be built: {message}"),
+            Self::LeaseNeedsGcra => {
+                f.write_str("leases are taken from a single-quota GCRA limiter (RedisLimiter::gcra)")
+            }
             Self::Url { url, message } => write!(f, "the Redis URL {url} is not usable: {message}"),
         }
     }

@@ -287,8 +287,16 @@ impl RedisLimiter {
         out
     }
 
+    /// The single GCRA quota of this limiter, if it is one (for leases).
+    pub(crate) fn single_gcra(&self) -> Option<GcraMicros> {
+        match &self.algo {
+            Algo::Gcra(quotas) if quotas.len() == 1 => quotas.first().copied(),
+            _ => None,
+        }
+    }
+
     /// The `now` argument of every script: empty for Redis's `TIME`.
-    fn now_arg(&self) -> String {
+    pub(crate) fn now_arg(&self) -> String {
         match &self.time {
             TimeSource::Server => String::new(),
             TimeSource::Client(clock) => (clock.now().as_u64() / NS).to_string(),

@@ -290,3 +290,34 @@ return now
 "#
     ))
 });
+
+/// A lease of GCRA permits (one key): admits `ARGV[2]` µs worth (the lease) if it
+/// fits, else `ARGV[3]` µs worth (the request alone), else nothing. `ARGV[4]` is
+/// the tolerance. Reply: `{granted (2 = lease, 1 = request, 0 = denied), now,
+/// used}` with `used` after the grant, or before the denial.
+///
+/// Calls: one `GET`, one `SET … PX` when granted.
+pub(crate) static LEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        now_prologue!(),
+        r#"
+local lease, request, tolerance = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local tat = now
+local v = redis.call('GET', KEYS[1])
+if v then
+  tat = tonumber(v)
+  if not tat then return redis.error_reply('WEIRSTATE ' .. KEYS[1] .. ' does not hold a GCRA state') end
+  if tat < now then tat = now end
+end
+local used = tat - now
+local granted, cost = 0, 0
+if used + lease <= tolerance then granted, cost = 2, lease
+elseif used + request <= tolerance then granted, cost = 1, request end
+if granted > 0 and cost > 0 then
+  used = used + cost
+  redis.call('SET', KEYS[1], int(now + used), 'PX', int(math.ceil(used / 1000)))
+end
+return {granted, now, used}
+"#
+    ))
+});

@@ -1,0 +1,377 @@
+//! [`Leased`]: token leases, many decisions per round trip, with a bounded
+//! overshoot.
+//!
+//! # How it works
+//!
+//! An instance takes a *lease* of `L` permits from a key's GCRA bucket in Redis in
+//! one round trip (the bucket is charged `L` requests at once, as `check_n(L)`
+//! would), then serves the next requests for that key from the lease in memory,
+//! without asking Redis, until it runs out or expires ([`LeaseConfig::ttl`]). The
+//! round trip that takes a lease also decides the request that asked for it; when
+//! a whole lease does not fit, the request alone is asked for (exact behaviour), and
+//! when that does not fit either, Redis's denial is returned.
+//!
+//! The lease size adapts to the headroom: after each grant, the next lease for the
+//! key is `clamp(headroom ÷ (2 × instances), 1, max_lease)`, where `headroom` is
+//! what the bucket still held after the grant. A key far from its limit is served
+//! in batches of `max_lease`; near the limit leases shrink to single permits, so
+//! the last permits of a burst are not stranded in one instance's lease while
+//! another instance is denied. Only one lease per key is in flight per instance;
+//! requests that find the lease empty while it is being renewed ask Redis for
+//! themselves alone.
+//!
+//! # The overshoot bound
+//!
+//! Every request served from a lease spends a permit that Redis admitted when the
+//! lease was taken, so leases never admit more permits than Redis granted: at a
+//! frozen time, all instances together admit at most the burst `B`, exactly as
+//! without leases. What leases change is *when* permits are spent: a permit taken
+//! at time `t` can be spent until `t + ttl`. So, with `N` instances holding leases
+//! on one key, `r` the quota's rate and `L` = `max_lease`, the requests admitted in
+//! any interval of length `τ` are at most
+//!
+//! ```text
+//! B + r·τ + min(N·L, r·ttl)
+//! ```
+//!
+//! against `B + r·τ` for the exact limiter: the overshoot is at most the permits
+//! held in leases when the interval starts (`N·L`), and no more than a `ttl`'s
+//! worth of refill. Permits left in an expired lease are dropped (the limiter then
+//! admits *less* than the quota, never more). `tests/leases.rs` asserts the bound
+//! with several clients.
+//!
+//! # Costs
+//!
+//! A decision served from a lease costs a short critical section on a sharded
+//! lock (no I/O, no allocation for a key already leased); one that takes a lease
+//! costs one round trip, the same as [`RedisLimiter::check_n`]. Round trips per
+//! decision fall towards `1 / max_lease` for keys far from their limit
+//! ([`Leased::round_trips`], measured in BENCHMARKS.md). Denied requests always go
+//! to Redis.
+
+use crate::math::{GcraMicros, NS};
+use crate::{ConfigError, Error, RedisLimiter, scripts};
+use core::fmt;
+use core::time::Duration;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use weir_core::sync::{AtomicU64, Ordering};
+use weir_core::{AsyncKeyedLimiter, Clock, Decision, InsufficientCapacity, MonotonicClock, Nanos, Policy, Snapshot};
+
+/// How leases are sized and how long they live.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_redis::LeaseConfig;
+///
+/// let config = LeaseConfig::new(64)?.instances(8)?.ttl(Duration::from_millis(500));
+/// assert_eq!(config.max_lease_size(), 64);
+/// # Ok::<(), weir_redis::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseConfig {
+    max_lease: u64,
+    instances: u32,
+    ttl: Duration,
+    max_keys: usize,
+}
+
+impl LeaseConfig {
+    /// Leases of at most `max_lease` permits, for 1 instance, living 1 s, for at
+    /// most 10 000 keys at once.
+    pub const fn new(max_lease: u64) -> Result<Self, ConfigError> {
+        if max_lease == 0 {
+            return Err(ConfigError::Zero { what: "the lease size" });
+        }
+        Ok(Self { max_lease, instances: 1, ttl: Duration::from_secs(1), max_keys: 10_000 })
+    }
+
+    /// How many instances share each key (sizes leases: `headroom ÷ (2 × instances)`).
+    pub const fn instances(self, instances: u32) -> Result<Self, ConfigError> {
+        if instances == 0 {
+            return Err(ConfigError::Zero { what: "the number of instances" });
+        }
+        Ok(Self { instances, ..self })
+    }
+
+    /// How long a lease's permits may be spent after it was taken.
+    pub const fn ttl(self, ttl: Duration) -> Self {
+        Self { ttl, ..self }
+    }
+
+    /// The most keys holding a lease at once in this instance (others are decided
+    /// in Redis one request at a time).
+    pub const fn max_keys(self, max_keys: usize) -> Self {
+        Self { max_keys, ..self }
+    }
+
+    /// The largest lease.
+    pub const fn max_lease_size(&self) -> u64 {
+        self.max_lease
+    }
+}
+
+/// One key's lease in this instance.
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    /// Permits left to serve.
+    permits: u64,
+    /// Clock reading (ns) after which the permits are dropped.
+    expires_ns: u64,
+    /// The size of the next lease.
+    next_size: u64,
+    /// Whether a grant for this key is in flight.
+    renewing: bool,
+    /// What Redis said at the grant: remaining after it, and the reset time (ns).
+    headroom: u64,
+    reset_ns: u64,
+    /// The grant's decision time (for refunds and `decided_at`).
+    granted_at: Nanos,
+}
+
+const SHARDS: usize = 16;
+
+/// A GCRA [`RedisLimiter`] that takes permits from Redis in leases and serves
+/// them locally (see the [module docs](crate::lease) for the overshoot bound).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use weir_core::Quota;
+/// use weir_redis::{LeaseConfig, Leased, Redis, RedisLimiter};
+///
+/// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
+/// let limiter = RedisLimiter::gcra(&redis, Quota::per_second(10_000)?);
+/// let leased = Leased::new(limiter, LeaseConfig::new(100)?.instances(4)?)?;
+/// let decision = leased.check("tenant-7").await?; // one round trip per ~100 decisions
+/// # Ok(()) }
+/// ```
+pub struct Leased<C: Clock = MonotonicClock> {
+    limiter: RedisLimiter,
+    quota: GcraMicros,
+    config: LeaseConfig,
+    clock: C,
+    shards: Box<[Mutex<HashMap<Vec<u8>, Lease>>]>,
+    decisions: AtomicU64,
+    round_trips: AtomicU64,
+}
+
+impl<C: Clock> fmt::Debug for Leased<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leased")
+            .field("limiter", &self.limiter)
+            .field("config", &self.config)
+            .field("decisions", &self.decisions())
+            .field("round_trips", &self.round_trips())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Leased<MonotonicClock> {
+    /// Leases over `limiter`, which must be a single-quota GCRA limiter.
+    pub fn new(limiter: RedisLimiter, config: LeaseConfig) -> Result<Self, ConfigError> {
+        Self::with_clock(limiter, config, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> Leased<C> {
+    /// Leases over `limiter`, timing lease expiry with `clock`.
+    pub fn with_clock(limiter: RedisLimiter, config: LeaseConfig, clock: C) -> Result<Self, ConfigError> {
+        let quota = limiter.single_gcra().ok_or(ConfigError::LeaseNeedsGcra)?;
+        let shards = (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect();
+        Ok(Self { limiter, quota, config, clock, shards, decisions: AtomicU64::new(0), round_trips: AtomicU64::new(0) })
+    }
+
+    /// The limiter leases are taken from.
+    pub fn limiter(&self) -> &RedisLimiter {
+        &self.limiter
+    }
+
+    /// Decisions made so far (served locally or by Redis).
+    pub fn decisions(&self) -> u64 {
+        // Ordering: Relaxed; a statistic.
+        self.decisions.load(Ordering::Relaxed)
+    }
+
+    /// Round trips to Redis made so far by checks.
+    pub fn round_trips(&self) -> u64 {
+        // Ordering: Relaxed; a statistic.
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    fn shard(&self, key: &[u8]) -> &Mutex<HashMap<Vec<u8>, Lease>> {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(key);
+        &self.shards[(hash as usize) % SHARDS]
+    }
+
+    fn lock<'a>(shard: &'a Mutex<HashMap<Vec<u8>, Lease>>) -> std::sync::MutexGuard<'a, HashMap<Vec<u8>, Lease>> {
+        // A panic while holding the lock cannot leave a lease half-written (every
+        // update is a plain field store), so a poisoned lock is still usable.
+        shard.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Checks one request. See [`check_n`](Self::check_n).
+    pub async fn check(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> Result<Decision, Error> {
+        self.check_n(key, 1).await
+    }
+
+    /// Checks a request of cost `n` for `key`: from this instance's lease when it
+    /// holds `n` permits, else in Redis, taking a new lease if it fits.
+    pub async fn check_n(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64) -> Result<Decision, Error> {
+        let key = key.as_ref();
+        let burst = self.quota.burst();
+        if n > burst {
+            return Err(Error::InsufficientCapacity(InsufficientCapacity { requested: n, capacity: burst }));
+        }
+        if n == 0 {
+            return self.limiter.check_n(key, 0).await;
+        }
+        // Ordering: Relaxed; a statistic.
+        self.decisions.fetch_add(1, Ordering::Relaxed);
+        let now = self.clock.now().as_u64();
+        let shard = self.shard(key);
+        let lease_size = {
+            let mut leases = Self::lock(shard);
+            match leases.get_mut(key) {
+                Some(lease) if lease.expires_ns > now && lease.permits >= n => {
+                    lease.permits -= n;
+                    let remaining = lease.permits.saturating_add(lease.headroom).min(burst);
+                    let snapshot = Snapshot::new(burst, remaining, lease.reset_ns);
+                    return Ok(Decision::allowed(snapshot).at(lease.granted_at));
+                }
+                Some(lease) if !lease.renewing => {
+                    lease.renewing = true;
+                    Some(lease.next_size)
+                }
+                Some(_) => None, // a renewal is in flight: ask for this request alone
+                None => {
+                    if leases.len() >= self.config.max_keys.div_ceil(SHARDS) {
+                        leases.retain(|_, lease| lease.renewing || lease.expires_ns > now);
+                    }
+                    if leases.len() < self.config.max_keys.div_ceil(SHARDS) {
+                        let size = self.config.max_lease;
+                        leases.insert(key.to_vec(), Lease::renewing(size));
+                        Some(size)
+                    } else {
+                        None
+                    }
+                }
+            }
+        };
+        let want = lease_size.unwrap_or(n).clamp(n, burst);
+        let reply = self.grant(key, want, n).await;
+        let renewing = lease_size.is_some();
+        let (granted, now_us, used) = match reply {
+            Ok(reply) => reply,
+            Err(e) => {
+                if renewing {
+                    Self::lock(shard).entry(key.to_vec()).and_modify(|lease| lease.renewing = false);
+                }
+                return Err(e);
+            }
+        };
+        let granted_at = Nanos::new(now_us.saturating_mul(NS));
+        let decision = self.quota.decision(granted > 0, used, self.quota.cost_us(n));
+        if renewing {
+            let snapshot = decision.snapshot();
+            let mut leases = Self::lock(shard);
+            if let Some(lease) = leases.get_mut(key) {
+                lease.renewing = false;
+                let extra = if granted == want { want - n } else { 0 };
+                if extra > 0 {
+                    let held = if lease.expires_ns > now { lease.permits } else { 0 };
+                    lease.permits = held.saturating_add(extra).min(self.config.max_lease);
+                    lease.expires_ns =
+                        now.saturating_add(u64::try_from(self.config.ttl.as_nanos()).unwrap_or(u64::MAX));
+                    lease.granted_at = granted_at;
+                }
+                let headroom = snapshot.remaining();
+                lease.headroom = headroom;
+                lease.reset_ns = u64::try_from(snapshot.reset_after().as_nanos()).unwrap_or(u64::MAX);
+                let share = headroom / (2 * u64::from(self.config.instances));
+                lease.next_size = share.clamp(1, self.config.max_lease);
+            }
+        }
+        Ok(decision.at(granted_at))
+    }
+
+    /// One round trip: `want` permits if they fit, else `n`, else none. Returns
+    /// (units granted, Redis's time in µs, capacity in use in µs).
+    async fn grant(&self, key: &[u8], want: u64, n: u64) -> Result<(u64, u64, u64), Error> {
+        // Ordering: Relaxed; a statistic.
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let keys = self.limiter.redis_keys(key);
+        let mut invocation = scripts::LEASE.prepare_invoke();
+        invocation
+            .key(&keys[0])
+            .arg(self.limiter.now_arg())
+            .arg(self.quota.cost_us(want))
+            .arg(self.quota.cost_us(n))
+            .arg(self.quota.tolerance_us());
+        let reply: Vec<u64> = self.limiter.redis().invoke(&invocation).await?;
+        match *reply.as_slice() {
+            [granted, now, used] => Ok((
+                match granted {
+                    2 => want,
+                    1 => n,
+                    _ => 0,
+                },
+                now,
+                used,
+            )),
+            _ => Err(Error::reply(format_args!("lease script replied {reply:?}"))),
+        }
+    }
+
+    /// Gives `n` back to this instance's lease for `key` (up to the largest lease);
+    /// nothing is sent to Redis. Dropped if the lease has expired.
+    pub async fn refund(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64, admission: &Decision) -> Result<(), Error> {
+        let burst = self.quota.burst();
+        if n > burst {
+            return Err(Error::InsufficientCapacity(InsufficientCapacity { requested: n, capacity: burst }));
+        }
+        if admission.is_denied() || n == 0 {
+            return Ok(());
+        }
+        let now = self.clock.now().as_u64();
+        let key = key.as_ref();
+        let mut leases = Self::lock(self.shard(key));
+        if let Some(lease) = leases.get_mut(key)
+            && lease.expires_ns > now
+        {
+            lease.permits = lease.permits.saturating_add(n).min(self.config.max_lease);
+        }
+        Ok(())
+    }
+
+    /// `key`'s state in Redis (permits held in leases count as used).
+    pub async fn snapshot(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> Result<Snapshot, Error> {
+        self.limiter.snapshot(key).await
+    }
+}
+
+impl Lease {
+    fn renewing(next_size: u64) -> Self {
+        Self { permits: 0, expires_ns: 0, next_size, renewing: true, headroom: 0, reset_ns: 0, granted_at: Nanos::ZERO }
+    }
+}
+
+impl<K: AsRef<[u8]> + ?Sized + Sync, C: Clock + Send + Sync> AsyncKeyedLimiter<K> for Leased<C> {
+    type Error = Error;
+
+    fn check_n(&self, key: &K, n: u64) -> impl Future<Output = Result<Decision, Error>> + Send {
+        Leased::check_n(self, key, n)
+    }
+
+    fn refund(&self, key: &K, n: u64, admission: &Decision) -> impl Future<Output = Result<(), Error>> + Send {
+        Leased::refund(self, key, n, admission)
+    }
+
+    fn snapshot(&self, key: &K) -> impl Future<Output = Result<Snapshot, Error>> + Send {
+        Leased::snapshot(self, key)
+    }
+
+    fn policies(&self) -> &[Policy] {
+        self.limiter.policies()
+    }
+}

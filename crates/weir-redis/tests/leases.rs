@@ -1,0 +1,127 @@
+//! Token leases against a real redis-server: exact at a frozen time, the documented
+//! overshoot bound over time with several clients, fewer round trips.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+use support::RedisServer;
+use weir_core::{ManualClock, Nanos, Quota};
+use weir_redis::{ConfigError, LeaseConfig, Leased, Redis, RedisLimiter};
+
+const T0: u64 = 1_700_000_000_000_000_000;
+
+async fn client(server: &RedisServer, quota: Quota, config: LeaseConfig, clock: &ManualClock) -> Leased<ManualClock> {
+    // Each client is an instance of its own: its own connection and leases.
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let limiter = RedisLimiter::gcra(&redis, quota).with_clock(clock.clone());
+    Leased::with_clock(limiter, config, clock.clone()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_a_frozen_time_leased_clients_admit_exactly_the_burst() {
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    let quota = Quota::per_minute(100).unwrap();
+    let config = LeaseConfig::new(16).unwrap().instances(4).unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let client = Arc::new(client(&server, quota, config, &clock).await);
+        for _ in 0..4 {
+            let client = client.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0u64;
+                for _ in 0..100 {
+                    admitted += u64::from(client.check("hot").await.unwrap().is_allowed());
+                }
+                admitted
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    assert_eq!(admitted, 100, "1 600 requests at one instant over 4 leased clients");
+}
+
+#[tokio::test]
+async fn over_time_the_overshoot_stays_within_the_documented_bound() {
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    // r = 100/s, B = 50; N = 4 clients, L = 10, ttl = 200 ms: bound = min(40, 20) = 20.
+    let quota = Quota::per_second(100).unwrap().with_burst(50).unwrap();
+    let (n, max_lease, ttl) = (4u64, 10u64, Duration::from_millis(200));
+    let config = LeaseConfig::new(max_lease).unwrap().instances(n as u32).unwrap().ttl(ttl);
+    let mut clients = Vec::new();
+    for _ in 0..n {
+        clients.push(client(&server, quota, config, &clock).await);
+    }
+    // Cycles of 1 s: 600 ms quiet (the bucket refills), a request from each client at
+    // 600 ms and at 620 ms (the second takes a lease sized to the full bucket's
+    // headroom, and holds it), quiet again while the bucket refills behind the held
+    // permits, then 200 ms of overload (every client asks every millisecond), when
+    // the held permits are spent on top of what the bucket gives.
+    let mut admitted_at = Vec::new();
+    for ms in 0..3_000u64 {
+        let phase = ms % 1_000;
+        let ask = phase >= 800 || phase == 600 || phase == 620;
+        for c in &clients {
+            if ask && c.check("k").await.unwrap().is_allowed() {
+                admitted_at.push(ms);
+            }
+        }
+        clock.advance(Duration::from_millis(1));
+    }
+    let (burst, rate_per_ms) = (50.0, 0.1);
+    let bound = (n * max_lease).min(100 * ttl.as_millis() as u64 / 1_000) as f64;
+    let mut worst: f64 = f64::MIN;
+    for (i, &start) in admitted_at.iter().enumerate() {
+        for (j, &end) in admitted_at.iter().enumerate().skip(i) {
+            let count = (j - i + 1) as f64;
+            let overshoot = count - (burst + rate_per_ms * (end - start) as f64);
+            worst = worst.max(overshoot);
+        }
+    }
+    assert!(worst <= bound, "overshoot {worst} above the bound {bound}");
+    assert!(worst > 0.0, "this load shows the overshoot leases allow (else the test proves nothing)");
+    // Over the whole run, no more than the exact limiter could admit.
+    let span = (admitted_at.last().unwrap() - admitted_at[0]) as f64;
+    assert!(admitted_at.len() as f64 <= burst + rate_per_ms * span + 1.0, "{} admitted", admitted_at.len());
+    println!("admitted {}, worst overshoot {worst:.1} (bound {bound})", admitted_at.len());
+}
+
+#[tokio::test]
+async fn leases_cut_round_trips_for_keys_below_their_limit() {
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    let quota = Quota::per_second(10_000).unwrap();
+    let config = LeaseConfig::new(50).unwrap().instances(2).unwrap();
+    let clients = [client(&server, quota, config, &clock).await, client(&server, quota, config, &clock).await];
+    for _ in 0..500 {
+        for c in &clients {
+            assert!(c.check("tenant").await.unwrap().is_allowed());
+        }
+        clock.advance(Duration::from_millis(1)); // 2 000/s: a fifth of the quota
+    }
+    for c in &clients {
+        let (decisions, trips) = (c.decisions(), c.round_trips());
+        assert_eq!(decisions, 500);
+        assert!(trips * 10 <= decisions, "{trips} round trips for {decisions} decisions");
+    }
+    // A refund goes back into the lease, and peeks ask Redis.
+    let d = clients[0].check_n("tenant", 5).await.unwrap();
+    clients[0].refund("tenant", 5, &d).await.unwrap();
+    assert!(clients[0].snapshot("tenant").await.unwrap().remaining() > 0);
+}
+
+#[tokio::test]
+async fn leases_need_a_single_gcra_quota() {
+    let server = RedisServer::start();
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let tier = RedisLimiter::tiered(&redis, &[Quota::per_second(1).unwrap(), Quota::per_day(9).unwrap()]).unwrap();
+    assert!(matches!(Leased::new(tier, LeaseConfig::new(4).unwrap()), Err(ConfigError::LeaseNeedsGcra)));
+    let window = RedisLimiter::fixed_window(&redis, Quota::per_second(5).unwrap()).unwrap();
+    assert!(matches!(Leased::new(window, LeaseConfig::new(4).unwrap()), Err(ConfigError::LeaseNeedsGcra)));
+    assert!(matches!(LeaseConfig::new(0), Err(ConfigError::Zero { .. })));
+}
