@@ -1,0 +1,60 @@
+//! Redis Cluster: three masters on loopback; a tier's keys hash to different slots
+//! without the client hash tag and to one slot with it, so the tier script runs.
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+use support::RedisCluster;
+use weir_core::Quota;
+use weir_redis::{Redis, RedisLimiter, RedisOptions};
+
+fn slot(cluster: &RedisCluster, key: &str) -> u16 {
+    cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", key]).trim().parse().expect("a slot number")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tier_runs_as_one_script_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let redis = Redis::connect_cluster(&urls, RedisOptions::new().timeout(Duration::from_secs(1))).await.unwrap();
+    let quotas = [
+        Quota::per_second(5).unwrap().with_burst(10).unwrap(),
+        Quota::per_minute(20).unwrap(),
+        Quota::per_day(1_000).unwrap(),
+    ];
+    let tier = RedisLimiter::tiered(&redis, &quotas).unwrap().with_prefix("rl:").unwrap();
+    let mut masters_used = HashSet::new();
+    for client in 0..24 {
+        let key = format!("client-{client}");
+        // Without the tag the tier's keys spread over slots (and masters)...
+        let untagged: HashSet<u16> = (0..3).map(|i| slot(&cluster, &format!("rl:{key}:g{i}"))).collect();
+        assert!(untagged.len() > 1, "{key}: untagged keys in slots {untagged:?}");
+        // ...with it they share one.
+        let keys = tier.redis_keys(&key);
+        let tagged: HashSet<u16> = keys.iter().map(|k| slot(&cluster, k)).collect();
+        assert_eq!(tagged.len(), 1, "{key}: tagged keys {keys:?} in slots {tagged:?}");
+        masters_used.insert(*tagged.iter().next().unwrap() / 5_462);
+        let d = tier.check_n(&key, 10).await.unwrap();
+        assert!(d.is_allowed(), "{key}: {d:?}");
+        let d = tier.check(&key).await.unwrap();
+        assert!(d.is_denied() && d.policy_index() == 0, "{key}: {d:?}");
+        let d = tier.check_n(&key, 0).await.unwrap();
+        assert_eq!(d.remaining(), 0);
+    }
+    assert!(masters_used.len() > 1, "clients spread over the masters: {masters_used:?}");
+    // The same script on untagged keys is refused by the cluster (CROSSSLOT).
+    let mut untagged_key = None;
+    for client in 0..100 {
+        let k0 = format!("plain-{client}:g0");
+        let k1 = format!("plain-{client}:g1");
+        if slot(&cluster, &k0) != slot(&cluster, &k1) {
+            untagged_key = Some((k0, k1));
+            break;
+        }
+    }
+    let (k0, k1) = untagged_key.expect("two untagged keys in different slots");
+    let reply = cluster.nodes[0].cli(&["-c", "EVAL", "return redis.call('GET', KEYS[1])", "2", &k0, &k1]);
+    assert!(reply.contains("CROSSSLOT"), "untagged multi-key script: {reply}");
+}
