@@ -50,6 +50,7 @@ pub struct RedisServer {
     extra: Vec<String>,
     dir: PathBuf,
     paused: bool,
+    tls: bool,
 }
 
 impl RedisServer {
@@ -66,16 +67,79 @@ impl RedisServer {
     fn spawn(port: u16, password: Option<String>, extra: Vec<String>) -> Self {
         let dir = std::env::temp_dir().join(format!("weir-redis-test-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("create the server's folder");
-        let mut server = Self { child: None, port, password, extra, dir, paused: false };
+        let tls = extra.iter().any(|a| a == "--tls-port");
+        let mut server = Self { child: None, port, password, extra, dir, paused: false, tls };
         server.launch();
         server
     }
 
+    /// A server that speaks only TLS, with a certificate for 127.0.0.1 from a test CA
+    /// made by `openssl`; returns the server and the CA certificate (PEM).
+    pub fn start_tls() -> (Self, Vec<u8>) {
+        let port = free_port(false);
+        let dir = std::env::temp_dir().join(format!("weir-redis-tls-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the certificate folder");
+        let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+        let (ca, ca_key, csr, cert, key, ext) =
+            (file("ca.pem"), file("ca.key"), file("server.csr"), file("server.pem"), file("server.key"), file("ext"));
+        std::fs::write(&ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n").unwrap();
+        let openssl = |args: &[&str]| {
+            let status = Command::new(binary("openssl"))
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("run openssl");
+            assert!(status.success(), "openssl {args:?} failed");
+        };
+        // A test CA, and a server certificate for 127.0.0.1 signed by it.
+        let ca_args = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=weir test CA"];
+        openssl(&[&ca_args[..], &["-keyout", &ca_key, "-out", &ca]].concat());
+        openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", &key, "-out", &csr]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            &ext,
+            "-out",
+            &cert,
+        ]);
+        let (cert, key) = (PathBuf::from(cert), PathBuf::from(key));
+        let path = |p: &PathBuf| p.to_string_lossy().into_owned();
+        let extra = vec![
+            "--tls-port".to_owned(),
+            port.to_string(),
+            "--tls-cert-file".to_owned(),
+            path(&cert),
+            "--tls-key-file".to_owned(),
+            path(&key),
+            "--tls-ca-cert-file".to_owned(),
+            ca.clone(),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ];
+        let pem = std::fs::read(&ca).expect("read the CA certificate");
+        let server = Self::spawn(port, None, extra);
+        let _ = std::fs::remove_dir_all(&dir);
+        (server, pem)
+    }
+
     fn launch(&mut self) {
         let mut command = Command::new(binary("redis-server"));
+        // A TLS server listens on its TLS port only.
+        let plain_port = if self.tls { 0 } else { self.port };
         command
             .arg("--port")
-            .arg(self.port.to_string())
+            .arg(plain_port.to_string())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir)
@@ -94,6 +158,9 @@ impl RedisServer {
     fn wait_ready(&mut self) {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
+            if self.tls && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
             if let Some(reply) = self.raw_command("PING")
                 && (reply.starts_with("+PONG") || reply.starts_with("-NOAUTH"))
             {
