@@ -1,0 +1,3 @@
+//! The middleware benchmark (see BENCHMARKS.md, "HTTP middleware").
+
+fn main() {}

@@ -1,0 +1,460 @@
+//! The client's IP address: the peer, or behind trusted proxies the rightmost
+//! untrusted forwarded hop; IPv6 clients grouped by prefix.
+//!
+//! # Why the rightmost untrusted hop
+//!
+//! `X-Forwarded-For: a, b, c` lists the addresses each proxy saw, oldest first: the
+//! client wrote `a` (or anything it liked), the first proxy appended what it saw, and
+//! so on; the last proxy's own address is the TCP peer. Every hop left of the first
+//! proxy you operate is the client's to choose, so the leftmost entry is whatever an
+//! attacker wants it to be (a fresh fake address per request defeats a per-IP limit).
+//! The only address no client can forge is the one your own proxies saw: walking from
+//! the right, skip the hops that are your proxies; the first one that is not is the
+//! client. A header from a peer that is not a trusted proxy is not read at all.
+
+use crate::key::{Key, mask32, mask128};
+use core::fmt;
+use core::str::FromStr;
+use http::HeaderMap;
+use http::header::{FORWARDED, HeaderName};
+use http::request::Parts;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+/// An IP network: an address and a prefix length (`10.0.0.0/8`, `fd00::/8`, or one
+/// address, `192.0.2.7`, which is `/32` or `/128`).
+///
+/// ```
+/// use weir_tower::Cidr;
+///
+/// let net: Cidr = "10.0.0.0/8".parse()?;
+/// assert!(net.contains("10.20.30.40".parse()?));
+/// assert!(!net.contains("11.0.0.1".parse()?));
+/// assert!(net.contains("::ffff:10.0.0.1".parse()?)); // IPv4-mapped IPv6 is IPv4
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// The network of `prefix` bits around `addr`; `None` if the prefix is longer
+    /// than the address (33+ for IPv4, 129+ for IPv6).
+    pub fn new(addr: IpAddr, prefix: u8) -> Option<Self> {
+        let addr = addr.to_canonical();
+        let width = if addr.is_ipv4() { 32 } else { 128 };
+        (prefix <= width).then_some(Self { addr, prefix })
+    }
+
+    /// Whether `ip` is in this network.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip.to_canonical()) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = mask32(self.prefix);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = mask128(self.prefix);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// Why a network did not parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CidrError {
+    input: String,
+}
+
+impl fmt::Display for CidrError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "`{}` is not an IP network; write an address (`192.0.2.7`, `::1`) or an address and \
+             prefix length (`10.0.0.0/8`, `fd00::/8`)",
+            self.input
+        )
+    }
+}
+
+impl std::error::Error for CidrError {}
+
+impl FromStr for Cidr {
+    type Err = CidrError;
+
+    fn from_str(s: &str) -> Result<Self, CidrError> {
+        let error = || CidrError { input: s.to_owned() };
+        let s = s.trim();
+        let (addr, prefix) = match s.split_once('/') {
+            Some((addr, prefix)) => {
+                let addr: IpAddr = addr.parse().map_err(|_| error())?;
+                (addr, Some(prefix.parse::<u8>().map_err(|_| error())?))
+            }
+            None => (s.parse().map_err(|_| error())?, None),
+        };
+        // A mapped address's prefix counts the 96 mapping bits.
+        let (addr, prefix) = match (addr, prefix) {
+            (IpAddr::V6(v6), Some(p)) if v6.to_ipv4_mapped().is_some() => {
+                (addr, Some(p.checked_sub(96).ok_or_else(error)?))
+            }
+            _ => (addr, prefix),
+        };
+        let addr = addr.to_canonical();
+        let prefix = prefix.unwrap_or(if addr.is_ipv4() { 32 } else { 128 });
+        Self::new(addr, prefix).ok_or_else(error)
+    }
+}
+
+/// Which forwarding header trusted proxies write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (the default).
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client, for=proxy1` (the `for` parameter of each
+    /// element; `unknown` and obfuscated identifiers are not addresses).
+    Forwarded,
+}
+
+/// The peer address of a connection, for servers that are not axum's: insert it (or
+/// a plain [`SocketAddr`]) into each request's extensions. axum's
+/// `ConnectInfo<SocketAddr>` is read directly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// How to find the client's IP address: the peer, or the rightmost untrusted hop of
+/// a forwarding header when the peer is a trusted proxy; and how IPv6 clients are
+/// grouped (one key per `/64` by default: a single host usually holds a whole `/64`,
+/// and would otherwise have 2⁶⁴ keys to rotate through).
+///
+/// ```
+/// use weir_tower::{ClientIp, ForwardedHeader};
+///
+/// let client = ClientIp::peer()
+///     .trust_proxies(["10.0.0.0/8", "fd00::/8"])?
+///     .forwarded_header(ForwardedHeader::XForwardedFor)
+///     .ipv6_prefix(56)?;
+/// let peer = "10.0.0.2".parse()?;
+/// let mut headers = http::HeaderMap::new();
+/// headers.insert("x-forwarded-for", "203.0.113.9, 198.51.100.4, 10.0.0.7".parse()?);
+/// // 10.0.0.7 is a trusted proxy; 198.51.100.4 is not: it is the client. The
+/// // leftmost entry is whatever the client wrote.
+/// assert_eq!(client.resolve(peer, &headers), Some("198.51.100.4".parse()?));
+/// // A header from an untrusted peer is ignored.
+/// assert_eq!(client.resolve("192.0.2.1".parse()?, &headers), Some("192.0.2.1".parse()?));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct ClientIp {
+    trusted: Arc<[Cidr]>,
+    header: ForwardedHeader,
+    ipv4_prefix: u8,
+    ipv6_prefix: u8,
+}
+
+/// Why a [`ClientIp`] setting was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClientIpError {
+    /// A trusted proxy that is not a network.
+    Proxy(CidrError),
+    /// An IPv4 prefix above 32, or an IPv6 prefix above 128.
+    Prefix {
+        /// `4` or `6`.
+        version: u8,
+        /// The prefix asked for.
+        prefix: u8,
+    },
+}
+
+impl fmt::Display for ClientIpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Proxy(e) => write!(f, "trusted proxy: {e}"),
+            Self::Prefix { version, prefix } => {
+                let max = if *version == 4 { 32 } else { 128 };
+                write!(f, "an IPv{version} prefix of {prefix} bits is longer than the address; use at most {max}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ClientIpError {}
+
+impl ClientIp {
+    /// The peer address, no proxy trusted; IPv4 clients by address, IPv6 clients by
+    /// `/64`.
+    pub fn peer() -> Self {
+        Self { trusted: Arc::from([]), header: ForwardedHeader::XForwardedFor, ipv4_prefix: 32, ipv6_prefix: 64 }
+    }
+
+    /// Trusts these proxies (addresses or networks): when the peer is one of them,
+    /// the forwarding header names the client. Replaces any proxies trusted before.
+    pub fn trust_proxies<I, S>(self, proxies: I) -> Result<Self, ClientIpError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let trusted = proxies
+            .into_iter()
+            .map(|p| p.as_ref().parse::<Cidr>().map_err(ClientIpError::Proxy))
+            .collect::<Result<Arc<[Cidr]>, _>>()?;
+        Ok(Self { trusted, ..self })
+    }
+
+    /// Trusts these networks (see [`trust_proxies`](Self::trust_proxies)).
+    pub fn trust_networks(self, networks: impl IntoIterator<Item = Cidr>) -> Self {
+        Self { trusted: networks.into_iter().collect(), ..self }
+    }
+
+    /// Which header the trusted proxies write (default `X-Forwarded-For`).
+    pub fn forwarded_header(self, header: ForwardedHeader) -> Self {
+        Self { header, ..self }
+    }
+
+    /// Groups IPv6 clients by their first `prefix` bits (default 64; 128 for one key
+    /// per address).
+    pub fn ipv6_prefix(self, prefix: u8) -> Result<Self, ClientIpError> {
+        if prefix > 128 {
+            return Err(ClientIpError::Prefix { version: 6, prefix });
+        }
+        Ok(Self { ipv6_prefix: prefix, ..self })
+    }
+
+    /// Groups IPv4 clients by their first `prefix` bits (default 32: one key per
+    /// address).
+    pub fn ipv4_prefix(self, prefix: u8) -> Result<Self, ClientIpError> {
+        if prefix > 32 {
+            return Err(ClientIpError::Prefix { version: 4, prefix });
+        }
+        Ok(Self { ipv4_prefix: prefix, ..self })
+    }
+
+    /// The trusted proxies.
+    pub fn trusted_proxies(&self) -> &[Cidr] {
+        &self.trusted
+    }
+
+    fn is_trusted(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|net| net.contains(ip))
+    }
+
+    /// The client's address for a request from `peer` with `headers`: `peer` itself
+    /// unless it is a trusted proxy; then, walking the forwarding header from the
+    /// right, the first hop that is not a trusted proxy (or the leftmost hop, if all
+    /// are). `None` when a hop that must be read is not an address (`unknown`, an
+    /// obfuscated identifier, garbage): the client cannot be told.
+    pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> Option<IpAddr> {
+        let peer = peer.to_canonical();
+        if !self.is_trusted(peer) {
+            return Some(peer);
+        }
+        let mut client = peer;
+        let name: HeaderName = match self.header {
+            ForwardedHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
+            ForwardedHeader::Forwarded => FORWARDED,
+        };
+        // Header lines in reverse, each line's hops in reverse: the hops from the
+        // nearest proxy outwards.
+        for line in headers.get_all(&name).iter().rev() {
+            let line = line.to_str().ok()?;
+            for hop in line.rsplit(',') {
+                let hop = match self.header {
+                    ForwardedHeader::XForwardedFor => parse_node(hop),
+                    ForwardedHeader::Forwarded => forwarded_for(hop).and_then(parse_node),
+                };
+                client = hop?;
+                if !self.is_trusted(client) {
+                    return Some(client);
+                }
+            }
+        }
+        Some(client)
+    }
+
+    /// The client's key: its address, grouped by the prefix for its family.
+    pub fn key_of(&self, client: IpAddr) -> Key {
+        match client.to_canonical() {
+            ip @ IpAddr::V4(_) => Key::ip_grouped(ip, self.ipv4_prefix),
+            ip @ IpAddr::V6(_) => Key::ip_grouped(ip, self.ipv6_prefix),
+        }
+    }
+
+    /// The request's key: the client resolved from its peer address (axum's
+    /// `ConnectInfo<SocketAddr>`, a [`PeerAddr`] or a [`SocketAddr`] extension) and
+    /// headers. `None` if the request carries no peer address or the client cannot be
+    /// told.
+    pub fn key(&self, parts: &Parts) -> Option<Key> {
+        let peer = peer_addr(parts)?;
+        Some(self.key_of(self.resolve(peer, &parts.headers)?))
+    }
+}
+
+/// The peer address in a request's extensions.
+pub(crate) fn peer_addr(parts: &Parts) -> Option<IpAddr> {
+    #[cfg(feature = "axum")]
+    if let Some(info) = parts.extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+        return Some(info.0.ip());
+    }
+    if let Some(PeerAddr(addr)) = parts.extensions.get::<PeerAddr>() {
+        return Some(addr.ip());
+    }
+    parts.extensions.get::<SocketAddr>().map(SocketAddr::ip)
+}
+
+/// The `for=` value of one `Forwarded` element, unquoted.
+fn forwarded_for(element: &str) -> Option<&str> {
+    element.split(';').find_map(|pair| {
+        let (name, value) = pair.split_once('=')?;
+        name.trim().eq_ignore_ascii_case("for").then(|| {
+            let value = value.trim();
+            value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value)
+        })
+    })
+}
+
+/// A hop as an address: `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1`,
+/// `[2001:db8::1]` or `[2001:db8::1]:80`.
+fn parse_node(hop: &str) -> Option<IpAddr> {
+    let hop = hop.trim();
+    if let Ok(ip) = hop.parse::<IpAddr>() {
+        return Some(ip.to_canonical());
+    }
+    if let Ok(addr) = hop.parse::<SocketAddr>() {
+        return Some(addr.ip().to_canonical());
+    }
+    let inner = hop.strip_prefix('[')?.split(']').next()?;
+    inner.parse::<IpAddr>().ok().map(|ip| ip.to_canonical())
+}
+
+impl fmt::Debug for ClientIp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientIp")
+            .field("trusted", &self.trusted)
+            .field("header", &self.header)
+            .field("ipv4_prefix", &self.ipv4_prefix)
+            .field("ipv6_prefix", &self.ipv6_prefix)
+            .finish()
+    }
+}
+
+impl Default for ClientIp {
+    fn default() -> Self {
+        Self::peer()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn headers(name: &str, lines: &[&str]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for line in lines {
+            map.append(HeaderName::from_bytes(name.as_bytes()).unwrap(), line.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn networks_parse_and_contain() {
+        assert_eq!("10.0.0.0/8".parse::<Cidr>().unwrap().to_string(), "10.0.0.0/8");
+        assert_eq!("::1".parse::<Cidr>().unwrap().to_string(), "::1/128");
+        assert_eq!("::ffff:10.0.0.0/104".parse::<Cidr>().unwrap().to_string(), "10.0.0.0/8");
+        for bad in ["10.0.0.0/33", "::/129", "x", "10.0.0.0/", "10.0.0.0/-1", "::ffff:10.0.0.0/90"] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
+        }
+        let net: Cidr = "2001:db8::/32".parse().unwrap();
+        assert!(net.contains(ip("2001:db8:ffff::1")));
+        assert!(!net.contains(ip("2001:db9::1")));
+        assert!(!net.contains(ip("10.0.0.1")));
+        assert!("0.0.0.0/0".parse::<Cidr>().unwrap().contains(ip("1.2.3.4")));
+    }
+
+    #[test]
+    fn an_untrusted_peer_is_the_client_whatever_it_sends() {
+        let client = ClientIp::peer().trust_proxies(["10.0.0.1"]).unwrap();
+        let spoofed = headers("x-forwarded-for", &["1.2.3.4"]);
+        assert_eq!(client.resolve(ip("192.0.2.9"), &spoofed), Some(ip("192.0.2.9")));
+        // With no proxy trusted at all, the header is never read.
+        assert_eq!(ClientIp::peer().resolve(ip("10.0.0.1"), &spoofed), Some(ip("10.0.0.1")));
+    }
+
+    #[test]
+    fn the_client_is_the_rightmost_untrusted_hop() {
+        let client = ClientIp::peer().trust_proxies(["10.0.0.0/8"]).unwrap();
+        let h = headers("x-forwarded-for", &["6.6.6.6, 203.0.113.5", "10.1.1.1, 10.2.2.2"]);
+        assert_eq!(client.resolve(ip("10.0.0.1"), &h), Some(ip("203.0.113.5")));
+        // All hops trusted: the leftmost is the client.
+        let h = headers("x-forwarded-for", &["10.9.9.9, 10.2.2.2"]);
+        assert_eq!(client.resolve(ip("10.0.0.1"), &h), Some(ip("10.9.9.9")));
+        // No header: the proxy itself.
+        assert_eq!(client.resolve(ip("10.0.0.1"), &HeaderMap::new()), Some(ip("10.0.0.1")));
+        // Ports and brackets.
+        let h = headers("x-forwarded-for", &["[2001:db8::7]:443, 203.0.113.5:8080"]);
+        assert_eq!(client.resolve(ip("10.0.0.1"), &h), Some(ip("203.0.113.5")));
+        let h = headers("x-forwarded-for", &["[2001:db8::7]:443"]);
+        assert_eq!(client.resolve(ip("10.0.0.1"), &h), Some(ip("2001:db8::7")));
+        // Garbage where the client must be read: unknown.
+        let h = headers("x-forwarded-for", &["1.2.3.4, nonsense"]);
+        assert_eq!(client.resolve(ip("10.0.0.1"), &h), None);
+        // Garbage left of the client is never read.
+        let h = headers("x-forwarded-for", &["nonsense, 1.2.3.4"]);
+        assert_eq!(client.resolve(ip("10.0.0.1"), &h), Some(ip("1.2.3.4")));
+    }
+
+    #[test]
+    fn forwarded_elements_are_read_by_their_for_parameter() {
+        let client =
+            ClientIp::peer().trust_proxies(["10.0.0.0/8"]).unwrap().forwarded_header(ForwardedHeader::Forwarded);
+        let h = headers(
+            "forwarded",
+            &["for=6.6.6.6, For=\"[2001:db8:cafe::17]:4711\";proto=https", "by=10.0.0.9;for=10.3.3.3"],
+        );
+        assert_eq!(client.resolve(ip("10.0.0.1"), &h), Some(ip("2001:db8:cafe::17")));
+        let h = headers("forwarded", &["for=unknown"]);
+        assert_eq!(client.resolve(ip("10.0.0.1"), &h), None);
+        let h = headers("forwarded", &["for=_hidden, for=192.0.2.60"]);
+        assert_eq!(client.resolve(ip("10.0.0.1"), &h), Some(ip("192.0.2.60")));
+        // X-Forwarded-For is not read when Forwarded is configured.
+        let h = headers("x-forwarded-for", &["6.6.6.6"]);
+        assert_eq!(client.resolve(ip("10.0.0.1"), &h), Some(ip("10.0.0.1")));
+    }
+
+    #[test]
+    fn keys_group_by_family_prefix() {
+        let client = ClientIp::peer().ipv4_prefix(24).unwrap().ipv6_prefix(48).unwrap();
+        assert_eq!(client.key_of(ip("192.0.2.77")).to_string(), "192.0.2.0/24");
+        assert_eq!(client.key_of(ip("::ffff:192.0.2.77")).to_string(), "192.0.2.0/24");
+        assert_eq!(client.key_of(ip("2001:db8:1:2::1")).to_string(), "2001:db8:1::/48");
+        assert!(ClientIp::peer().ipv6_prefix(129).is_err());
+        assert!(ClientIp::peer().ipv4_prefix(33).is_err());
+        assert_eq!(ClientIp::peer().key_of(ip("2001:db8::1")).to_string(), "2001:db8::/64");
+    }
+
+    #[test]
+    fn the_peer_is_read_from_extensions() {
+        assert_eq!(ClientIp::peer().key(&http::Request::new(()).into_parts().0), None);
+        let mut request = http::Request::new(());
+        request.extensions_mut().insert("192.0.2.1:4000".parse::<SocketAddr>().unwrap());
+        assert_eq!(ClientIp::peer().key(&request.into_parts().0), Some(Key::ip(ip("192.0.2.1"))));
+        let mut request = http::Request::new(());
+        request.extensions_mut().insert(PeerAddr("192.0.2.2:4000".parse().unwrap()));
+        assert_eq!(ClientIp::peer().key(&request.into_parts().0), Some(Key::ip(ip("192.0.2.2"))));
+    }
+}

@@ -1,0 +1,434 @@
+//! [`Key`]: who a request counts against, and [`KeySource`]: where it is read from.
+
+use crate::ip::ClientIp;
+use core::fmt;
+use core::hash::{Hash, Hasher};
+use http::HeaderName;
+use http::request::Parts;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+/// Bytes a key keeps inline: every IP key, and API keys and user ids up to 45 bytes,
+/// are built without allocating.
+const INLINE: usize = 46;
+
+/// What a key is made of; the first byte of its encoding, so keys of different kinds
+/// never collide in one store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum KeyKind {
+    /// A client IP address (an IPv6 address grouped by its prefix).
+    Ip,
+    /// The value of an API-key header.
+    ApiKey,
+    /// An authenticated user.
+    User,
+    /// Every request: one key for all.
+    Global,
+    /// A key built by your own code.
+    Custom,
+}
+
+impl KeyKind {
+    const fn tag(self) -> u8 {
+        match self {
+            Self::Ip => 1,
+            Self::ApiKey => 2,
+            Self::User => 3,
+            Self::Global => 4,
+            Self::Custom => 5,
+        }
+    }
+}
+
+/// Who a request counts against: a client IP address (IPv6 grouped by prefix), an API
+/// key, a user, one global key, or bytes of your own.
+///
+/// Keys of different kinds never collide (an API key that spells an IP address is a
+/// different key). IP keys, and other keys up to 45 bytes, are kept inline: building
+/// and comparing them allocates nothing.
+///
+/// ```
+/// use std::net::IpAddr;
+/// use weir_tower::{Key, KeyKind};
+///
+/// let ip: IpAddr = "2001:db8::1".parse()?;
+/// let grouped = Key::ip_grouped(ip, 64);
+/// assert_eq!(grouped, Key::ip_grouped("2001:db8::ffff:2".parse()?, 64)); // same /64
+/// assert_eq!(grouped.to_string(), "2001:db8::/64");
+/// assert_eq!(Key::api_key(b"k-123").kind(), KeyKind::ApiKey);
+/// assert_ne!(Key::user("1.2.3.4"), Key::ip("1.2.3.4".parse()?));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Key(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// `bytes[..len]` is the encoding: the kind's tag, then the kind's bytes (for an
+    /// IP: the prefix length, then 4 or 16 address bytes).
+    Inline { len: u8, bytes: [u8; INLINE] },
+    /// The same encoding, for keys longer than `INLINE`.
+    Heap(Box<[u8]>),
+}
+
+impl Key {
+    fn encode(kind: KeyKind, parts: &[&[u8]]) -> Self {
+        let len = 1 + parts.iter().map(|p| p.len()).sum::<usize>();
+        if len <= INLINE {
+            let mut bytes = [0u8; INLINE];
+            bytes[0] = kind.tag();
+            let mut at = 1;
+            for part in parts {
+                bytes[at..at + part.len()].copy_from_slice(part);
+                at += part.len();
+            }
+            // `len <= INLINE < 256`.
+            Self(Repr::Inline { len: len as u8, bytes })
+        } else {
+            let mut bytes = Vec::with_capacity(len);
+            bytes.push(kind.tag());
+            parts.iter().for_each(|p| bytes.extend_from_slice(p));
+            Self(Repr::Heap(bytes.into_boxed_slice()))
+        }
+    }
+
+    /// The client address `ip`, as is (an IPv4-mapped IPv6 address is its IPv4
+    /// address).
+    pub fn ip(ip: IpAddr) -> Self {
+        match ip.to_canonical() {
+            IpAddr::V4(v4) => Self::ip_grouped(IpAddr::V4(v4), 32),
+            IpAddr::V6(v6) => Self::ip_grouped(IpAddr::V6(v6), 128),
+        }
+    }
+
+    /// The network of `prefix` bits that `ip` is in: all addresses of one `/64` are
+    /// one key with `prefix = 64`. The prefix is clamped to the address's width; an
+    /// IPv4-mapped IPv6 address is its IPv4 address, grouped by `prefix - 96`.
+    pub fn ip_grouped(ip: IpAddr, prefix: u8) -> Self {
+        match ip {
+            IpAddr::V4(v4) => {
+                let prefix = prefix.min(32);
+                let bits = u32::from(v4) & mask32(prefix);
+                Self::encode(KeyKind::Ip, &[&[prefix], &bits.to_be_bytes()])
+            }
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Self::ip_grouped(IpAddr::V4(v4), prefix.saturating_sub(96)),
+                None => {
+                    let prefix = prefix.min(128);
+                    let bits = u128::from(v6) & mask128(prefix);
+                    Self::encode(KeyKind::Ip, &[&[prefix], &bits.to_be_bytes()])
+                }
+            },
+        }
+    }
+
+    /// An API key (the raw header value).
+    pub fn api_key(key: &[u8]) -> Self {
+        Self::encode(KeyKind::ApiKey, &[key])
+    }
+
+    /// An authenticated user.
+    pub fn user(id: &str) -> Self {
+        Self::encode(KeyKind::User, &[id.as_bytes()])
+    }
+
+    /// The one key every request shares.
+    pub fn global() -> Self {
+        Self::encode(KeyKind::Global, &[])
+    }
+
+    /// A key of your own making (distinct from every other kind).
+    pub fn custom(bytes: &[u8]) -> Self {
+        Self::encode(KeyKind::Custom, &[bytes])
+    }
+
+    /// The encoding: the kind's tag, then the kind's bytes.
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Heap(bytes) => bytes,
+        }
+    }
+
+    /// What this key is made of.
+    pub fn kind(&self) -> KeyKind {
+        match self.bytes().first() {
+            Some(1) => KeyKind::Ip,
+            Some(2) => KeyKind::ApiKey,
+            Some(3) => KeyKind::User,
+            Some(4) => KeyKind::Global,
+            _ => KeyKind::Custom,
+        }
+    }
+
+    /// The bytes the key was made of, without the kind (for an IP key: the prefix
+    /// length, then the address bytes).
+    pub fn payload(&self) -> &[u8] {
+        self.bytes().get(1..).unwrap_or(&[])
+    }
+
+    /// For an IP key, the (grouped) address and its prefix length.
+    pub fn ip_network(&self) -> Option<(IpAddr, u8)> {
+        if self.kind() != KeyKind::Ip {
+            return None;
+        }
+        match self.payload() {
+            [prefix, a, b, c, d] => Some((IpAddr::V4(Ipv4Addr::new(*a, *b, *c, *d)), *prefix)),
+            [prefix, rest @ ..] => {
+                let octets: [u8; 16] = rest.try_into().ok()?;
+                Some((IpAddr::V6(Ipv6Addr::from(octets)), *prefix))
+            }
+            [] => None,
+        }
+    }
+}
+
+pub(crate) fn mask32(prefix: u8) -> u32 {
+    u32::MAX.checked_shl(32 - u32::from(prefix.min(32))).unwrap_or(0)
+}
+
+pub(crate) fn mask128(prefix: u8) -> u128 {
+    u128::MAX.checked_shl(128 - u32::from(prefix.min(128))).unwrap_or(0)
+}
+
+impl PartialEq for Key {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+
+impl Eq for Key {}
+
+impl Hash for Key {
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.bytes().hash(state);
+    }
+}
+
+/// How a key is shown in logs and events: an IP as its address (`/prefix` when
+/// grouped), a user as `user:<id>`, an API key as `api-key:` and its first four
+/// characters only (the key is a secret), the global key as `global`.
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind() {
+            KeyKind::Ip => match self.ip_network() {
+                Some((IpAddr::V4(ip), 32)) => write!(f, "{ip}"),
+                Some((IpAddr::V6(ip), 128)) => write!(f, "{ip}"),
+                Some((ip, prefix)) => write!(f, "{ip}/{prefix}"),
+                None => f.write_str("ip:?"),
+            },
+            KeyKind::ApiKey => {
+                let shown: String = String::from_utf8_lossy(self.payload()).chars().take(4).collect();
+                write!(f, "api-key:{shown}…")
+            }
+            KeyKind::User => write!(f, "user:{}", String::from_utf8_lossy(self.payload())),
+            KeyKind::Global => f.write_str("global"),
+            KeyKind::Custom => write!(f, "custom:{}", String::from_utf8_lossy(self.payload())),
+        }
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({self})")
+    }
+}
+
+/// The authenticated user, as an authentication layer inserts it into the request's
+/// extensions; [`KeySource::user`] reads it.
+///
+/// ```
+/// use weir_tower::User;
+///
+/// let mut request = http::Request::new(());
+/// request.extensions_mut().insert(User::from("alice"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct User(pub Arc<str>);
+
+impl From<&str> for User {
+    fn from(id: &str) -> Self {
+        Self(Arc::from(id))
+    }
+}
+
+impl From<String> for User {
+    fn from(id: String) -> Self {
+        Self(Arc::from(id))
+    }
+}
+
+type KeyFn = dyn Fn(&Parts) -> Option<Key> + Send + Sync;
+
+/// Where a limit reads a request's [`Key`] from.
+///
+/// ```
+/// use weir_tower::{ClientIp, KeySource};
+///
+/// // The API key if the request has one, else the client's IP address.
+/// let client = KeySource::first_of([KeySource::header("x-api-key"), KeySource::ip(ClientIp::peer())]);
+/// # let _ = client;
+/// ```
+#[derive(Clone)]
+pub struct KeySource(Source);
+
+#[derive(Clone)]
+enum Source {
+    Ip(ClientIp),
+    Header(HeaderName),
+    User,
+    Global,
+    Custom(Arc<KeyFn>),
+    FirstOf(Arc<[KeySource]>),
+}
+
+impl KeySource {
+    /// The client's IP address: the peer address, or behind trusted proxies the
+    /// rightmost untrusted forwarded hop (see [`ClientIp`]).
+    pub fn ip(client: ClientIp) -> Self {
+        Self(Source::Ip(client))
+    }
+
+    /// The value of header `name` (an API key). A name that is not a valid header
+    /// name never matches (every request then has no key from this source).
+    pub fn header(name: &str) -> Self {
+        match HeaderName::from_bytes(name.as_bytes()) {
+            Ok(name) => Self(Source::Header(name)),
+            Err(_) => Self(Source::Custom(Arc::new(|_: &Parts| None))),
+        }
+    }
+
+    /// The authenticated [`User`] in the request's extensions.
+    pub fn user() -> Self {
+        Self(Source::User)
+    }
+
+    /// An extension of type `T` in the request, turned into a key by `key` (for the
+    /// user type of your authentication layer).
+    pub fn extension<T: Send + Sync + 'static>(key: impl Fn(&T) -> Key + Send + Sync + 'static) -> Self {
+        Self(Source::Custom(Arc::new(move |parts: &Parts| parts.extensions.get::<T>().map(&key))))
+    }
+
+    /// One key for every request: a limit on the whole route.
+    pub fn global() -> Self {
+        Self(Source::Global)
+    }
+
+    /// Your own: `None` when the request has no usable key.
+    pub fn custom(key: impl Fn(&Parts) -> Option<Key> + Send + Sync + 'static) -> Self {
+        Self(Source::Custom(Arc::new(key)))
+    }
+
+    /// The first of `sources` that has a key for the request.
+    pub fn first_of(sources: impl IntoIterator<Item = KeySource>) -> Self {
+        Self(Source::FirstOf(sources.into_iter().collect()))
+    }
+
+    /// The request's key, or `None` when it has none from this source.
+    pub fn key(&self, parts: &Parts) -> Option<Key> {
+        match &self.0 {
+            Source::Ip(client) => client.key(parts),
+            Source::Header(name) => {
+                let value = parts.headers.get(name)?.as_bytes().trim_ascii();
+                (!value.is_empty()).then(|| Key::api_key(value))
+            }
+            Source::User => parts.extensions.get::<User>().map(|user| Key::user(&user.0)),
+            Source::Global => Some(Key::global()),
+            Source::Custom(key) => key(parts),
+            Source::FirstOf(sources) => sources.iter().find_map(|source| source.key(parts)),
+        }
+    }
+}
+
+impl fmt::Debug for KeySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Source::Ip(client) => f.debug_tuple("Ip").field(client).finish(),
+            Source::Header(name) => f.debug_tuple("Header").field(name).finish(),
+            Source::User => f.write_str("User"),
+            Source::Global => f.write_str("Global"),
+            Source::Custom(_) => f.write_str("Custom(..)"),
+            Source::FirstOf(sources) => f.debug_tuple("FirstOf").field(sources).finish(),
+        }
+    }
+}
+
+/// What a limit does with a request that has no usable key (no peer address, no API
+/// key header, no authenticated user).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MissingKey {
+    /// Refuse the request: `400 Bad Request` with a problem+json body saying the client
+    /// could not be identified. The default: a server that cannot tell its clients
+    /// apart should say so rather than guess.
+    Deny,
+    /// Count it against this one key, shared by every unidentified request.
+    Shared(Key),
+    /// Let it through this limit unchecked (other limits still apply).
+    Skip,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_keys_live_on_the_heap_and_compare_by_content() {
+        let long = "u".repeat(200);
+        assert_eq!(Key::user(&long), Key::user(&long));
+        assert_ne!(Key::user(&long), Key::user(&long[1..]));
+        assert!(matches!(Key::user(&long).0, Repr::Heap(_)));
+        assert!(matches!(Key::user(&long[..45]).0, Repr::Inline { .. }));
+        assert!(matches!(Key::ip("2001:db8::1".parse().unwrap()).0, Repr::Inline { .. }));
+    }
+
+    #[test]
+    fn kinds_never_collide() {
+        assert_ne!(Key::api_key(b"x"), Key::user("x"));
+        assert_ne!(Key::custom(b""), Key::global());
+        assert_eq!(Key::global().kind(), KeyKind::Global);
+        assert_eq!(Key::custom(b"a").payload(), b"a");
+    }
+
+    #[test]
+    fn ip_keys_group_by_prefix() {
+        let a = Key::ip_grouped("2001:db8:1:2:3:4:5:6".parse().unwrap(), 64);
+        let b = Key::ip_grouped("2001:db8:1:2::9".parse().unwrap(), 64);
+        let c = Key::ip_grouped("2001:db8:1:3::9".parse().unwrap(), 64);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.to_string(), "2001:db8:1:2::/64");
+        assert_eq!(Key::ip_grouped("10.1.2.3".parse().unwrap(), 24).to_string(), "10.1.2.0/24");
+        assert_eq!(Key::ip_grouped("10.1.2.3".parse().unwrap(), 0).to_string(), "0.0.0.0/0");
+        assert_eq!(Key::ip_grouped("10.1.2.3".parse().unwrap(), 200), Key::ip("10.1.2.3".parse().unwrap()));
+        // An IPv4-mapped IPv6 address is its IPv4 address.
+        assert_eq!(Key::ip("::ffff:10.1.2.3".parse().unwrap()), Key::ip("10.1.2.3".parse().unwrap()));
+        assert_eq!(Key::ip_grouped("::ffff:10.1.2.3".parse().unwrap(), 64).to_string(), "0.0.0.0/0");
+    }
+
+    #[test]
+    fn api_keys_are_not_logged_whole() {
+        assert_eq!(Key::api_key(b"secret-key-123").to_string(), "api-key:secr…");
+        assert_eq!(Key::user("alice").to_string(), "user:alice");
+    }
+
+    #[test]
+    fn sources_read_headers_extensions_and_fall_back() {
+        let mut request = http::Request::builder().header("x-api-key", "  k1 ").body(()).unwrap();
+        request.extensions_mut().insert(User::from("bob"));
+        let (parts, ()) = request.into_parts();
+        assert_eq!(KeySource::header("x-api-key").key(&parts), Some(Key::api_key(b"k1")));
+        assert_eq!(KeySource::header("x-other").key(&parts), None);
+        assert_eq!(KeySource::header("bad header").key(&parts), None);
+        assert_eq!(KeySource::user().key(&parts), Some(Key::user("bob")));
+        let first = KeySource::first_of([KeySource::header("x-other"), KeySource::user()]);
+        assert_eq!(first.key(&parts), Some(Key::user("bob")));
+        let ext = KeySource::extension(|u: &User| Key::custom(u.0.as_bytes()));
+        assert_eq!(ext.key(&parts), Some(Key::custom(b"bob")));
+        assert_eq!(KeySource::global().key(&parts), Some(Key::global()));
+    }
+}

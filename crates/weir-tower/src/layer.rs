@@ -1,0 +1,554 @@
+//! [`RateLimitLayer`] and its [`RateLimit`] service.
+
+use crate::key::Key;
+use crate::policy::{CompiledPolicy, Keys, MAX_LIMITS, Policy, Refusal, Verdict, compile};
+use crate::response::{BodyStyle, Denied, DenyBody, RateLimitHeaders, Rejection, ResponseBody, retry_after_secs};
+use bytes::Bytes;
+use core::fmt;
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll, Waker};
+use http::request::Parts;
+use http::{Request, Response};
+use std::sync::Arc;
+use std::time::Duration;
+use tower_layer::Layer;
+use tower_service::Service;
+use weir_core::{Decision, KeyedLimiter};
+
+type SkipFn = dyn Fn(&Parts) -> bool + Send + Sync;
+type HookFn = dyn Fn(&LimitEvent<'_>) + Send + Sync;
+type VerdictFuture = Pin<Box<dyn Future<Output = Verdict> + Send>>;
+
+/// What the on-limit hook is told: a request the middleware answered itself.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct LimitEvent<'a> {
+    /// The request (without its body).
+    pub request: &'a Parts,
+    /// The route policy's name.
+    pub policy: &'a str,
+    /// Why it was refused.
+    pub rejection: Rejection,
+    /// The deciding quota's name (empty if none decided).
+    pub quota: &'a str,
+    /// The key it counted against, if it had one.
+    pub key: Option<&'a Key>,
+    /// The limiter's decision, if a limiter denied it.
+    pub decision: Option<&'a Decision>,
+    /// When to try again, if known.
+    pub retry_after: Option<Duration>,
+}
+
+/// Why a [`RateLimitLayer`] could not be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildError(String);
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+struct Shared {
+    /// Route prefixes and their policies, longest prefix first.
+    routes: Vec<(Box<str>, usize)>,
+    /// The policy for requests no route matches.
+    default: Option<usize>,
+    policies: Vec<CompiledPolicy>,
+    skip_paths: Vec<Box<str>>,
+    skip: Option<Arc<SkipFn>>,
+    on_limit: Option<Arc<HookFn>>,
+    legacy_headers: bool,
+    body: BodyStyle,
+}
+
+impl Shared {
+    fn policy_for(&self, path: &str) -> Option<usize> {
+        self.routes
+            .iter()
+            .find(|(prefix, _)| {
+                path.strip_prefix(&**prefix)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/') || prefix.ends_with('/'))
+            })
+            .map(|&(_, policy)| policy)
+            .or(self.default)
+    }
+
+    fn skips(&self, parts: &Parts) -> bool {
+        self.skip_paths.iter().any(|p| **p == *parts.uri.path()) || self.skip.as_ref().is_some_and(|skip| skip(parts))
+    }
+
+    /// The middleware's own answer to a refused request, after telling the hook.
+    fn refuse(&self, policy: usize, parts: &Parts, refusal: Refusal) -> Response<Bytes> {
+        let policy = self.policies.get(policy).map_or("", |p| &*p.name);
+        let (rejection, quota, key, decision, retry_after, headers) = match &refusal {
+            Refusal::Denied { decision, quota, key, headers } => {
+                (Rejection::RateLimited, &**quota, Some(key), Some(decision), decision.retry_after(), Some(headers))
+            }
+            Refusal::TurnedAway { retry_after, key } => {
+                (Rejection::RateLimited, "throttle", Some(key), None, Some(*retry_after), None)
+            }
+            Refusal::Unavailable { key, .. } => (Rejection::Unavailable, "", Some(key), None, None, None),
+        };
+        match &refusal {
+            Refusal::Unavailable { error, key } => {
+                tracing::warn!(target: "weir_tower", policy, key = %key, path = parts.uri.path(), %error, "rate limiter unavailable");
+            }
+            _ => {
+                let retry_after_s = retry_after.map(retry_after_secs);
+                tracing::debug!(
+                    target: "weir_tower", policy, quota, key = ?key.map(ToString::to_string),
+                    path = parts.uri.path(), retry_after_s, "rate limited"
+                );
+            }
+        }
+        self.respond(parts, rejection, policy, quota, key, decision, retry_after, headers.cloned())
+    }
+
+    fn unidentified(&self, policy: usize, parts: &Parts) -> Response<Bytes> {
+        let policy = self.policies.get(policy).map_or("", |p| &*p.name);
+        tracing::debug!(target: "weir_tower", policy, path = parts.uri.path(), "client not identified");
+        self.respond(parts, Rejection::Unidentified, policy, "", None, None, None, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn respond(
+        &self,
+        parts: &Parts,
+        rejection: Rejection,
+        policy: &str,
+        quota: &str,
+        key: Option<&Key>,
+        decision: Option<&Decision>,
+        retry_after: Option<Duration>,
+        headers: Option<RateLimitHeaders>,
+    ) -> Response<Bytes> {
+        if let Some(hook) = &self.on_limit {
+            hook(&LimitEvent { request: parts, policy, rejection, quota, key, decision, retry_after });
+        }
+        let denied = Denied { rejection, policy, quota, retry_after_secs: retry_after.map(retry_after_secs), decision };
+        self.body.response(&denied, headers)
+    }
+}
+
+/// Rate limiting for a tower service (an axum `Router` with [`Router::layer`] or
+/// [`route_layer`], a hyper service through tower): keys, route policies, tiers,
+/// layered limits, `RateLimit` headers and problem+json 429s.
+///
+/// Cheap to clone (one `Arc`), `Send` and `Sync`; every clone shares the same
+/// limiters, so a server that clones its service per connection (or per request, as
+/// axum does) still enforces one limit. (tower's own `RateLimit` is not `Clone`,
+/// and wrapped to make it so, it lets every clone have its own budget: axum issue
+/// #2634.)
+///
+/// [`Router::layer`]: https://docs.rs/axum/0.8/axum/struct.Router.html#method.layer
+/// [`route_layer`]: https://docs.rs/axum/0.8/axum/struct.Router.html#method.route_layer
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_tower::{Limit, Policy, RateLimitLayer};
+/// # use weir_core::{Decision, InsufficientCapacity, KeyedLimiter, Snapshot};
+/// # struct Open([weir_core::Policy; 1]);
+/// # impl KeyedLimiter<weir_tower::Key> for Open {
+/// #     fn check_n(&self, _: &weir_tower::Key, _: u64) -> Result<Decision, InsufficientCapacity> {
+/// #         Ok(Decision::allowed(Snapshot::new(1, 1, 0)))
+/// #     }
+/// #     fn refund(&self, _: &weir_tower::Key, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> { Ok(()) }
+/// #     fn snapshot(&self, _: &weir_tower::Key) -> Snapshot { Snapshot::new(1, 1, 0) }
+/// #     fn policies(&self) -> &[weir_core::Policy] { &self.0 }
+/// # }
+/// # let minute = Duration::from_secs(60);
+/// # let (api_store, auth_store) = (Open([weir_core::Policy::new(100, minute)]), Open([weir_core::Policy::new(5, minute * 5)]));
+///
+/// let layer = RateLimitLayer::builder()
+///     .policy(Policy::new("api").limit(Limit::per_ip(api_store)))
+///     .route("/auth", Policy::new("auth").limit(Limit::per_ip(auth_store)))
+///     .skip_path("/health")
+///     .on_limit(|event| eprintln!("{} hit {} on {}", event.key.map(ToString::to_string).unwrap_or_default(), event.quota, event.policy))
+///     .build()?;
+/// # let _ = layer;
+/// # Ok::<(), weir_tower::BuildError>(())
+/// ```
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    shared: Arc<Shared>,
+}
+
+impl RateLimitLayer {
+    /// A layer applying `policy` to every request.
+    pub fn new(policy: Policy) -> Result<Self, BuildError> {
+        Self::builder().policy(policy).build()
+    }
+
+    /// A layer limiting each client IP (the peer address, IPv6 by `/64`) with the
+    /// in-memory `store`, all headers on.
+    pub fn per_ip(store: impl KeyedLimiter<Key> + Send + Sync + 'static) -> Self {
+        let policy = crate::policy::compile(Policy::new("per-ip").limit(crate::Limit::per_ip(store)));
+        let mut builder = Self::builder();
+        if let Ok(policy) = policy {
+            builder.policies.push(policy);
+            builder.default = Some(0);
+        }
+        builder.finish()
+    }
+
+    /// A builder: policies per route, a skip rule, a hook, headers and bodies.
+    pub fn builder() -> RateLimitLayerBuilder {
+        RateLimitLayerBuilder {
+            routes: Vec::new(),
+            default: None,
+            policies: Vec::new(),
+            skip_paths: Vec::new(),
+            skip: None,
+            on_limit: None,
+            legacy_headers: true,
+            body: BodyStyle::default(),
+            errors: Vec::new(),
+        }
+    }
+}
+
+impl fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.shared;
+        f.debug_struct("RateLimitLayer")
+            .field("routes", &s.routes)
+            .field("default", &s.default)
+            .field("policies", &s.policies.iter().map(|p| &*p.name).collect::<Vec<_>>())
+            .field("skip_paths", &s.skip_paths)
+            .field("legacy_headers", &s.legacy_headers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`RateLimitLayer`].
+pub struct RateLimitLayerBuilder {
+    routes: Vec<(Box<str>, usize)>,
+    default: Option<usize>,
+    policies: Vec<CompiledPolicy>,
+    skip_paths: Vec<Box<str>>,
+    skip: Option<Arc<SkipFn>>,
+    on_limit: Option<Arc<HookFn>>,
+    legacy_headers: bool,
+    body: BodyStyle,
+    errors: Vec<String>,
+}
+
+impl RateLimitLayerBuilder {
+    fn add(&mut self, policy: Policy) -> Option<usize> {
+        match compile(policy) {
+            Ok(policy) => {
+                self.policies.push(policy);
+                Some(self.policies.len() - 1)
+            }
+            Err(e) => {
+                self.errors.push(e);
+                None
+            }
+        }
+    }
+
+    /// The policy for every request no [`route`](Self::route) matches (none: such
+    /// requests are not limited).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.default = self.add(policy);
+        self
+    }
+
+    /// The policy for requests whose path is `prefix` or under it (`/auth` matches
+    /// `/auth` and `/auth/login`, not `/authors`). The longest matching prefix wins.
+    /// Paths are as the layer sees them: inside an axum `nest`, without the nest's
+    /// prefix.
+    pub fn route(mut self, prefix: &str, policy: Policy) -> Self {
+        if !prefix.starts_with('/') {
+            self.errors.push(format!("route `{prefix}` does not start with `/`"));
+            return self;
+        }
+        if let Some(index) = self.add(policy) {
+            self.routes.push((prefix.into(), index));
+        }
+        self
+    }
+
+    /// Requests to exactly this path are not limited (a health check, say).
+    pub fn skip_path(mut self, path: &str) -> Self {
+        self.skip_paths.push(path.into());
+        self
+    }
+
+    /// Requests for which `skip` returns true are not limited.
+    pub fn skip(self, skip: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
+        Self { skip: Some(Arc::new(skip)), ..self }
+    }
+
+    /// Called for every request the middleware answers itself (limited, turned away,
+    /// unidentified, store unavailable): logs, metrics. It runs on the request's
+    /// task; keep it short. (A `tracing` event is emitted in any case, target
+    /// `weir_tower`: `debug` for refusals, `warn` for failures.)
+    pub fn on_limit(self, hook: impl Fn(&LimitEvent<'_>) + Send + Sync + 'static) -> Self {
+        Self { on_limit: Some(Arc::new(hook)), ..self }
+    }
+
+    /// Whether to add the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
+    /// `X-RateLimit-Reset` headers besides `RateLimit` and `RateLimit-Policy`
+    /// (default on).
+    pub fn legacy_headers(self, on: bool) -> Self {
+        Self { legacy_headers: on, ..self }
+    }
+
+    /// The `type` URI of the problem+json bodies (default `about:blank`).
+    pub fn problem_type(self, uri: &str) -> Self {
+        Self { body: BodyStyle::Problem { type_uri: Arc::from(uri) }, ..self }
+    }
+
+    /// Writes rejection bodies with `body` instead of problem+json.
+    pub fn deny_body(self, body: impl Fn(&Denied<'_>) -> DenyBody + Send + Sync + 'static) -> Self {
+        Self { body: BodyStyle::custom(body), ..self }
+    }
+
+    /// The layer, or the first problem found in its policies.
+    pub fn build(self) -> Result<RateLimitLayer, BuildError> {
+        if let Some(error) = self.errors.first() {
+            return Err(BuildError(error.clone()));
+        }
+        Ok(self.finish())
+    }
+
+    fn finish(mut self) -> RateLimitLayer {
+        // Longest prefix first, so the first match is the longest.
+        self.routes.sort_by_key(|route| core::cmp::Reverse(route.0.len()));
+        RateLimitLayer {
+            shared: Arc::new(Shared {
+                routes: self.routes,
+                default: self.default,
+                policies: self.policies,
+                skip_paths: self.skip_paths,
+                skip: self.skip,
+                on_limit: self.on_limit,
+                legacy_headers: self.legacy_headers,
+                body: self.body,
+            }),
+        }
+    }
+}
+
+impl fmt::Debug for RateLimitLayerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayerBuilder").field("routes", &self.routes).finish_non_exhaustive()
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit { inner, shared: Arc::clone(&self.shared) }
+    }
+}
+
+/// The rate-limiting service [`RateLimitLayer`] wraps around a service.
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit").field("inner", &self.inner).finish_non_exhaustive()
+    }
+}
+
+/// Polls `future` once, without a waker to call: for futures that are ready at once
+/// (every store in memory, every tier cached).
+fn now_or_never<F: Future>(future: F) -> Option<F::Output> {
+    let future = core::pin::pin!(future);
+    match future.poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => None,
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    ReqBody: Send + 'static,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let shared = &self.shared;
+        let (parts, body) = request.into_parts();
+        let policy_index = match shared.policy_for(parts.uri.path()) {
+            Some(policy) if !shared.skips(&parts) => policy,
+            _ => return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), None),
+        };
+        let Some(policy) = shared.policies.get(policy_index) else {
+            return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), None);
+        };
+        let keys: Keys = match policy.keys(&parts) {
+            Ok(keys) => keys,
+            Err(_) => return ResponseFuture::rejected(shared.unidentified(policy_index, &parts)),
+        };
+        let (tiers, ready) = policy.cached_tiers(&keys);
+        if ready {
+            // Every store in memory, every tier cached: decided here, no future kept.
+            if let Some(verdict) = now_or_never(policy.decide(keys, tiers, shared.legacy_headers)) {
+                return match verdict {
+                    Verdict::Allowed(headers) => {
+                        ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), headers)
+                    }
+                    Verdict::Refused(refusal) => ResponseFuture::rejected(shared.refuse(policy_index, &parts, refusal)),
+                };
+            }
+            // Unreachable: in-memory stores answer at once. Should one not, the request
+            // is refused as unavailable rather than waited on inside `call`.
+            return ResponseFuture::rejected(shared.refuse(
+                policy_index,
+                &parts,
+                Refusal::Unavailable {
+                    error: crate::StoreError::new("an in-memory store did not answer at once"),
+                    key: Key::global(),
+                },
+            ));
+        }
+        // A store to wait on, a tier to look up, or a throttle: decided in the future.
+        let owned = Arc::clone(shared);
+        let legacy = shared.legacy_headers;
+        let verdict: VerdictFuture = Box::pin(async move {
+            match owned.policies.get(policy_index) {
+                Some(policy) => policy.decide(keys, tiers, legacy).await,
+                None => Verdict::Allowed(None),
+            }
+        });
+        // The service driven ready by `poll_ready` goes with the request; this one
+        // keeps a fresh clone.
+        let clone = self.inner.clone();
+        let service = core::mem::replace(&mut self.inner, clone);
+        ResponseFuture {
+            state: State::Deciding {
+                verdict,
+                service: Some(service),
+                request: Some((parts, body)),
+                shared: Arc::clone(shared),
+                policy: policy_index,
+            },
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of a [`RateLimit`] service's response.
+    pub struct ResponseFuture<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        #[pin]
+        state: State<S, B>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProj]
+    enum State<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        Deciding {
+            verdict: VerdictFuture,
+            service: Option<S>,
+            request: Option<(Parts, B)>,
+            shared: Arc<Shared>,
+            policy: usize,
+        },
+        Calling {
+            #[pin]
+            future: S::Future,
+            headers: Option<RateLimitHeaders>,
+        },
+        Rejected {
+            response: Option<Response<Bytes>>,
+        },
+    }
+}
+
+impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
+    fn calling(future: S::Future, headers: Option<RateLimitHeaders>) -> Self {
+        Self { state: State::Calling { future, headers } }
+    }
+
+    fn rejected(response: Response<Bytes>) -> Self {
+        Self { state: State::Rejected { response: Some(response) } }
+    }
+}
+
+impl<S, B, ResBody> Future for ResponseFuture<S, B>
+where
+    S: Service<Request<B>, Response = Response<ResBody>>,
+{
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            match self.as_mut().project().state.project() {
+                StateProj::Calling { future, headers } => {
+                    let response = match future.poll(cx) {
+                        Poll::Ready(Ok(response)) => response,
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Pending => return Poll::Pending,
+                    };
+                    let (mut parts, body) = response.into_parts();
+                    if let Some(headers) = headers.take() {
+                        headers.write(&mut parts.headers);
+                    }
+                    return Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::inner(body))));
+                }
+                StateProj::Rejected { response } => {
+                    let response = response.take().unwrap_or_default();
+                    return Poll::Ready(Ok(response.map(ResponseBody::full)));
+                }
+                StateProj::Deciding { verdict, service, request, shared, policy } => {
+                    let verdict = match verdict.as_mut().poll(cx) {
+                        Poll::Ready(verdict) => verdict,
+                        Poll::Pending => return Poll::Pending,
+                    };
+                    let (Some(mut service), Some((parts, body))) = (service.take(), request.take()) else {
+                        return Poll::Ready(Ok(Response::default().map(ResponseBody::full)));
+                    };
+                    let next = match verdict {
+                        Verdict::Allowed(headers) => {
+                            State::Calling { future: service.call(Request::from_parts(parts, body)), headers }
+                        }
+                        Verdict::Refused(refusal) => {
+                            State::Rejected { response: Some(shared.refuse(*policy, &parts, refusal)) }
+                        }
+                    };
+                    self.as_mut().project().state.set(next);
+                }
+            }
+        }
+    }
+}
+
+impl<S: Service<Request<B>>, B> fmt::Debug for ResponseFuture<S, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match &self.state {
+            State::Deciding { .. } => "ResponseFuture::Deciding",
+            State::Calling { .. } => "ResponseFuture::Calling",
+            State::Rejected { .. } => "ResponseFuture::Rejected",
+        })
+    }
+}
+
+const _: () = assert!(MAX_LIMITS <= 16);

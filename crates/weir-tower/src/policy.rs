@@ -1,0 +1,453 @@
+//! [`Limit`] (one key, one store) and [`Policy`] (the limits a route group applies),
+//! and how a request is decided against them.
+
+use crate::ip::ClientIp;
+use crate::key::{Key, KeySource, MissingKey};
+use crate::response::{RateLimitHeaders, policy_item, sf_string};
+use crate::store::{Store, StoreError};
+use crate::throttle::KeyedThrottle;
+use crate::tier::Tiers;
+use core::fmt;
+use http::HeaderValue;
+use std::sync::Arc;
+use std::time::Duration;
+use weir_core::{Decision, KeyedLimiter};
+
+/// The most limits one policy applies.
+pub const MAX_LIMITS: usize = 8;
+
+/// One limit: a key read from the request and the store it is counted in (or tiers,
+/// each with its own store, or a throttle).
+///
+/// ```
+/// use weir_tower::{KeySource, Limit, MissingKey};
+/// # use weir_core::{Decision, InsufficientCapacity, KeyedLimiter, Policy, Snapshot};
+/// # struct Open([Policy; 1]);
+/// # impl KeyedLimiter<weir_tower::Key> for Open {
+/// #     fn check_n(&self, _: &weir_tower::Key, _: u64) -> Result<Decision, InsufficientCapacity> {
+/// #         Ok(Decision::allowed(Snapshot::new(1, 1, 0)))
+/// #     }
+/// #     fn refund(&self, _: &weir_tower::Key, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> { Ok(()) }
+/// #     fn snapshot(&self, _: &weir_tower::Key) -> Snapshot { Snapshot::new(1, 1, 0) }
+/// #     fn policies(&self) -> &[Policy] { &self.0 }
+/// # }
+/// # let (per_ip, per_user) = (Open([Policy::new(1, std::time::Duration::from_secs(1))]), Open([Policy::new(1, std::time::Duration::from_secs(1))]));
+///
+/// let ip = Limit::per_ip(per_ip);
+/// let user = Limit::new(KeySource::user(), weir_tower::Store::local(per_user)).on_missing_key(MissingKey::Skip);
+/// # let _ = (ip, user);
+/// ```
+#[derive(Clone)]
+pub struct Limit {
+    key: KeySource,
+    missing: MissingKey,
+    kind: LimitKind,
+}
+
+#[derive(Clone)]
+enum LimitKind {
+    Store(Store),
+    Tiered(Arc<Tiers>),
+    Throttle(Arc<KeyedThrottle>),
+}
+
+impl Limit {
+    /// Requests counted by `key` in `store`.
+    pub fn new(key: KeySource, store: Store) -> Self {
+        Self { key, missing: MissingKey::Deny, kind: LimitKind::Store(store) }
+    }
+
+    /// Each client IP (the peer address; IPv6 by `/64`) counted in the in-memory
+    /// `store`. Behind a proxy, use [`Limit::new`] with a [`ClientIp`] that trusts it.
+    pub fn per_ip(store: impl KeyedLimiter<Key> + Send + Sync + 'static) -> Self {
+        Self::new(KeySource::ip(ClientIp::peer()), Store::local(store))
+    }
+
+    /// Requests counted by `key` in the store of the key's tier.
+    pub fn tiered(key: KeySource, tiers: Tiers) -> Self {
+        Self { key, missing: MissingKey::Deny, kind: LimitKind::Tiered(Arc::new(tiers)) }
+    }
+
+    /// [`tiered`](Self::tiered), with tiers shared by several limits.
+    pub fn tiered_shared(key: KeySource, tiers: Arc<Tiers>) -> Self {
+        Self { key, missing: MissingKey::Deny, kind: LimitKind::Tiered(tiers) }
+    }
+
+    /// Requests of each `key` paced by `throttle`: they wait their turn instead of
+    /// being rejected. A policy checks its throttles after its other limits, so a
+    /// request waits only once the other limits have admitted it.
+    pub fn throttle(key: KeySource, throttle: KeyedThrottle) -> Self {
+        Self { key, missing: MissingKey::Deny, kind: LimitKind::Throttle(Arc::new(throttle)) }
+    }
+
+    /// [`throttle`](Self::throttle), with the throttle kept by the caller too (to
+    /// read [`KeyedThrottle::waiting`]).
+    pub fn throttle_shared(key: KeySource, throttle: Arc<KeyedThrottle>) -> Self {
+        Self { key, missing: MissingKey::Deny, kind: LimitKind::Throttle(throttle) }
+    }
+
+    /// What to do with a request that has no key from this limit's source (default
+    /// [`MissingKey::Deny`]).
+    pub fn on_missing_key(self, missing: MissingKey) -> Self {
+        Self { missing, ..self }
+    }
+
+    /// The tiers of a tiered limit.
+    pub fn tiers(&self) -> Option<&Tiers> {
+        match &self.kind {
+            LimitKind::Tiered(tiers) => Some(tiers),
+            _ => None,
+        }
+    }
+
+    /// The store of a plain limit.
+    pub fn store(&self) -> Option<&Store> {
+        match &self.kind {
+            LimitKind::Store(store) => Some(store),
+            _ => None,
+        }
+    }
+
+    /// The throttle of a throttle limit.
+    pub fn throttle_of(&self) -> Option<&KeyedThrottle> {
+        match &self.kind {
+            LimitKind::Throttle(throttle) => Some(throttle),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Debug for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Limit");
+        d.field("key", &self.key).field("missing", &self.missing);
+        match &self.kind {
+            LimitKind::Store(store) => d.field("store", store),
+            LimitKind::Tiered(tiers) => d.field("tiers", tiers),
+            LimitKind::Throttle(throttle) => d.field("throttle", throttle),
+        };
+        d.finish()
+    }
+}
+
+/// The limits a route group applies, all of them to every request: per IP and per
+/// user at once, say. A request passes only if every limit admits it; one denied by
+/// a limit consumes nothing from the others (their admissions are refunded, with the
+/// same transient as [`AllOf`](weir_core::AllOf): a concurrent request may be denied
+/// spuriously, never over-admitted). Of the admissions, the one with the least
+/// remaining goes in the headers.
+///
+/// ```
+/// use weir_tower::{Limit, Policy};
+/// # use weir_core::{Decision, InsufficientCapacity, KeyedLimiter, Snapshot};
+/// # struct Open([weir_core::Policy; 1]);
+/// # impl KeyedLimiter<weir_tower::Key> for Open {
+/// #     fn check_n(&self, _: &weir_tower::Key, _: u64) -> Result<Decision, InsufficientCapacity> {
+/// #         Ok(Decision::allowed(Snapshot::new(1, 1, 0)))
+/// #     }
+/// #     fn refund(&self, _: &weir_tower::Key, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> { Ok(()) }
+/// #     fn snapshot(&self, _: &weir_tower::Key) -> Snapshot { Snapshot::new(1, 1, 0) }
+/// #     fn policies(&self) -> &[weir_core::Policy] { &self.0 }
+/// # }
+/// # let five_per_5_min = Open([weir_core::Policy::new(5, std::time::Duration::from_secs(300))]);
+/// let auth = Policy::new("auth").limit(Limit::per_ip(five_per_5_min));
+/// # let _ = auth;
+/// ```
+#[derive(Clone, Debug)]
+pub struct Policy {
+    name: Arc<str>,
+    limits: Vec<Limit>,
+    cost: u64,
+}
+
+impl Policy {
+    /// A policy named `name` (shown in events and problem bodies), with no limits yet.
+    pub fn new(name: impl AsRef<str>) -> Self {
+        Self { name: Arc::from(name.as_ref()), limits: Vec::new(), cost: 1 }
+    }
+
+    /// Adds a limit (at most [`MAX_LIMITS`]).
+    pub fn limit(mut self, limit: Limit) -> Self {
+        self.limits.push(limit);
+        self
+    }
+
+    /// What one request costs (default 1).
+    pub fn cost(self, n: u64) -> Self {
+        Self { cost: n, ..self }
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The limits, in the order added.
+    pub fn limits(&self) -> &[Limit] {
+        &self.limits
+    }
+}
+
+/// One variant of a limit's quotas (a plain store has one; a tiered limit one per
+/// tier): the quoted names, and the `RateLimit-Policy` items.
+#[derive(Debug)]
+struct Variant {
+    quoted_names: Box<[Box<str>]>,
+    items: Box<str>,
+}
+
+impl Variant {
+    fn new(store: &Store, names: impl Iterator<Item = String>) -> Self {
+        let quoted_names: Box<[Box<str>]> = names.map(|n| sf_string(&n).into_boxed_str()).collect();
+        let items: Vec<String> = quoted_names
+            .iter()
+            .zip(store.policies())
+            .map(|(name, policy)| policy_item(name, policy.limit(), policy.window()))
+            .collect();
+        Self { quoted_names, items: items.join(", ").into_boxed_str() }
+    }
+
+    fn quoted_name(&self, policy_index: usize) -> &str {
+        self.quoted_names.get(policy_index).or(self.quoted_names.first()).map_or("\"\"", |n| n)
+    }
+}
+
+/// A limit ready to check: its variants' header parts precomputed.
+#[derive(Debug)]
+pub(crate) struct CompiledLimit {
+    limit: Limit,
+    variants: Box<[Variant]>,
+}
+
+/// A policy ready to check.
+#[derive(Debug)]
+pub(crate) struct CompiledPolicy {
+    pub(crate) name: Arc<str>,
+    limits: Box<[CompiledLimit]>,
+    cost: u64,
+    /// Every store is in memory and there is no throttle: a request whose tiers are
+    /// cached is decided in `call`, with no future.
+    local: bool,
+    /// `RateLimit-Policy` when every limit applies with its one variant.
+    full_policy_header: Option<HeaderValue>,
+}
+
+/// Why a policy could not be compiled.
+pub(crate) fn compile(policy: Policy) -> Result<CompiledPolicy, String> {
+    let name = policy.name.clone();
+    if policy.limits.len() > MAX_LIMITS {
+        return Err(format!("policy `{name}` has {} limits; at most {MAX_LIMITS}", policy.limits.len()));
+    }
+    if policy.cost == 0 {
+        return Err(format!("policy `{name}` has a cost of 0; a request costs at least 1"));
+    }
+    let mut limits = policy.limits;
+    // Throttles wait: only once every other limit has admitted.
+    limits.sort_by_key(|l| matches!(l.kind, LimitKind::Throttle(_)));
+    let mut seen: Vec<String> = Vec::new();
+    let mut compiled = Vec::with_capacity(limits.len());
+    for (i, limit) in limits.into_iter().enumerate() {
+        let stores: Vec<&Store> = match &limit.kind {
+            LimitKind::Store(store) => vec![store],
+            LimitKind::Tiered(tiers) => {
+                tiers.validate().map_err(|e| format!("policy `{name}`: {e}"))?;
+                tiers.tiers().map(|(_, store)| store).collect()
+            }
+            LimitKind::Throttle(_) => Vec::new(),
+        };
+        // Names must tell quotas apart across limits: a name another limit uses gets
+        // this limit's number (`minute` and `minute-2`).
+        let mine: Vec<String> = stores.iter().flat_map(|s| s.names().iter().map(|n| n.to_string())).collect();
+        let clash = mine.iter().any(|n| seen.contains(n));
+        seen.extend(mine);
+        let rename = |n: &Arc<str>| if clash { format!("{n}-{}", i + 1) } else { n.to_string() };
+        let variants = stores.iter().map(|store| Variant::new(store, store.names().iter().map(rename))).collect();
+        compiled.push(CompiledLimit { limit, variants });
+    }
+    let local = compiled.iter().all(|l| match &l.limit.kind {
+        LimitKind::Store(store) => store.is_local(),
+        LimitKind::Tiered(tiers) => tiers.tiers().all(|(_, store)| store.is_local()),
+        LimitKind::Throttle(_) => false,
+    });
+    let full_policy_header = if compiled.iter().all(|l| l.variants.len() <= 1) {
+        let items: Vec<&str> = compiled.iter().filter_map(|l| l.variants.first()).map(|v| &*v.items).collect();
+        HeaderValue::from_str(&items.join(", ")).ok()
+    } else {
+        None
+    };
+    Ok(CompiledPolicy { name, limits: compiled.into_boxed_slice(), cost: policy.cost, local, full_policy_header })
+}
+
+/// A request's keys, one per limit (`None`: skipped).
+pub(crate) type Keys = [Option<Key>; MAX_LIMITS];
+
+/// Why the middleware answers a request itself.
+// Made once per refused request and moved once, into the response: not worth a box.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// A limit denied the request.
+    Denied { decision: Decision, quota: Box<str>, key: Key, headers: RateLimitHeaders },
+    /// A throttle turned the request away.
+    TurnedAway { retry_after: Duration, key: Key },
+    /// A store or a tier lookup failed.
+    Unavailable { error: StoreError, key: Key },
+}
+
+/// What a policy decided for a request.
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    /// Admitted; the headers to add (none if no limit applied).
+    Allowed(Option<RateLimitHeaders>),
+    /// Answered by the middleware.
+    Refused(Refusal),
+}
+
+impl CompiledPolicy {
+    /// The request's keys, or the index of a limit that denies keyless requests.
+    pub(crate) fn keys(&self, parts: &http::request::Parts) -> Result<Keys, usize> {
+        let mut keys: Keys = Default::default();
+        for (i, limit) in self.limits.iter().enumerate() {
+            keys[i] = match limit.limit.key.key(parts) {
+                Some(key) => Some(key),
+                None => match &limit.limit.missing {
+                    MissingKey::Deny => return Err(i),
+                    MissingKey::Shared(key) => Some(key.clone()),
+                    MissingKey::Skip => None,
+                },
+            };
+        }
+        Ok(keys)
+    }
+
+    /// Tiers the cache already knows, and whether the request can then be decided
+    /// without waiting.
+    pub(crate) fn cached_tiers(&self, keys: &Keys) -> ([Option<usize>; MAX_LIMITS], bool) {
+        let mut tiers = [None; MAX_LIMITS];
+        let mut ready = self.local;
+        for (i, limit) in self.limits.iter().enumerate() {
+            if let (LimitKind::Tiered(t), Some(key)) = (&limit.limit.kind, &keys[i]) {
+                tiers[i] = t.cached(key);
+                ready &= tiers[i].is_some();
+            }
+        }
+        (tiers, ready)
+    }
+
+    /// Decides a request: checks every limit in order, refunds the admissions made
+    /// before a denial, and picks the admission with the least remaining for the
+    /// headers. With every store in memory and every tier given, it completes
+    /// without waiting.
+    pub(crate) async fn decide(&self, mut keys: Keys, mut tiers: [Option<usize>; MAX_LIMITS], legacy: bool) -> Verdict {
+        let n = self.cost;
+        let mut admitted: [Option<Decision>; MAX_LIMITS] = [None; MAX_LIMITS];
+        let mut best: Option<(usize, Decision)> = None;
+        for (i, limit) in self.limits.iter().enumerate() {
+            let Some(key) = &keys[i] else { continue };
+            let store = match &limit.limit.kind {
+                LimitKind::Store(store) => store,
+                LimitKind::Tiered(t) => {
+                    let tier = match tiers[i] {
+                        Some(tier) => tier,
+                        None => match t.resolve(key).await {
+                            Ok(tier) => tier,
+                            Err(e) => {
+                                self.refund(&keys, &tiers, &admitted).await;
+                                let key = keys[i].take().unwrap_or_else(Key::global);
+                                return Verdict::Refused(Refusal::Unavailable { error: StoreError::new(e), key });
+                            }
+                        },
+                    };
+                    tiers[i] = Some(tier);
+                    match t.store(tier) {
+                        Some(store) => store,
+                        None => continue,
+                    }
+                }
+                LimitKind::Throttle(throttle) => match throttle.acquire(key).await {
+                    Ok(()) => continue,
+                    Err(away) => {
+                        self.refund(&keys, &tiers, &admitted).await;
+                        let key = keys[i].take().unwrap_or_else(Key::global);
+                        return Verdict::Refused(Refusal::TurnedAway { retry_after: away.retry_after, key });
+                    }
+                },
+            };
+            match store.check_n(key, n).await {
+                Ok(decision) if decision.is_allowed() => {
+                    admitted[i] = Some(decision);
+                    if best.is_none_or(|(_, b)| decision.remaining() < b.remaining()) {
+                        best = Some((i, decision));
+                    }
+                }
+                Ok(decision) => {
+                    self.refund(&keys, &tiers, &admitted).await;
+                    let variant = self.variant(i, &tiers);
+                    let quota = variant.map_or("\"\"", |v| v.quoted_name(decision.policy_index()));
+                    let headers = RateLimitHeaders::new(self.policy_header(&keys, &tiers), quota, &decision, legacy);
+                    let quota = quota.trim_matches('"').into();
+                    let key = keys[i].take().unwrap_or_else(Key::global);
+                    return Verdict::Refused(Refusal::Denied { decision, quota, key, headers });
+                }
+                Err(error) => {
+                    self.refund(&keys, &tiers, &admitted).await;
+                    let key = keys[i].take().unwrap_or_else(Key::global);
+                    return Verdict::Refused(Refusal::Unavailable { error, key });
+                }
+            }
+        }
+        Verdict::Allowed(best.map(|(i, decision)| {
+            let variant = self.variant(i, &tiers);
+            let quota = variant.map_or("\"\"", |v| v.quoted_name(decision.policy_index()));
+            RateLimitHeaders::new(self.policy_header(&keys, &tiers), quota, &decision, legacy)
+        }))
+    }
+
+    /// The store limit `i` checked (its tier's, for a tiered limit).
+    fn store_of<'a>(&'a self, i: usize, tiers: &[Option<usize>; MAX_LIMITS]) -> Option<&'a Store> {
+        match &self.limits.get(i)?.limit.kind {
+            LimitKind::Store(store) => Some(store),
+            LimitKind::Tiered(t) => t.store(tiers[i]?),
+            LimitKind::Throttle(_) => None,
+        }
+    }
+
+    fn variant(&self, i: usize, tiers: &[Option<usize>; MAX_LIMITS]) -> Option<&Variant> {
+        let limit = self.limits.get(i)?;
+        match &limit.limit.kind {
+            LimitKind::Tiered(_) => limit.variants.get(tiers[i]?),
+            _ => limit.variants.first(),
+        }
+    }
+
+    /// Gives back every admission made so far.
+    async fn refund(
+        &self,
+        keys: &Keys,
+        tiers: &[Option<usize>; MAX_LIMITS],
+        admitted: &[Option<Decision>; MAX_LIMITS],
+    ) {
+        for (i, admission) in admitted.iter().enumerate() {
+            let (Some(admission), Some(key), Some(store)) = (admission, &keys[i], self.store_of(i, tiers)) else {
+                continue;
+            };
+            if let Err(error) = store.refund(key, self.cost, admission).await {
+                tracing::warn!(target: "weir_tower", policy = %self.name, key = %key, %error, "refund failed");
+            }
+        }
+    }
+
+    /// `RateLimit-Policy`: the quotas of every limit that applied to the request.
+    fn policy_header(&self, keys: &Keys, tiers: &[Option<usize>; MAX_LIMITS]) -> HeaderValue {
+        let all_apply = keys.iter().take(self.limits.len()).all(Option::is_some);
+        if all_apply && let Some(header) = &self.full_policy_header {
+            return header.clone();
+        }
+        let items: Vec<&str> = (0..self.limits.len())
+            .filter(|&i| keys[i].is_some())
+            .filter_map(|i| self.variant(i, tiers))
+            .map(|v| &*v.items)
+            .collect();
+        HeaderValue::from_str(&items.join(", ")).unwrap_or(HeaderValue::from_static(""))
+    }
+}

@@ -1,0 +1,379 @@
+//! What the middleware writes: the `RateLimit` headers on limited responses, and the
+//! 429 (or 400, 503) it answers with itself, with an `application/problem+json` body.
+
+use bytes::Bytes;
+use core::fmt::Write as _;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use http::{HeaderMap, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use std::sync::Arc;
+use std::time::Duration;
+use weir_core::Decision;
+
+/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-10).
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10).
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// The legacy `X-RateLimit-Limit`.
+pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// The legacy `X-RateLimit-Remaining`.
+pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// The legacy `X-RateLimit-Reset` (seconds until the quota is full again).
+pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+const PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
+
+/// Whole seconds, rounded up: a wait of 1 ns is 1 s, never 0.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// `Retry-After` seconds for a wait: rounded up, and at least 1 (a denied client told
+/// `0` retries at once, and is denied again).
+pub(crate) fn retry_after_secs(d: Duration) -> u64 {
+    ceil_secs(d).max(1)
+}
+
+/// `name` as a structured-field string: quoted, `"` and `\` escaped, characters
+/// outside printable ASCII dropped.
+pub(crate) fn sf_string(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars().filter(|c| (' '..='~').contains(c)) {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+/// One `RateLimit-Policy` item: `"name";q=limit;w=window` (the window in whole
+/// seconds, rounded up).
+pub(crate) fn policy_item(quoted_name: &str, limit: u64, window: Duration) -> String {
+    format!("{quoted_name};q={limit};w={}", ceil_secs(window).max(1))
+}
+
+/// The header values for one decided request, formatted from the decision as the
+/// limiter made it.
+#[derive(Debug, Clone)]
+pub(crate) struct RateLimitHeaders {
+    /// `RateLimit-Policy`: every quota applied to the request.
+    pub(crate) policy: HeaderValue,
+    /// `RateLimit`: the deciding quota's remaining and reset.
+    pub(crate) ratelimit: HeaderValue,
+    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`, when switched on.
+    pub(crate) legacy: Option<[HeaderValue; 3]>,
+}
+
+impl RateLimitHeaders {
+    /// The headers for `decision`, made by the quota named `quoted_name` (already an
+    /// sf-string), under the quotas listed in `policy`.
+    pub(crate) fn new(policy: HeaderValue, quoted_name: &str, decision: &Decision, legacy: bool) -> Self {
+        // `t`: when more quota comes back: for a denial, when this request would be
+        // admitted; for an admission, when the quota is whole again.
+        let t = match decision.retry_after() {
+            Some(retry) => retry_after_secs(retry),
+            None => ceil_secs(decision.reset_after()),
+        };
+        let mut value = String::with_capacity(quoted_name.len() + 32);
+        // Writing to a String cannot fail.
+        let _ = write!(value, "{quoted_name};r={};t={t}", decision.remaining());
+        let ratelimit = HeaderValue::try_from(value).unwrap_or(HeaderValue::from_static(""));
+        let legacy = legacy.then(|| {
+            [
+                HeaderValue::from(decision.limit()),
+                HeaderValue::from(decision.remaining()),
+                HeaderValue::from(ceil_secs(decision.reset_after())),
+            ]
+        });
+        Self { policy, ratelimit, legacy }
+    }
+
+    /// Writes the headers into `headers` (replacing any of the same names).
+    pub(crate) fn write(self, headers: &mut HeaderMap) {
+        headers.reserve(5);
+        headers.insert(RATELIMIT_POLICY, self.policy);
+        headers.insert(RATELIMIT, self.ratelimit);
+        if let Some([limit, remaining, reset]) = self.legacy {
+            headers.insert(X_RATELIMIT_LIMIT, limit);
+            headers.insert(X_RATELIMIT_REMAINING, remaining);
+            headers.insert(X_RATELIMIT_RESET, reset);
+        }
+    }
+}
+
+/// Why the middleware answered a request itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// A limit denied the request (or its throttle turned it away): 429.
+    RateLimited,
+    /// The request had no usable key and its limit says [`MissingKey::Deny`](crate::MissingKey::Deny): 400.
+    Unidentified,
+    /// A store or the tier lookup failed: 503.
+    Unavailable,
+}
+
+impl Rejection {
+    /// The status the middleware answers with.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            Self::Unidentified => StatusCode::BAD_REQUEST,
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+/// What a rejection body is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct Denied<'a> {
+    /// Why.
+    pub rejection: Rejection,
+    /// The route policy's name.
+    pub policy: &'a str,
+    /// The deciding quota's name (empty when no quota decided).
+    pub quota: &'a str,
+    /// `Retry-After`, in whole seconds (at least 1), when there is one.
+    pub retry_after_secs: Option<u64>,
+    /// The limiter's decision, when one denied.
+    pub decision: Option<&'a Decision>,
+}
+
+/// A rejection's body and its content type.
+#[derive(Debug, Clone)]
+pub struct DenyBody {
+    /// The `Content-Type`.
+    pub content_type: HeaderValue,
+    /// The body.
+    pub body: Bytes,
+}
+
+type DenyBodyFn = dyn Fn(&Denied<'_>) -> DenyBody + Send + Sync;
+
+/// How rejection bodies are written: RFC 9457 problem details by default, or your
+/// own function.
+#[derive(Clone)]
+pub(crate) enum BodyStyle {
+    Problem { type_uri: Arc<str> },
+    Custom(Arc<DenyBodyFn>),
+}
+
+impl Default for BodyStyle {
+    fn default() -> Self {
+        Self::Problem { type_uri: Arc::from("about:blank") }
+    }
+}
+
+impl BodyStyle {
+    pub(crate) fn custom(f: impl Fn(&Denied<'_>) -> DenyBody + Send + Sync + 'static) -> Self {
+        Self::Custom(Arc::new(f))
+    }
+
+    /// The rejection response: status, `Retry-After`, body; `headers` too if given.
+    pub(crate) fn response(&self, denied: &Denied<'_>, headers: Option<RateLimitHeaders>) -> Response<Bytes> {
+        let DenyBody { content_type, body } = match self {
+            Self::Problem { type_uri } => DenyBody { content_type: PROBLEM_JSON, body: problem_json(type_uri, denied) },
+            Self::Custom(f) => f(denied),
+        };
+        let mut response = Response::new(body);
+        *response.status_mut() = denied.rejection.status();
+        let map = response.headers_mut();
+        map.insert(CONTENT_TYPE, content_type);
+        if let Some(secs) = denied.retry_after_secs {
+            map.insert(RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let Some(headers) = headers {
+            headers.write(map);
+        }
+        response
+    }
+}
+
+/// An RFC 9457 problem: `type`, `title`, `status`, `detail`, and the extension
+/// members `retry_after` (seconds), `policy` and `quota`.
+fn problem_json(type_uri: &str, denied: &Denied<'_>) -> Bytes {
+    let status = denied.rejection.status();
+    let (title, detail) = match denied.rejection {
+        Rejection::RateLimited => ("Too Many Requests", "The rate limit for this client is exhausted."),
+        Rejection::Unidentified => ("Client Not Identified", "The request does not say which client it is from."),
+        Rejection::Unavailable => ("Rate Limiter Unavailable", "The rate limiter could not decide; try again."),
+    };
+    let mut out = String::with_capacity(256);
+    out.push_str("{\"type\":");
+    json_string(&mut out, type_uri);
+    out.push_str(",\"title\":");
+    json_string(&mut out, title);
+    let _ = write!(out, ",\"status\":{}", status.as_u16());
+    out.push_str(",\"detail\":");
+    match denied.retry_after_secs {
+        Some(secs) => {
+            let unit = if secs == 1 { "second" } else { "seconds" };
+            json_string(&mut out, &format!("{detail} Retry after {secs} {unit}."));
+            let _ = write!(out, ",\"retry_after\":{secs}");
+        }
+        None => json_string(&mut out, detail),
+    }
+    if !denied.policy.is_empty() {
+        out.push_str(",\"policy\":");
+        json_string(&mut out, denied.policy);
+    }
+    if !denied.quota.is_empty() {
+        out.push_str(",\"quota\":");
+        json_string(&mut out, denied.quota);
+    }
+    out.push('}');
+    Bytes::from(out)
+}
+
+/// `s` as a JSON string.
+pub(crate) fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+pin_project_lite::pin_project! {
+    /// The body of a response through the middleware: the service's own, or the
+    /// middleware's rejection.
+    #[project = BodyProj]
+    pub struct ResponseBody<B> {
+        #[pin]
+        inner: Kind<B>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        Inner { #[pin] body: B },
+        Full { data: Option<Bytes> },
+    }
+}
+
+impl<B> ResponseBody<B> {
+    /// The service's body, passed through.
+    pub fn inner(body: B) -> Self {
+        Self { inner: Kind::Inner { body } }
+    }
+
+    /// A whole body of the middleware's.
+    pub fn full(data: Bytes) -> Self {
+        Self { inner: Kind::Full { data: (!data.is_empty()).then_some(data) } }
+    }
+}
+
+impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    #[inline]
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        match self.project().inner.project() {
+            KindProj::Inner { body } => body.poll_frame(cx),
+            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+        }
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        match &self.inner {
+            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Full { data } => data.is_none(),
+        }
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        match &self.inner {
+            Kind::Inner { body } => body.size_hint(),
+            Kind::Full { data } => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
+        }
+    }
+}
+
+impl<B> core::fmt::Debug for ResponseBody<B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match &self.inner {
+            Kind::Inner { .. } => f.write_str("ResponseBody::Inner"),
+            Kind::Full { data } => write!(f, "ResponseBody::Full({} bytes)", data.as_ref().map_or(0, Bytes::len)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::Snapshot;
+
+    #[test]
+    fn waits_round_up_to_whole_seconds_never_zero() {
+        assert_eq!(retry_after_secs(Duration::from_nanos(1)), 1);
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(retry_after_secs(Duration::from_secs(18)), 18);
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+    }
+
+    #[test]
+    fn names_are_structured_field_strings() {
+        assert_eq!(sf_string("minute"), "\"minute\"");
+        assert_eq!(sf_string("a\"b\\c\u{e9}\n"), "\"a\\\"b\\\\c\"");
+        assert_eq!(policy_item("\"minute\"", 100, Duration::from_secs(60)), "\"minute\";q=100;w=60");
+        assert_eq!(policy_item("\"b\"", 10, Duration::from_millis(1)), "\"b\";q=10;w=1");
+    }
+
+    #[test]
+    fn headers_carry_the_decision_as_made() {
+        let d = Decision::allowed(Snapshot::new(100, 42, 17_200_000_000));
+        let h = RateLimitHeaders::new(HeaderValue::from_static("\"minute\";q=100;w=60"), "\"minute\"", &d, true);
+        let mut map = HeaderMap::new();
+        h.write(&mut map);
+        assert_eq!(map["ratelimit"], "\"minute\";r=42;t=18");
+        assert_eq!(map["ratelimit-policy"], "\"minute\";q=100;w=60");
+        assert_eq!(map["x-ratelimit-limit"], "100");
+        assert_eq!(map["x-ratelimit-remaining"], "42");
+        assert_eq!(map["x-ratelimit-reset"], "18");
+        let denied = Decision::denied(Snapshot::new(100, 0, 60_000_000_000), 300_000_000);
+        let h = RateLimitHeaders::new(HeaderValue::from_static("x"), "\"minute\"", &denied, false);
+        assert_eq!(h.ratelimit, "\"minute\";r=0;t=1");
+        assert!(h.legacy.is_none());
+    }
+
+    #[test]
+    fn problem_bodies_are_valid_json() {
+        let d = Decision::denied(Snapshot::new(5, 0, 1), 1);
+        let denied = Denied {
+            rejection: Rejection::RateLimited,
+            policy: "auth \"strict\"",
+            quota: "5m",
+            retry_after_secs: Some(1),
+            decision: Some(&d),
+        };
+        let body = problem_json("about:blank", &denied);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["status"], 429);
+        assert_eq!(v["retry_after"], 1);
+        assert_eq!(v["policy"], "auth \"strict\"");
+        assert_eq!(v["detail"], "The rate limit for this client is exhausted. Retry after 1 second.");
+        let mut s = String::new();
+        json_string(&mut s, "\u{1}");
+        assert_eq!(s, "\"\\u0001\"");
+    }
+}

@@ -1,0 +1,365 @@
+//! [`Tiers`]: plans (free / pro / enterprise), each its own all-of store, chosen per
+//! request by your async lookup, with a bounded, expiring cache.
+
+use crate::key::Key;
+use crate::store::Store;
+use core::fmt;
+use core::future::Future;
+use core::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use weir_core::{Clock, MonotonicClock};
+
+type LookupFuture = Pin<Box<dyn Future<Output = Result<String, String>> + Send>>;
+type LookupFn = dyn Fn(Key) -> LookupFuture + Send + Sync;
+
+/// What a tiered limit does when the lookup fails (or names a tier that does not
+/// exist).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnLookupError {
+    /// Use this tier (the most restrictive one, usually), cached for
+    /// [`Tiers::failure_ttl`] so a failing backend is not asked on every request.
+    Tier(String),
+    /// Refuse the request with `503 Service Unavailable` (nothing cached).
+    Deny,
+}
+
+/// Plans, each enforced by its own store (typically an [`AllOf`](weir_core::AllOf)
+/// of a burst, a per-minute and a per-day quota, checked all or nothing), and the
+/// lookup that says which plan a client is on.
+///
+/// The lookup (a database or an auth service, say) is an async function of the
+/// client's [`Key`]. Its answers are cached for `ttl` (300 s by default), at most
+/// `max_entries` of them (10 000 by default; when the cache is full, expired entries
+/// go first, then arbitrary ones, an eighth of the cache at a time). A request whose
+/// tier is cached takes one lock-free map read; a miss awaits the lookup. Concurrent
+/// misses for one key each run the lookup (no request coalescing).
+///
+/// ```
+/// use weir_tower::{OnLookupError, Store, Tiers};
+/// # use weir_core::{Decision, InsufficientCapacity, KeyedLimiter, Policy, Snapshot};
+/// # struct Plan(u64, [Policy; 1]);
+/// # impl KeyedLimiter<weir_tower::Key> for Plan {
+/// #     fn check_n(&self, _: &weir_tower::Key, _: u64) -> Result<Decision, InsufficientCapacity> {
+/// #         Ok(Decision::allowed(Snapshot::new(self.0, self.0, 0)))
+/// #     }
+/// #     fn refund(&self, _: &weir_tower::Key, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> { Ok(()) }
+/// #     fn snapshot(&self, _: &weir_tower::Key) -> Snapshot { Snapshot::new(self.0, self.0, 0) }
+/// #     fn policies(&self) -> &[Policy] { &self.1 }
+/// # }
+/// # let minute = std::time::Duration::from_secs(60);
+/// # let (free_store, pro_store) = (Plan(30, [Policy::new(30, minute)]), Plan(300, [Policy::new(300, minute)]));
+///
+/// let tiers = Tiers::new(|key: weir_tower::Key| async move {
+///     // Ask your database which plan `key` is on.
+///     Ok::<_, std::io::Error>(if key.payload().starts_with(b"pro-") { "pro" } else { "free" })
+/// })
+/// .tier("free", Store::local(free_store))
+/// .tier("pro", Store::local(pro_store))
+/// .on_lookup_error(OnLookupError::Tier("free".into()));
+/// # let _ = tiers;
+/// ```
+pub struct Tiers {
+    tiers: Vec<(Arc<str>, Store)>,
+    lookup: Arc<LookupFn>,
+    cache: papaya::HashMap<Key, Cached>,
+    ttl: Duration,
+    failure_ttl: Duration,
+    max_entries: usize,
+    on_error: OnLookupError,
+    clock: Arc<dyn Clock + Send + Sync>,
+}
+
+/// A cached answer: tier index, and when it expires (clock nanoseconds).
+#[derive(Debug, Clone, Copy)]
+struct Cached {
+    tier: usize,
+    expires_ns: u64,
+}
+
+/// Why a request's tier could not be resolved (the lookup failed and the policy is
+/// [`OnLookupError::Deny`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LookupFailed(pub String);
+
+impl fmt::Display for LookupFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the tier lookup failed: {}", self.0)
+    }
+}
+
+impl std::error::Error for LookupFailed {}
+
+impl Tiers {
+    /// Tiers chosen by `lookup`, an async function from a client's key to its tier's
+    /// name (`Ok("pro")`), or an error.
+    pub fn new<F, Fut, T, E>(lookup: F) -> Self
+    where
+        F: Fn(Key) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: AsRef<str>,
+        E: fmt::Display,
+    {
+        let lookup = Arc::new(move |key: Key| -> LookupFuture {
+            let answer = lookup(key);
+            Box::pin(async move {
+                match answer.await {
+                    Ok(tier) => Ok(tier.as_ref().to_owned()),
+                    Err(e) => Err(e.to_string()),
+                }
+            })
+        });
+        Self {
+            tiers: Vec::new(),
+            lookup,
+            cache: papaya::HashMap::new(),
+            ttl: Duration::from_secs(300),
+            failure_ttl: Duration::from_secs(10),
+            max_entries: 10_000,
+            on_error: OnLookupError::Deny,
+            clock: Arc::new(MonotonicClock::new()),
+        }
+    }
+
+    /// Adds tier `name`, enforced by `store`. A later tier of the same name replaces
+    /// the earlier one.
+    pub fn tier(mut self, name: impl AsRef<str>, store: Store) -> Self {
+        let name: Arc<str> = Arc::from(name.as_ref());
+        match self.tiers.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = store,
+            None => self.tiers.push((name, store)),
+        }
+        self
+    }
+
+    /// How long an answer is cached (default 300 s; zero: not cached).
+    pub fn ttl(self, ttl: Duration) -> Self {
+        Self { ttl, ..self }
+    }
+
+    /// How long the fallback tier of [`OnLookupError::Tier`] is cached after a
+    /// failed lookup (default 10 s).
+    pub fn failure_ttl(self, ttl: Duration) -> Self {
+        Self { failure_ttl: ttl, ..self }
+    }
+
+    /// The most answers cached (default 10 000; at least 1).
+    pub fn max_entries(self, n: usize) -> Self {
+        Self { max_entries: n.max(1), ..self }
+    }
+
+    /// What to do when the lookup fails (default [`OnLookupError::Deny`]).
+    pub fn on_lookup_error(self, on_error: OnLookupError) -> Self {
+        Self { on_error, ..self }
+    }
+
+    /// The clock the cache's expiry reads (default [`MonotonicClock`]; a
+    /// [`ManualClock`](weir_core::ManualClock) in tests).
+    pub fn clock(self, clock: impl Clock + Send + Sync + 'static) -> Self {
+        Self { clock: Arc::new(clock), ..self }
+    }
+
+    /// The tiers, in the order added: names and stores.
+    pub fn tiers(&self) -> impl Iterator<Item = (&str, &Store)> {
+        self.tiers.iter().map(|(name, store)| (&**name, store))
+    }
+
+    pub(crate) fn store(&self, tier: usize) -> Option<&Store> {
+        self.tiers.get(tier).map(|(_, store)| store)
+    }
+
+    fn index_of(&self, name: &str) -> Option<usize> {
+        self.tiers.iter().position(|(n, _)| &**n == name)
+    }
+
+    /// Checks that the fallback tier exists.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if self.tiers.is_empty() {
+            return Err("a tiered limit has no tiers".into());
+        }
+        if let OnLookupError::Tier(name) = &self.on_error
+            && self.index_of(name).is_none()
+        {
+            return Err(format!("the fallback tier `{name}` is not one of the tiers"));
+        }
+        Ok(())
+    }
+
+    /// `key`'s tier if the cache holds a live answer: one lock-free read.
+    pub fn cached(&self, key: &Key) -> Option<usize> {
+        let now = self.clock.now().as_u64();
+        let cache = self.cache.pin();
+        cache.get(key).filter(|c| c.expires_ns > now).map(|c| c.tier)
+    }
+
+    /// `key`'s tier: cached, or looked up (and then cached).
+    pub async fn resolve(&self, key: &Key) -> Result<usize, LookupFailed> {
+        if let Some(tier) = self.cached(key) {
+            return Ok(tier);
+        }
+        let answer = (self.lookup)(key.clone()).await;
+        let answer = answer.and_then(|name| self.index_of(&name).ok_or_else(|| format!("no tier is named `{name}`")));
+        match answer {
+            Ok(tier) => {
+                self.remember(key, tier, self.ttl);
+                Ok(tier)
+            }
+            Err(error) => match &self.on_error {
+                OnLookupError::Tier(name) => {
+                    let tier = self.index_of(name).ok_or_else(|| LookupFailed(error.clone()))?;
+                    tracing::warn!(target: "weir_tower", key = %key, %error, fallback = %name, "tier lookup failed");
+                    self.remember(key, tier, self.failure_ttl);
+                    Ok(tier)
+                }
+                OnLookupError::Deny => {
+                    tracing::warn!(target: "weir_tower", key = %key, %error, "tier lookup failed");
+                    Err(LookupFailed(error))
+                }
+            },
+        }
+    }
+
+    fn remember(&self, key: &Key, tier: usize, ttl: Duration) {
+        if ttl.is_zero() {
+            return;
+        }
+        let now = self.clock.now().as_u64();
+        let expires_ns = now.saturating_add(u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX));
+        let cache = self.cache.pin();
+        if cache.len() >= self.max_entries && !cache.contains_key(key) {
+            // Make room for an eighth of the cache: expired entries first, then any.
+            let target = self.max_entries - self.max_entries.div_ceil(8);
+            cache.retain(|_, c| c.expires_ns > now);
+            let excess = cache.len().saturating_sub(target);
+            if excess > 0 {
+                let victims: Vec<Key> = cache.keys().take(excess).cloned().collect();
+                for victim in &victims {
+                    cache.remove(victim);
+                }
+            }
+        }
+        cache.insert(key.clone(), Cached { tier, expires_ns });
+    }
+
+    /// Answers cached now (live or expired, not yet dropped).
+    pub fn cached_len(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Forgets every cached answer (after plans changed, say).
+    pub fn clear_cache(&self) {
+        self.cache.pin().clear();
+    }
+}
+
+impl fmt::Debug for Tiers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tiers")
+            .field("tiers", &self.tiers)
+            .field("ttl", &self.ttl)
+            .field("failure_ttl", &self.failure_ttl)
+            .field("max_entries", &self.max_entries)
+            .field("on_error", &self.on_error)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use weir_core::{Decision, InsufficientCapacity, KeyedLimiter, ManualClock, Policy, Snapshot};
+
+    struct Open([Policy; 1]);
+    impl KeyedLimiter<Key> for Open {
+        fn check_n(&self, _: &Key, _: u64) -> Result<Decision, InsufficientCapacity> {
+            Ok(Decision::allowed(Snapshot::new(1, 1, 0)))
+        }
+        fn refund(&self, _: &Key, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
+            Ok(())
+        }
+        fn snapshot(&self, _: &Key) -> Snapshot {
+            Snapshot::new(1, 1, 0)
+        }
+        fn policies(&self) -> &[Policy] {
+            &self.0
+        }
+    }
+
+    fn store() -> Store {
+        Store::local(Open([Policy::new(1, Duration::from_secs(1))]))
+    }
+
+    fn block_on<F: Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    }
+
+    fn counting(calls: Arc<AtomicUsize>) -> Tiers {
+        Tiers::new(move |key: Key| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            async move {
+                match key.payload() {
+                    b"down" => Err("backend down"),
+                    b"ghost" => Ok("platinum"),
+                    p if p.starts_with(b"pro") => Ok("pro"),
+                    _ => Ok("free"),
+                }
+            }
+        })
+        .tier("free", store())
+        .tier("pro", store())
+    }
+
+    #[test]
+    fn answers_are_cached_until_they_expire() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let clock = ManualClock::new();
+        let tiers = counting(calls.clone()).clock(clock.clone()).ttl(Duration::from_secs(300));
+        let key = Key::user("pro-1");
+        assert_eq!(tiers.cached(&key), None);
+        assert_eq!(block_on(tiers.resolve(&key)), Ok(1));
+        assert_eq!(block_on(tiers.resolve(&key)), Ok(1));
+        assert_eq!(tiers.cached(&key), Some(1));
+        assert_eq!(calls.load(Ordering::Relaxed), 1);
+        clock.advance(Duration::from_secs(300));
+        assert_eq!(tiers.cached(&key), None);
+        assert_eq!(block_on(tiers.resolve(&key)), Ok(1));
+        assert_eq!(calls.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn failures_follow_the_policy() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let clock = ManualClock::new();
+        let deny = counting(calls.clone()).clock(clock.clone());
+        assert_eq!(block_on(deny.resolve(&Key::user("down"))), Err(LookupFailed("backend down".into())));
+        assert!(block_on(deny.resolve(&Key::user("ghost"))).is_err(), "an unknown tier is a failure");
+        assert_eq!(deny.cached_len(), 0);
+
+        let fallback = counting(calls.clone())
+            .clock(clock.clone())
+            .on_lookup_error(OnLookupError::Tier("free".into()))
+            .failure_ttl(Duration::from_secs(10));
+        let before = calls.load(Ordering::Relaxed);
+        assert_eq!(block_on(fallback.resolve(&Key::user("down"))), Ok(0));
+        assert_eq!(block_on(fallback.resolve(&Key::user("down"))), Ok(0));
+        assert_eq!(calls.load(Ordering::Relaxed), before + 1, "the fallback is cached");
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(fallback.cached(&Key::user("down")), None);
+        assert!(fallback.validate().is_ok());
+        assert!(counting(calls).on_lookup_error(OnLookupError::Tier("gold".into())).validate().is_err());
+    }
+
+    #[test]
+    fn the_cache_stays_bounded() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let tiers = counting(calls).clock(ManualClock::new()).max_entries(16);
+        for i in 0..200 {
+            block_on(tiers.resolve(&Key::user(&format!("user-{i}")))).unwrap();
+            assert!(tiers.cached_len() <= 16);
+        }
+        // The latest answer is always kept.
+        assert_eq!(tiers.cached(&Key::user("user-199")), Some(0));
+    }
+}

@@ -1,0 +1,391 @@
+//! Waiting instead of being rejected: [`until_ready`] and [`until_key_ready`] wait
+//! until a limiter admits, up to a deadline; [`FifoWait`] makes the waiters of each
+//! key take their turns in arrival order.
+//!
+//! A wait is a loop off the check path: check; if denied, sleep for the decision's
+//! `retry_after` and check again. It gives up *at once* when the decision says the
+//! request cannot be admitted by the deadline (the retry time is past it), rather
+//! than sleep to find out. The sleeps are tokio's, so under paused time
+//! (`#[tokio::test(start_paused = true)]`) a limiter on a
+//! [`TokioClock`](weir_leaky::TokioClock) is tested to the nanosecond without sleeping.
+//!
+//! **Order.** Plain waits are not ordered: a waiter woken at its retry time competes
+//! with requests arriving then (one that checks first takes the capacity; the waiter
+//! sleeps again). [`FifoWait`] orders the waiters of one key: only the head of a
+//! key's line checks; the others wait behind it in arrival order (tokio's fair mutex),
+//! and a waiter that gives up or is dropped (its client went away) leaves the line.
+//! Checks made directly on the limiter, not through the `FifoWait`, are not ordered
+//! with the line. For a line that also paces, use weir-leaky's `Throttle` (the
+//! middleware's throttle mode).
+//!
+//! ```
+//! use std::time::Duration;
+//! use weir_core::{Limiter, Quota};
+//! use weir_gcra::Gcra;
+//! use weir_leaky::TokioClock;
+//! use weir_tower::wait::until_ready;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limiter = Gcra::with_clock(Quota::per_second(10)?, TokioClock::new());
+//! let start = tokio::time::Instant::now();
+//! for _ in 0..10 {
+//!     assert!(limiter.check().is_allowed()); // the burst
+//! }
+//! let deadline = start + Duration::from_secs(1);
+//! until_ready(&limiter, 1, deadline).await?; // waits 100 ms for the next token
+//! assert_eq!(start.elapsed(), Duration::from_millis(100));
+//! let too_late = until_ready(&limiter, 1, start + Duration::from_millis(150)).await;
+//! assert!(too_late.is_err()); // its turn (200 ms) is past the deadline: gives up at once
+//! assert_eq!(start.elapsed(), Duration::from_millis(100));
+//! # Ok(())
+//! # }
+//! ```
+
+use core::fmt;
+use core::hash::Hash;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::time::Instant;
+use weir_core::{AsyncKeyedLimiter, Decision, InsufficientCapacity, Limiter};
+
+/// Why a wait ended without an admission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitError<E> {
+    /// The request could not be admitted by the deadline. `decision` is the last
+    /// denial, when a check was made (its `retry_after` says when it would have been
+    /// admitted); `None` when the deadline passed while waiting in line.
+    Deadline {
+        /// The last denial.
+        decision: Option<Decision>,
+    },
+    /// The limiter failed (for an in-memory limiter: `n` above what it can ever
+    /// admit at once).
+    Limiter(E),
+}
+
+impl<E: fmt::Display> fmt::Display for WaitError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Deadline { decision: Some(d) } => {
+                write!(f, "not admitted by the deadline (admissible in {:?})", d.retry_after().unwrap_or_default())
+            }
+            Self::Deadline { decision: None } => f.write_str("the deadline passed while waiting in line"),
+            Self::Limiter(e) => write!(f, "the limiter failed: {e}"),
+        }
+    }
+}
+
+impl<E: fmt::Debug + fmt::Display> std::error::Error for WaitError<E> {}
+
+/// How long to sleep after `denial` before checking again, or the error if that is
+/// past `deadline`.
+fn sleep_for<E>(denial: Decision, deadline: Instant) -> Result<Duration, WaitError<E>> {
+    // A denial with no time to wait (a store full of keys, say) is checked again
+    // after a millisecond rather than at once.
+    let wait = denial.retry_after().unwrap_or_default().max(Duration::from_millis(1));
+    match Instant::now().checked_add(wait) {
+        Some(at) if at <= deadline => Ok(wait),
+        _ => Err(WaitError::Deadline { decision: Some(denial) }),
+    }
+}
+
+/// Waits until `limiter` admits a request of cost `n`, up to `deadline`; returns the
+/// admission. Not ordered with other waiters (see the [module docs](self)).
+pub async fn until_ready<L: Limiter + ?Sized>(
+    limiter: &L,
+    n: u64,
+    deadline: Instant,
+) -> Result<Decision, WaitError<InsufficientCapacity>> {
+    loop {
+        let decision = limiter.check_n(n).map_err(WaitError::Limiter)?;
+        if decision.is_allowed() {
+            return Ok(decision);
+        }
+        tokio::time::sleep(sleep_for(decision, deadline)?).await;
+    }
+}
+
+/// Waits until `store` admits a request of cost `n` for `key`, up to `deadline`;
+/// returns the admission. Not ordered with other waiters (see [`FifoWait`]).
+pub async fn until_key_ready<K, S>(
+    store: &S,
+    key: &K,
+    n: u64,
+    deadline: Instant,
+) -> Result<Decision, WaitError<S::Error>>
+where
+    K: ?Sized + Sync,
+    S: AsyncKeyedLimiter<K> + ?Sized,
+{
+    loop {
+        let decision = store.check_n(key, n).await.map_err(WaitError::Limiter)?;
+        if decision.is_allowed() {
+            return Ok(decision);
+        }
+        tokio::time::sleep(sleep_for(decision, deadline)?).await;
+    }
+}
+
+/// Per-key lines of waiters: the waiters of one key are admitted in the order they
+/// arrived (see the [module docs](self)).
+///
+/// Lines exist only while someone waits in them: a key's line is made by its first
+/// waiter and dropped by its last, under a mutex taken twice per wait (waiting is
+/// not the hot path).
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_core::{Local, Quota};
+/// use weir_tower::wait::FifoWait;
+/// # use weir_core::{Decision, InsufficientCapacity, KeyedLimiter, Policy, Snapshot};
+/// # struct Open([Policy; 1]);
+/// # impl KeyedLimiter<str> for Open {
+/// #     fn check_n(&self, _: &str, _: u64) -> Result<Decision, InsufficientCapacity> {
+/// #         Ok(Decision::allowed(Snapshot::new(1, 1, 0)))
+/// #     }
+/// #     fn refund(&self, _: &str, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> { Ok(()) }
+/// #     fn snapshot(&self, _: &str) -> Snapshot { Snapshot::new(1, 1, 0) }
+/// #     fn policies(&self) -> &[Policy] { &self.0 }
+/// # }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = Local(Open([Policy::new(1, Duration::from_secs(1))]));
+/// let lines: FifoWait<String> = FifoWait::new();
+/// let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+/// let admitted = lines.until_key_ready(&store, "alice", 1, deadline).await?;
+/// assert!(admitted.is_allowed());
+/// # Ok(())
+/// # }
+/// ```
+pub struct FifoWait<K> {
+    lines: Mutex<HashMap<K, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl<K: Hash + Eq + Clone> FifoWait<K> {
+    /// No lines yet.
+    pub fn new() -> Self {
+        Self { lines: Mutex::new(HashMap::new()) }
+    }
+
+    /// `key`'s line, joined (made if needed).
+    fn join<Q>(&self, key: &Q) -> Arc<tokio::sync::Mutex<()>>
+    where
+        K: core::borrow::Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let mut lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
+        match lines.get(key) {
+            Some(line) => Arc::clone(line),
+            None => {
+                let line = Arc::new(tokio::sync::Mutex::new(()));
+                lines.insert(key.to_owned(), Arc::clone(&line));
+                line
+            }
+        }
+    }
+
+    /// Waits in `key`'s line, then (at its head) until `store` admits a request of
+    /// cost `n`, all up to `deadline`.
+    pub async fn until_key_ready<Q, S>(
+        &self,
+        store: &S,
+        key: &Q,
+        n: u64,
+        deadline: Instant,
+    ) -> Result<Decision, WaitError<S::Error>>
+    where
+        K: core::borrow::Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
+        S: AsyncKeyedLimiter<Q> + ?Sized,
+    {
+        let line = Place { lines: self, key, line: Some(self.join(key)) };
+        let Some(head) = line.line.as_ref() else {
+            return Err(WaitError::Deadline { decision: None });
+        };
+        // `timeout_at` polls the lock first: a free line is taken even past the deadline.
+        let Ok(_head) = tokio::time::timeout_at(deadline, head.lock()).await else {
+            return Err(WaitError::Deadline { decision: None });
+        };
+        until_key_ready(store, key, n, deadline).await
+    }
+
+    /// Keys with a line now (someone waiting or checking through it).
+    pub fn len(&self) -> usize {
+        self.lines.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// Whether nobody waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<K: Hash + Eq + Clone> Default for FifoWait<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K> fmt::Debug for FifoWait<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner).len();
+        f.debug_struct("FifoWait").field("lines", &lines).finish()
+    }
+}
+
+/// A waiter's place in a key's line; on drop, the line is dropped with its last
+/// waiter.
+struct Place<'a, K, Q>
+where
+    K: Hash + Eq + core::borrow::Borrow<Q>,
+    Q: Hash + Eq + ?Sized,
+{
+    lines: &'a FifoWait<K>,
+    key: &'a Q,
+    line: Option<Arc<tokio::sync::Mutex<()>>>,
+}
+
+impl<K, Q> Drop for Place<'_, K, Q>
+where
+    K: Hash + Eq + core::borrow::Borrow<Q>,
+    Q: Hash + Eq + ?Sized,
+{
+    fn drop(&mut self) {
+        let Some(line) = self.line.take() else { return };
+        let mut lines = self.lines.lines.lock().unwrap_or_else(PoisonError::into_inner);
+        // Lines are cloned only under this lock: two references (the map's and this
+        // one) mean nobody else is in the line.
+        if Arc::strong_count(&line) == 2 {
+            lines.remove(self.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use weir_core::{KeyedLimiter, Local, Policy, Quota, Snapshot};
+    use weir_gcra::{GcraAlgorithm, GcraState};
+    use weir_leaky::TokioClock;
+
+    /// One GCRA bucket per key, on tokio's clock.
+    struct PerKey {
+        algorithm: GcraAlgorithm,
+        clock: TokioClock,
+        states: Mutex<HashMap<String, Arc<GcraState>>>,
+        checks: AtomicU64,
+        policy: [Policy; 1],
+    }
+
+    impl PerKey {
+        fn new(quota: Quota) -> Self {
+            let clock = TokioClock::new();
+            Self {
+                algorithm: GcraAlgorithm::new(quota, weir_core::Clock::now(&clock)),
+                clock,
+                states: Mutex::new(HashMap::new()),
+                checks: AtomicU64::new(0),
+                policy: [Policy::of(&quota)],
+            }
+        }
+        fn state(&self, key: &str) -> Arc<GcraState> {
+            Arc::clone(self.states.lock().unwrap().entry(key.to_owned()).or_default())
+        }
+    }
+
+    impl KeyedLimiter<str> for PerKey {
+        fn check_n(&self, key: &str, n: u64) -> Result<Decision, InsufficientCapacity> {
+            self.checks.fetch_add(1, Ordering::Relaxed);
+            weir_core::Algorithm::check_n(&self.algorithm, &*self.state(key), n, &self.clock)
+        }
+        fn refund(&self, key: &str, n: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
+            self.algorithm.refund(&self.state(key), n, &self.clock)
+        }
+        fn snapshot(&self, key: &str) -> Snapshot {
+            weir_core::Algorithm::snapshot(&self.algorithm, &*self.state(key), weir_core::Clock::now(&self.clock))
+        }
+        fn policies(&self) -> &[Policy] {
+            &self.policy
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_key_waits_for_its_retry_time_or_gives_up_at_once() {
+        let store = Local(PerKey::new(Quota::per_second(2).unwrap()));
+        let start = Instant::now();
+        for _ in 0..2 {
+            assert!(until_key_ready(&store, "a", 1, start).await.unwrap().is_allowed()); // the burst: no wait
+        }
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        let d = until_key_ready(&store, "a", 1, start + Duration::from_secs(1)).await.unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(start.elapsed(), Duration::from_millis(500));
+        let late = until_key_ready(&store, "a", 1, start + Duration::from_millis(600)).await;
+        assert!(matches!(late, Err(WaitError::Deadline { decision: Some(_) })));
+        assert_eq!(start.elapsed(), Duration::from_millis(500), "gave up without sleeping");
+        let too_big = until_key_ready(&store, "a", 3, start + Duration::from_secs(9)).await;
+        assert_eq!(too_big, Err(WaitError::Limiter(InsufficientCapacity { requested: 3, capacity: 2 })));
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn waiters_of_a_key_are_admitted_in_arrival_order() {
+        let store = Local(PerKey::new(Quota::per_second(1).unwrap()));
+        let lines: Arc<FifoWait<String>> = Arc::new(FifoWait::new());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        assert!(lines.until_key_ready(&store, "k", 1, deadline).await.unwrap().is_allowed());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let store = Arc::new(store);
+        let mut tasks = Vec::new();
+        for i in 0..4 {
+            let (lines, store, order) = (lines.clone(), store.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                assert!(lines.until_key_ready(&*store, "k", 1, deadline).await.unwrap().is_allowed());
+                order.lock().unwrap().push(i);
+            }));
+            tokio::task::yield_now().await; // arrive in order
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+        // Only heads check: one check per admission, plus the head's denials.
+        assert!(store.0.checks.load(Ordering::Relaxed) <= 1 + 4 * 2);
+        assert!(lines.is_empty(), "the last waiter dropped the line");
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_waiter_dropped_in_line_leaves_it() {
+        let store = Local(PerKey::new(Quota::per_second(1).unwrap()));
+        let lines: FifoWait<String> = FifoWait::new();
+        let far = Instant::now() + Duration::from_secs(100);
+        assert!(lines.until_key_ready(&store, "k", 1, far).await.unwrap().is_allowed());
+        {
+            let head = lines.until_key_ready(&store, "k", 1, far);
+            let behind = lines.until_key_ready(&store, "k", 1, far);
+            let (mut head, mut behind) = (Box::pin(head), Box::pin(behind));
+            assert!(futures_poll(&mut head).await.is_none());
+            assert!(futures_poll(&mut behind).await.is_none());
+            assert_eq!(lines.len(), 1);
+        }
+        assert!(lines.is_empty());
+        let d = lines.until_key_ready(&store, "k", 1, Instant::now()).await;
+        assert!(matches!(d, Err(WaitError::Deadline { .. })), "the bucket is still empty");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(lines.until_key_ready(&store, "k", 1, Instant::now()).await.is_ok());
+    }
+
+    async fn futures_poll<F: core::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
+        core::future::poll_fn(|cx| {
+            core::task::Poll::Ready(match core::pin::Pin::new(&mut *f).poll(cx) {
+                core::task::Poll::Ready(v) => Some(v),
+                core::task::Poll::Pending => None,
+            })
+        })
+        .await
+    }
+}

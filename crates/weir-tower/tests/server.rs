@@ -1,0 +1,456 @@
+//! The middleware in a real axum server on a loopback port, called by a real HTTP
+//! client. Stores run on a manual clock, so nothing refills during a test.
+
+mod common;
+
+use axum::Router;
+use axum::routing::get;
+use common::stores::{InTestCount, InTestGcra};
+use common::{HttpClient, serve};
+use http::StatusCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use weir_core::{AllOf, KeyedLimiter, ManualClock, Quota};
+use weir_tower::{
+    ClientIp, Key, KeySource, KeyedThrottle, Limit, MissingKey, Policy, RateLimitLayer, Store, Tiers, User,
+};
+
+const MINUTE: Duration = Duration::from_secs(60);
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route("/health", get(|| async { "healthy" }))
+        .route("/auth/login", get(|| async { "welcome" }))
+        .route("/api/data", get(|| async { "data" }))
+        .layer(layer)
+        // Authentication runs first: `Authorization: Bearer <user>` becomes a `User`.
+        .layer(axum::middleware::from_fn(|mut request: axum::extract::Request, next: axum::middleware::Next| async {
+            let user = request
+                .headers()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(User::from);
+            if let Some(user) = user {
+                request.extensions_mut().insert(user);
+            }
+            next.run(request).await
+        }))
+}
+
+fn gcra(quota: Quota) -> InTestGcra {
+    InTestGcra::new(quota, ManualClock::new())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_and_denied_responses_carry_the_headers_and_a_problem_body() {
+    let layer = RateLimitLayer::per_ip(gcra(Quota::per_minute(3).unwrap()));
+    let addr = serve(app(layer)).await;
+    let client = HttpClient::new();
+
+    for remaining in [2, 1, 0] {
+        let reply = client.get(addr, "/", &[]).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.body, "ok");
+        assert_eq!(reply.header("ratelimit-policy"), Some("\"minute\";q=3;w=60"));
+        let reset = 20 * (3 - remaining);
+        assert_eq!(reply.header("ratelimit"), Some(format!("\"minute\";r={remaining};t={reset}").as_str()));
+        assert_eq!(reply.header("x-ratelimit-limit"), Some("3"));
+        assert_eq!(reply.header("x-ratelimit-remaining"), Some(remaining.to_string().as_str()));
+        assert_eq!(reply.header("x-ratelimit-reset"), Some(reset.to_string().as_str()));
+    }
+
+    let denied = client.get(addr, "/", &[]).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.header("retry-after"), Some("20"));
+    assert_eq!(denied.header("content-type"), Some("application/problem+json"));
+    assert_eq!(denied.header("ratelimit"), Some("\"minute\";r=0;t=20"));
+    assert_eq!(denied.header("ratelimit-policy"), Some("\"minute\";q=3;w=60"));
+    assert_eq!(denied.header("x-ratelimit-remaining"), Some("0"));
+    let body = denied.json();
+    assert_eq!(body["type"], "about:blank");
+    assert_eq!(body["title"], "Too Many Requests");
+    assert_eq!(body["status"], 429);
+    assert_eq!(body["retry_after"], 20);
+    assert_eq!(body["quota"], "minute");
+    assert_eq!(body["detail"], "The rate limit for this client is exhausted. Retry after 20 seconds.");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_second_wait_is_a_retry_after_of_one_second() {
+    let layer = RateLimitLayer::per_ip(gcra(Quota::per_second(10).unwrap().with_burst(1).unwrap()));
+    let addr = serve(app(layer)).await;
+    let client = HttpClient::new();
+    assert_eq!(client.get(addr, "/", &[]).await.status, StatusCode::OK);
+    let denied = client.get(addr, "/", &[]).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.header("retry-after"), Some("1"), "100 ms rounds up to 1 s, never 0");
+    assert_eq!(denied.json()["retry_after"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_body_and_the_legacy_headers_are_configurable() {
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("api").limit(Limit::per_ip(gcra(Quota::per_minute(1).unwrap()))))
+        .legacy_headers(false)
+        .deny_body(|denied| weir_tower::DenyBody {
+            content_type: http::HeaderValue::from_static("text/plain"),
+            body: format!("slow down for {}s", denied.retry_after_secs.unwrap_or(0)).into(),
+        })
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    let client = HttpClient::new();
+    let ok = client.get(addr, "/", &[]).await;
+    assert!(ok.header("ratelimit").is_some());
+    assert_eq!(ok.header("x-ratelimit-limit"), None);
+    let denied = client.get(addr, "/", &[]).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.header("content-type"), Some("text/plain"));
+    assert_eq!(denied.body, "slow down for 60s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_skip_rule_lets_health_checks_through_unlimited() {
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("api").limit(Limit::per_ip(gcra(Quota::per_minute(2).unwrap()))))
+        .skip_path("/health")
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    let client = HttpClient::new();
+    for _ in 0..10 {
+        let reply = client.get(addr, "/health", &[]).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.header("ratelimit"), None, "a skipped request is not limited");
+    }
+    assert_eq!(client.get(addr, "/", &[]).await.status, StatusCode::OK);
+    assert_eq!(client.get(addr, "/", &[]).await.status, StatusCode::OK);
+    assert_eq!(client.get(addr, "/", &[]).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(client.get(addr, "/health", &[]).await.status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_auth_route_is_stricter_than_the_api() {
+    let api = Store::local(InTestCount::new(100, MINUTE));
+    let auth = Store::local(InTestCount::new(5, Duration::from_secs(300))).named(["auth"]);
+    let ip = || KeySource::ip(ClientIp::peer());
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("api").limit(Limit::new(ip(), api)))
+        .route("/auth", Policy::new("auth").limit(Limit::new(ip(), auth)))
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    let client = HttpClient::new();
+    for _ in 0..5 {
+        let reply = client.get(addr, "/auth/login", &[]).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.header("ratelimit-policy"), Some("\"auth\";q=5;w=300"));
+    }
+    let denied = client.get(addr, "/auth/login", &[]).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.json()["policy"], "auth");
+    let api = client.get(addr, "/api/data", &[]).await;
+    assert_eq!(api.status, StatusCode::OK, "the API's own, looser limit");
+    assert_eq!(api.header("ratelimit"), Some("\"minute\";r=99;t=60"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_layer_limits_only_the_routes_it_wraps() {
+    let layer = RateLimitLayer::per_ip(gcra(Quota::per_minute(1).unwrap()));
+    let router = Router::new()
+        .route("/limited", get(|| async { "limited" }))
+        .route_layer(layer)
+        .route("/open", get(|| async { "open" }));
+    let addr = serve(router).await;
+    let client = HttpClient::new();
+    assert_eq!(client.get(addr, "/limited", &[]).await.status, StatusCode::OK);
+    assert_eq!(client.get(addr, "/limited", &[]).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(client.get(addr, "/open", &[]).await.status, StatusCode::OK);
+    assert_eq!(client.get(addr, "/missing", &[]).await.status, StatusCode::NOT_FOUND);
+}
+
+/// Tiers: a free client with minute quota left and its day quota exhausted is
+/// denied by the day, and the minute quota is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tier_quotas_are_checked_all_or_nothing() {
+    let minute = Arc::new(InTestCount::new(5, MINUTE));
+    let day = Arc::new(InTestCount::new(3, DAY));
+    let free = Store::local(AllOf::new((Arc::clone(&minute), Arc::clone(&day))).unwrap()).named(["minute", "day"]);
+    let pro = Store::local(AllOf::new((InTestCount::new(50, MINUTE), InTestCount::new(1000, DAY))).unwrap())
+        .named(["minute", "day"]);
+    let lookups = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&lookups);
+    let tiers = Tiers::new(move |key: Key| {
+        counted.fetch_add(1, Ordering::Relaxed);
+        async move { Ok::<_, String>(if key.payload().starts_with(b"pro-") { "pro" } else { "free" }) }
+    })
+    .tier("free", free)
+    .tier("pro", pro);
+    let layer =
+        RateLimitLayer::new(Policy::new("api").limit(Limit::tiered(KeySource::header("x-api-key"), tiers))).unwrap();
+    let addr = serve(app(layer)).await;
+    let client = HttpClient::new();
+    let key = Key::api_key(b"free-1");
+
+    for day_left in [2, 1, 0] {
+        let reply = client.get(addr, "/", &[("x-api-key", "free-1")]).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.header("ratelimit-policy"), Some("\"minute\";q=5;w=60, \"day\";q=3;w=86400"));
+        // The day binds (it has the least left).
+        assert_eq!(reply.header("ratelimit"), Some(format!("\"day\";r={day_left};t=86400").as_str()));
+    }
+    assert_eq!((minute.used(&key), day.used(&key)), (3, 3));
+
+    let denied = client.get(addr, "/", &[("x-api-key", "free-1")]).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.json()["quota"], "day");
+    assert_eq!(minute.used(&key), 3, "the minute quota is unchanged by the denied request");
+    assert_eq!(minute.snapshot(&key).remaining(), 2);
+
+    let pro = client.get(addr, "/", &[("x-api-key", "pro-1")]).await;
+    assert_eq!(pro.status, StatusCode::OK);
+    assert_eq!(pro.header("ratelimit-policy"), Some("\"minute\";q=50;w=60, \"day\";q=1000;w=86400"));
+    assert_eq!(lookups.load(Ordering::Relaxed), 2, "one lookup per client; the rest from the cache");
+
+    let no_key = client.get(addr, "/", &[]).await;
+    assert_eq!(no_key.status, StatusCode::BAD_REQUEST, "no API key: not identified");
+    assert_eq!(no_key.json()["title"], "Client Not Identified");
+}
+
+/// Per IP and per user at once: the strictest admission is in the headers, and a
+/// request denied by the user limit takes nothing from the IP limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_ip_and_per_user_limits_layer() {
+    let per_ip = Arc::new(InTestCount::new(10, MINUTE));
+    let per_user = Arc::new(InTestCount::new(2, MINUTE));
+    let events = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&events);
+    let layer = RateLimitLayer::builder()
+        .policy(
+            Policy::new("api")
+                .limit(Limit::new(KeySource::ip(ClientIp::peer()), Store::local(Arc::clone(&per_ip))))
+                .limit(
+                    Limit::new(KeySource::user(), Store::local(Arc::clone(&per_user))).on_missing_key(MissingKey::Skip),
+                ),
+        )
+        .on_limit(move |event| {
+            assert_eq!(event.key, Some(&Key::user("alice")));
+            assert_eq!(event.request.uri.path(), "/");
+            seen.fetch_add(1, Ordering::Relaxed);
+        })
+        .build()
+        .unwrap();
+    let addr = serve(app(layer)).await;
+    let client = HttpClient::new();
+    let ip = Key::ip("127.0.0.1".parse().unwrap());
+    let alice = [("authorization", "Bearer alice")];
+
+    let first = client.get(addr, "/", &alice).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.header("ratelimit-policy"), Some("\"minute\";q=10;w=60, \"minute-2\";q=2;w=60"));
+    assert_eq!(first.header("ratelimit"), Some("\"minute-2\";r=1;t=60"), "the user limit is the strictest");
+    assert_eq!(client.get(addr, "/", &alice).await.status, StatusCode::OK);
+    let denied = client.get(addr, "/", &alice).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.json()["quota"], "minute-2");
+    assert_eq!(per_ip.used(&ip), 2, "the denied request took nothing from the IP limit");
+    assert_eq!(events.load(Ordering::Relaxed), 1);
+
+    // Another user on the same IP is limited by the IP alone once the user is unknown.
+    let anonymous = client.get(addr, "/", &[]).await;
+    assert_eq!(anonymous.status, StatusCode::OK);
+    assert_eq!(anonymous.header("ratelimit-policy"), Some("\"minute\";q=10;w=60"), "the user limit was skipped");
+    assert_eq!(per_ip.used(&ip), 3);
+    assert_eq!(per_user.used(&Key::user("alice")), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spoofed_forwarded_header_from_an_untrusted_peer_is_ignored() {
+    let store = Arc::new(InTestCount::new(3, MINUTE));
+    let client_ip = ClientIp::peer().trust_proxies(["10.0.0.0/8"]).unwrap();
+    let layer = RateLimitLayer::new(
+        Policy::new("api").limit(Limit::new(KeySource::ip(client_ip), Store::local(Arc::clone(&store)))),
+    )
+    .unwrap();
+    let addr = serve(app(layer)).await;
+    let client = HttpClient::new();
+    let mut statuses = Vec::new();
+    for i in 0..5 {
+        // A fresh fake client address on every request.
+        let fake = format!("198.51.100.{i}, 10.0.0.{i}");
+        statuses.push(client.get(addr, "/", &[("x-forwarded-for", &fake)]).await.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    assert_eq!(store.used(&Key::ip("127.0.0.1".parse().unwrap())), 3, "all counted against the real peer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_clients_are_grouped_by_their_64_bit_prefix() {
+    let store = Arc::new(InTestCount::new(2, MINUTE));
+    // The loopback peer is the trusted proxy; it forwards IPv6 clients.
+    let client_ip = ClientIp::peer().trust_proxies(["127.0.0.1"]).unwrap();
+    let layer = RateLimitLayer::new(
+        Policy::new("api").limit(Limit::new(KeySource::ip(client_ip), Store::local(Arc::clone(&store)))),
+    )
+    .unwrap();
+    let addr = serve(app(layer)).await;
+    let client = HttpClient::new();
+    let from = |ip: &'static str| [("x-forwarded-for", ip)];
+    assert_eq!(client.get(addr, "/", &from("2001:db8:1:2::a")).await.status, StatusCode::OK);
+    assert_eq!(client.get(addr, "/", &from("2001:db8:1:2:ffff::b")).await.status, StatusCode::OK);
+    let same_64 = client.get(addr, "/", &from("2001:db8:1:2::c")).await;
+    assert_eq!(same_64.status, StatusCode::TOO_MANY_REQUESTS, "one /64, one client");
+    let other_64 = client.get(addr, "/", &from("2001:db8:1:3::a")).await;
+    assert_eq!(other_64.status, StatusCode::OK);
+    assert_eq!(store.used(&Key::ip_grouped("2001:db8:1:2::".parse().unwrap(), 64)), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_hyper_server_runs_the_layer_through_tower() {
+    use hyper_util::rt::TokioIo;
+    use hyper_util::service::TowerToHyperService;
+    use tower::ServiceExt as _;
+    use weir_tower::PeerAddr;
+
+    let layer = RateLimitLayer::per_ip(gcra(Quota::per_minute(1).unwrap()));
+    let service =
+        tower::ServiceBuilder::new().layer(layer).service_fn(|_request: http::Request<hyper::body::Incoming>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(bytes::Bytes::from(
+                "hyper",
+            ))))
+        });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, peer)) = listener.accept().await else { return };
+            // The peer address goes into each request's extensions.
+            let service = service.clone().map_request(move |mut request: http::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(PeerAddr(peer));
+                request
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service)),
+            );
+        }
+    });
+    let client = HttpClient::new();
+    let ok = client.get(addr, "/", &[]).await;
+    assert_eq!((ok.status, &ok.body[..]), (StatusCode::OK, &b"hyper"[..]));
+    assert!(ok.header("ratelimit").is_some());
+    assert_eq!(client.get(addr, "/", &[]).await.status, StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// axum issue #2634: a non-`Clone` tower `RateLimit` made `Clone` gave every clone
+/// its own budget, and 1 500 concurrent requests passed a limit of 5. Every clone of
+/// this layer's service shares one store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_never_exceed_the_limit() {
+    let layer = RateLimitLayer::per_ip(gcra(Quota::per_second(5).unwrap()));
+    let addr = serve(app(layer)).await;
+    let client = HttpClient::new();
+    let requests: Vec<_> = (0..300)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.get(addr, "/", &[]).await.status })
+        })
+        .collect();
+    let mut ok = 0;
+    for request in requests {
+        match request.await.unwrap() {
+            StatusCode::OK => ok += 1,
+            StatusCode::TOO_MANY_REQUESTS => {}
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(ok, 5, "exactly the burst, however many arrive at once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyless_requests_follow_the_limits_choice() {
+    let user = |missing| {
+        Policy::new("users")
+            .limit(Limit::new(KeySource::user(), Store::local(InTestCount::new(1, MINUTE))).on_missing_key(missing))
+    };
+    let client = HttpClient::new();
+
+    let deny = serve(app(RateLimitLayer::new(user(MissingKey::Deny)).unwrap())).await;
+    assert_eq!(client.get(deny, "/", &[]).await.status, StatusCode::BAD_REQUEST);
+    assert_eq!(client.get(deny, "/", &[("authorization", "Bearer a")]).await.status, StatusCode::OK);
+
+    let skip = serve(app(RateLimitLayer::new(user(MissingKey::Skip)).unwrap())).await;
+    for _ in 0..3 {
+        let reply = client.get(skip, "/", &[]).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.header("ratelimit"), None);
+    }
+
+    let shared = serve(app(RateLimitLayer::new(user(MissingKey::Shared(Key::custom(b"anonymous")))).unwrap())).await;
+    assert_eq!(client.get(shared, "/", &[]).await.status, StatusCode::OK);
+    assert_eq!(client.get(shared, "/", &[]).await.status, StatusCode::TOO_MANY_REQUESTS, "anonymous share one key");
+    assert_eq!(client.get(shared, "/", &[("authorization", "Bearer b")]).await.status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttle_mode_waits_then_succeeds() {
+    let throttle = KeyedThrottle::new(Quota::per_second(20).unwrap(), 10, Duration::from_secs(3)).unwrap();
+    let layer =
+        RateLimitLayer::new(Policy::new("paced").limit(Limit::throttle(KeySource::ip(ClientIp::peer()), throttle)))
+            .unwrap();
+    let addr = serve(app(layer)).await;
+    let client = HttpClient::new();
+    let requests: Vec<_> = (0..5)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.get(addr, "/", &[]).await.status })
+        })
+        .collect();
+    for request in requests {
+        assert_eq!(request.await.unwrap(), StatusCode::OK, "over the rate, but waited instead of refused");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnecting_waiter_frees_its_place() {
+    use tokio::io::AsyncWriteExt as _;
+
+    // One request per 2 s per client, one waiting at most.
+    let throttle = Arc::new(
+        KeyedThrottle::new(Quota::new(1, Duration::from_secs(2)).unwrap(), 1, Duration::from_secs(4)).unwrap(),
+    );
+    let key = Key::ip("127.0.0.1".parse().unwrap());
+    let layer = RateLimitLayer::new(
+        Policy::new("paced").limit(Limit::throttle_shared(KeySource::ip(ClientIp::peer()), Arc::clone(&throttle))),
+    )
+    .unwrap();
+    let addr = serve(app(layer)).await;
+    let client = HttpClient::new();
+    assert_eq!(client.get(addr, "/", &[]).await.status, StatusCode::OK, "an idle throttle lets the first through");
+
+    // A waiter on its own connection, which it then closes.
+    let mut waiter = tokio::net::TcpStream::connect(addr).await.unwrap();
+    waiter.write_all(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n").await.unwrap();
+    until(|| throttle.waiting(&key) == 1).await;
+    let full = client.get(addr, "/", &[]).await;
+    assert_eq!(full.status, StatusCode::TOO_MANY_REQUESTS, "the one place is taken");
+    assert!(full.header("retry-after").is_some());
+
+    drop(waiter); // the client goes away
+    until(|| throttle.waiting(&key) == 0).await;
+    let next = client.get(addr, "/", &[]).await;
+    assert_eq!(next.status, StatusCode::OK, "the freed place (and slot) went to the next request");
+}
+
+/// Waits until `done`, checking every 10 ms, for at most 5 s.
+async fn until(done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "not reached within 5 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
