@@ -7,9 +7,10 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::time::Duration;
+use weir_bench::check::Check;
 use weir_bench::keyed::{governor_keyed, open_quota, weir_keyed};
 use weir_bench::peers::{governor, governor_upkeep};
-use weir_bench::throughput::{Check, drained_leased};
+use weir_bench::throughput::drained_leased;
 use weir_bench::windows;
 use weir_core::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock, Quota};
 use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};

@@ -6,12 +6,12 @@
 //! boundary burst and for leased and approximate modes, a bug anywhere else); below 1 is capacity left unused (a lagging coarse clock
 //! refills late; a lock that serializes threads cannot keep up).
 
-use crate::cli::{BenchError, Config, Output, progress};
-use crate::harness::Workload;
+use crate::check::{Check, Weir};
+use crate::harness::{BenchError, Config, Output, Workload, progress};
+use crate::html::{Cell, HtmlTable};
 use crate::peers::{MutexTokenBucket, leaky_bucket, ratelimit};
 use crate::report::{Machine, Table};
-use crate::throughput::Check;
-use crate::windows::{Weir, WindowKind};
+use crate::windows::WindowKind;
 use serde::Serialize;
 use std::time::Duration;
 use weir_core::{CoarseClock, MonotonicClock, Quota};
@@ -138,18 +138,11 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
         .collect();
     bar.finish_and_clear();
     let machine = Machine::detect();
-    let mut table = Table::new(vec![
-        "limiter".into(),
-        "".into(),
-        "admitted".into(),
-        "ideal".into(),
-        "admitted/ideal".into(),
-        "bound".into(),
-    ]);
+    let mut table =
+        Table::new(vec!["limiter".into(), "admitted".into(), "ideal".into(), "admitted/ideal".into(), "bound".into()]);
     for r in &results {
         table.row(vec![
             r.subject.to_string(),
-            String::new(),
             r.admitted.to_string(),
             format!("{:.0}", r.ideal),
             format!("{:.4}", r.ratio),
@@ -166,11 +159,30 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
                 format!("{:.1}", r.ideal),
                 format!("{:.5}", r.ratio),
                 r.bound.to_string(),
-                machine.commit.to_string(),
+                machine.version(),
             ]
         })
         .collect();
     out.csv("accuracy.csv", &["subject", "threads", "admitted", "ideal", "ratio", "bound", "commit"], &rows)?;
+    let mut html = HtmlTable::new(
+        "Accuracy under overload: admitted against the ideal",
+        format!(
+            "{}. {RATE}/s, burst {BURST}, every limiter hammered by {threads} threads for {duration:?} (one run each); \
+             ideal = burst + rate × elapsed; bound = the documented over-admission, in requests.",
+            machine.describe()
+        ),
+        ["limiter", "admitted", "ideal", "admitted / ideal", "bound"].map(String::from).to_vec(),
+    );
+    for r in &results {
+        html.row(vec![
+            Cell::text(r.subject),
+            Cell::number(r.admitted.to_string()),
+            Cell::number(format!("{:.0}", r.ideal)),
+            Cell::number(format!("{:.4}", r.ratio)),
+            Cell::number(r.bound.to_string()),
+        ]);
+    }
+    out.html_table("accuracy", &html.render())?;
     out.json(
         "accuracy.json",
         &serde_json::json!({ "machine": machine, "rate_per_sec": RATE, "burst": BURST, "results": results }),

@@ -1,10 +1,11 @@
-//! The command line: parse, validate, run the suites, write the report.
+//! The command line: parse, validate into a [`Config`], dispatch to the suites,
+//! write the report. The types the suites share live below them, in
+//! [`crate::harness`]; this module only parses and dispatches.
 
+use crate::harness::{BenchError, Config, Output, Profile, pin};
 use crate::report::Machine;
 use clap::{Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::ffi::OsString;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -48,6 +49,11 @@ pub struct Args {
     #[arg(long, global = true)]
     pub no_progress: bool,
 
+    /// Do not pin benchmark threads to cores (by default thread t runs on core t mod
+    /// N where the OS allows pinning).
+    #[arg(long, global = true)]
+    pub no_pin: bool,
+
     /// (internal) The weir-bench binary the memory suite runs its probes with
     /// (default: this one).
     #[arg(long, global = true, hide = true, value_name = "PATH")]
@@ -89,91 +95,24 @@ pub enum Command {
     },
 }
 
-/// A duration like `200ms`, `1s`, `1.5s`, `500us`.
+/// A duration like `200ms`, `1s`, `1.5s`, `500us` (humantime's syntax), at least 1 ms.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 200ms or 1s"))?;
-    let scale = match unit.trim() {
-        "s" => 1.0,
-        "ms" => 1e-3,
-        "us" | "µs" => 1e-6,
-        _ => return Err(format!("{text:?}: unknown unit {unit:?}; use s, ms or us")),
-    };
-    let duration = Duration::try_from_secs_f64(value * scale).map_err(|e| format!("{text:?}: {e}"))?;
+    let duration = humantime::parse_duration(text.trim())
+        .map_err(|e| format!("{text:?} is not a duration like 200ms or 1.5s: {e}"))?;
     if duration < Duration::from_millis(1) {
         return Err(format!("{text:?} is too short to measure; use at least 1ms"));
     }
     Ok(duration)
 }
 
-/// A validated configuration.
+/// What to run, and how.
 #[derive(Debug, Clone)]
-pub struct Config {
-    /// What to run.
+pub struct Invocation {
+    /// The suite (or `list`, or a memory probe).
     pub command: Command,
-    /// "quick" or "full".
-    pub profile: &'static str,
-    /// Thread counts, ascending, without duplicates.
-    pub threads: Vec<usize>,
-    /// One timed run.
-    pub duration: Duration,
-    /// Timed runs per point.
-    pub reps: usize,
-    /// `--only` filters.
-    pub only: Vec<String>,
-    /// Output folder (exists and is writable).
-    pub out: PathBuf,
-    /// Whether to draw a progress bar.
-    pub progress: bool,
-    /// The binary for memory probes (`None`: this one).
-    pub probe_binary: Option<PathBuf>,
+    /// How every suite runs.
+    pub config: Config,
 }
-
-impl Config {
-    /// Whether `id` passes the `--only` filters.
-    pub fn selects(&self, id: &str) -> bool {
-        self.only.is_empty() || self.only.iter().any(|o| id.contains(o.as_str()))
-    }
-
-    /// Whether this is the full profile.
-    pub fn full(&self) -> bool {
-        self.profile == "full"
-    }
-}
-
-/// Why a run could not start or finish.
-#[derive(Debug)]
-pub enum BenchError {
-    /// A thread count of zero, or an absurd one.
-    BadThreads(String),
-    /// `--reps 0`.
-    ZeroReps,
-    /// An `--only` filter that matches no subject.
-    UnknownSubject(String),
-    /// The output folder cannot be created or written.
-    Output(PathBuf, std::io::Error),
-    /// A measurement could not be made (a child process failed, say).
-    Measurement(String),
-}
-
-impl fmt::Display for BenchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::BadThreads(why) => write!(f, "--threads: {why}"),
-            Self::ZeroReps => f.write_str("--reps must be at least 1"),
-            Self::UnknownSubject(text) => write!(
-                f,
-                "--only {text:?} matches no subject; `weir-bench list` shows them all (e.g. hot-allowed/weir-gcra)"
-            ),
-            Self::Output(dir, e) => write!(f, "cannot write to the output folder {}: {e}", dir.display()),
-            Self::Measurement(why) => write!(f, "measurement failed: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for BenchError {}
 
 /// Every subject id of every suite.
 pub fn all_ids() -> Vec<String> {
@@ -188,8 +127,8 @@ pub fn all_ids() -> Vec<String> {
 }
 
 impl Args {
-    /// Validates the arguments into a [`Config`].
-    pub fn validate(self) -> Result<Config, BenchError> {
+    /// Validates the arguments into what to run and a [`Config`].
+    pub fn validate(self) -> Result<Invocation, BenchError> {
         let full = self.full && !self.quick;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut threads = self.threads.unwrap_or_else(|| vec![1, 2, cores]);
@@ -215,17 +154,18 @@ impl Args {
         if !matches!(command, Command::List | Command::MemoryProbe { .. }) {
             ensure_writable(&self.out).map_err(|e| BenchError::Output(self.out.clone(), e))?;
         }
-        Ok(Config {
-            command,
-            profile: if full { "full" } else { "quick" },
+        let config = Config {
+            profile: if full { Profile::Full } else { Profile::Quick },
             threads,
             duration: self.duration.unwrap_or(if full { Duration::from_secs(1) } else { Duration::from_millis(200) }),
             reps,
             only: self.only,
             out: self.out,
             progress: !self.no_progress,
+            pin: !self.no_pin,
             probe_binary: self.probe_binary,
-        })
+        };
+        Ok(Invocation { command, config })
     }
 }
 
@@ -245,7 +185,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
-    match args.validate().and_then(|config| execute(&config)) {
+    match args.validate().and_then(|run| execute(&run.command, &run.config)) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("error: {e}");
@@ -265,10 +205,11 @@ const SUITES: [Command; 7] = [
     Command::Compare,
 ];
 
-/// Runs a validated configuration.
-pub fn execute(config: &Config) -> Result<(), BenchError> {
+/// Runs `command` with a validated configuration.
+pub fn execute(command: &Command, config: &Config) -> Result<(), BenchError> {
+    pin::set_enabled(config.pin);
     let out = Output::new(&config.out);
-    match &config.command {
+    match command {
         Command::List => {
             for id in all_ids() {
                 println!("{id}");
@@ -277,14 +218,13 @@ pub fn execute(config: &Config) -> Result<(), BenchError> {
         }
         Command::MemoryProbe { subject, keys } => return crate::memory::probe(subject, *keys),
         Command::All => {
-            for command in SUITES {
-                let part = Config { command: command.clone(), ..config.clone() };
-                if suite_selected(&part) {
-                    println!("{}", run_suite(&part, &out)?);
+            for suite in SUITES {
+                if suite_selected(&suite, config) {
+                    println!("{}", run_suite(&suite, config, &out)?);
                 }
             }
         }
-        _ => println!("{}", run_suite(config, &out)?),
+        suite => println!("{}", run_suite(suite, config, &out)?),
     }
     let header = format!(
         "weir-bench ({} profile)\nmachine: {}\ncommand: {}",
@@ -292,13 +232,13 @@ pub fn execute(config: &Config) -> Result<(), BenchError> {
         Machine::detect().describe(),
         std::env::args().collect::<Vec<_>>().join(" ")
     );
-    crate::chart::write_index(&config.out, &header).map_err(|e| out.error(e))?;
+    crate::html::write_index(&config.out, &header).map_err(|e| out.error(e))?;
     println!("wrote {}", config.out.join("index.html").display());
     Ok(())
 }
 
-fn run_suite(config: &Config, out: &Output) -> Result<String, BenchError> {
-    match config.command {
+fn run_suite(suite: &Command, config: &Config, out: &Output) -> Result<String, BenchError> {
+    match suite {
         Command::Throughput => crate::throughput::run(config, out),
         Command::Single => crate::single::run(config, out),
         Command::Memory => crate::memory::run(config, out),
@@ -310,9 +250,9 @@ fn run_suite(config: &Config, out: &Output) -> Result<String, BenchError> {
     }
 }
 
-/// Whether any subject of `config.command`'s suite passes the `--only` filters.
-fn suite_selected(config: &Config) -> bool {
-    let ids: Vec<String> = match config.command {
+/// Whether any subject of `suite` passes the `--only` filters.
+fn suite_selected(suite: &Command, config: &Config) -> bool {
+    let ids: Vec<String> = match suite {
         Command::Throughput => crate::throughput::subjects().iter().map(|s| s.id()).collect(),
         Command::Single => crate::single::singles().iter().map(|s| format!("single/{}", s.id)).collect(),
         Command::Memory => crate::memory::ids(),
@@ -323,52 +263,4 @@ fn suite_selected(config: &Config) -> bool {
         _ => return true,
     };
     ids.iter().any(|id| config.selects(id))
-}
-
-/// A progress bar on stderr, or a hidden one.
-pub fn progress(config: &Config, total: usize) -> ProgressBar {
-    let bar = if config.progress {
-        ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr())
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar
-}
-
-/// Where a suite writes its files.
-#[derive(Debug, Clone)]
-pub struct Output {
-    dir: PathBuf,
-}
-
-impl Output {
-    /// Files go into `dir`.
-    pub fn new(dir: &Path) -> Self {
-        Self { dir: dir.to_path_buf() }
-    }
-
-    /// The path of file `name`.
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    /// An output error for this folder.
-    pub fn error(&self, e: std::io::Error) -> BenchError {
-        BenchError::Output(self.dir.clone(), e)
-    }
-
-    /// Writes `rows` under `header` as `name`.
-    pub fn csv(&self, name: &str, header: &[&str], rows: &[Vec<String>]) -> Result<(), BenchError> {
-        crate::report::write_csv(&self.path(name), header, rows).map_err(|e| self.error(e))
-    }
-
-    /// Writes `value` as pretty JSON to `name`.
-    pub fn json(&self, name: &str, value: &impl serde::Serialize) -> Result<(), BenchError> {
-        let text = serde_json::to_string_pretty(value).map_err(|e| self.error(std::io::Error::other(e)))?;
-        std::fs::write(self.path(name), text + "\n").map_err(|e| self.error(e))
-    }
 }

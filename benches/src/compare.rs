@@ -11,11 +11,11 @@
 //! variation of admissions per 100 ms), and memory per limiter. The leaky bucket
 //! queues instead of rejecting: its row counts items leaving the queue.
 
-use crate::chart::{Scale, Series, line_chart};
-use crate::cli::{BenchError, Config, Output};
+use crate::chart::{Chart, Scale, Series, Style, XAxis, line_chart};
+use crate::harness::{BenchError, Config, Output};
+use crate::html::{Cell, HtmlTable};
 use crate::report::{Machine, Table};
 use serde::Serialize;
-use std::time::Duration;
 use weir_core::{Limiter, ManualClock, Nanos, Quota};
 use weir_gcra::Gcra;
 use weir_leaky::LeakyBucket;
@@ -207,10 +207,22 @@ pub fn traces(config: &Config) -> Vec<Trace> {
 /// Runs the compare suite.
 pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
     let traces = traces(config);
+    let machine = Machine::detect();
     let mut text = format!(
         "weir-bench compare\nmachine: {}\nevery algorithm limited to {LIMIT} per second (burst {LIMIT}, windows of 1 s), \
          on the same traffic, with a hand-driven clock\n",
-        Machine::detect().describe()
+        machine.describe()
+    );
+    let mut html = HtmlTable::new(
+        "Compare: every algorithm on the same traffic",
+        format!(
+            "Every algorithm limited to {LIMIT} per second (burst {LIMIT}, windows of 1 s), with a hand-driven clock \
+             (deterministic: one run each). max in 1 s = the most admitted in any 1 s; unevenness = coefficient of \
+             variation of admissions per 100 ms."
+        ),
+        ["pattern", "algorithm", "admitted", "rejected", "max in 1 s", "unevenness", "bytes"]
+            .map(String::from)
+            .to_vec(),
     );
     for pattern in patterns() {
         let rows: Vec<&Trace> = traces.iter().filter(|t| t.pattern == pattern.name).collect();
@@ -221,7 +233,6 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
         text.push_str(&format!("\n{}: {} ({offered} requests)\n", pattern.name, pattern.about));
         let mut table = Table::new(vec![
             "algorithm".into(),
-            "".into(),
             "admitted".into(),
             "rejected".into(),
             "max in 1 s".into(),
@@ -229,9 +240,17 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
             "bytes".into(),
         ]);
         for t in &rows {
+            html.row(vec![
+                Cell::text(t.pattern),
+                Cell::text(t.algorithm),
+                Cell::number(t.admitted.to_string()),
+                Cell::number(t.rejected.to_string()),
+                Cell::number(t.max_in_one_second.to_string()),
+                Cell::number(format!("{:.2}", t.unevenness)),
+                Cell::number(t.bytes.to_string()),
+            ]);
             table.row(vec![
                 t.algorithm.to_string(),
-                String::new(),
                 t.admitted.to_string(),
                 t.rejected.to_string(),
                 t.max_in_one_second.to_string(),
@@ -240,9 +259,16 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
             ]);
         }
         text.push_str(&table.render());
-        let series: Vec<Series> = rows
-            .iter()
-            .map(|t| {
+        // The limit: no algorithm that enforces it exactly admits more than
+        // burst + rate × t by time t (the fixed window's boundary burst can touch it).
+        let seconds = pattern.length_ms as f64 / 1_000.0;
+        let limit = Series::new(
+            format!("limit: {LIMIT} + {LIMIT}/s × t"),
+            Style::Guide,
+            vec![(0.0, LIMIT as f64), (seconds, LIMIT as f64 * (1.0 + seconds))],
+        );
+        let series: Vec<Series> = std::iter::once(limit)
+            .chain(rows.iter().map(|t| {
                 let mut total = 0;
                 let points = t
                     .per_bucket
@@ -253,18 +279,18 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
                         ((i as u64 + 1) as f64 * BUCKET_MS as f64 / 1_000.0, total as f64)
                     })
                     .collect();
-                Series { name: t.algorithm.to_string(), points }
-            })
+                Series::new(t.algorithm, Style::Weir, points)
+            }))
             .collect();
-        line_chart(
-            &out.path(&format!("compare-{}.svg", pattern.name)),
-            &format!("{}: admitted so far ({} per second)", pattern.name, LIMIT),
-            "seconds",
-            "admitted (cumulative)",
-            Scale::Linear,
-            &series,
-        )
-        .map_err(|e| out.error(e))?;
+        let title = format!("{}: admitted so far ({} per second)", pattern.name, LIMIT);
+        let chart = Chart {
+            title: &title,
+            x_label: "seconds",
+            y_label: "admitted (cumulative)",
+            x_axis: XAxis::Continuous,
+            y_scale: Scale::Linear,
+        };
+        line_chart(&out.path(&format!("compare-{}.svg", pattern.name)), &chart, &series).map_err(|e| out.error(e))?;
     }
     let rows: Vec<Vec<String>> = traces
         .iter()
@@ -285,7 +311,7 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
         &["pattern", "algorithm", "admitted", "rejected", "max_in_one_second", "unevenness", "bytes"],
         &rows,
     )?;
+    out.html_table("compare", &html.render())?;
     out.json("compare.json", &serde_json::json!({ "limit_per_second": LIMIT, "traces": traces }))?;
-    let _ = Duration::ZERO;
     Ok(text)
 }

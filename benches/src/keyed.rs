@@ -2,7 +2,10 @@
 //! spread, Zipf-skewed keys, one hot key; weir-keyed beside governor's keyed limiter.
 
 use crate::harness::Workload;
-use std::sync::Arc;
+use rand::rngs::Xoshiro256PlusPlus;
+use rand::{RngExt, SeedableRng};
+use rand_distr::{Distribution, Zipf};
+use std::sync::{Arc, OnceLock};
 use weir_core::{Clock, MonotonicClock, Quota};
 use weir_gcra::{GcraAlgorithm, LeaseConfig};
 use weir_keyed::{HotKeys, Keyed, KeyedConfig};
@@ -48,35 +51,29 @@ pub enum Keys {
     Hot,
 }
 
-/// A deterministic pseudo-random sequence (splitmix64).
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// The key sequence for a pattern (empty for per-thread and hot, which need none).
+/// The key sequence for a pattern (empty for per-thread and hot, which need none):
+/// [`SEQUENCE`] keys drawn from a seeded generator, so every run and every subject
+/// sees the same keys; computed once per process.
 pub fn sequence(keys: Keys) -> Arc<[u64]> {
-    let mut seed = 0x5EED;
+    static UNIFORM: OnceLock<Arc<[u64]>> = OnceLock::new();
+    static ZIPF: OnceLock<Arc<[u64]>> = OnceLock::new();
+    let seeded = || Xoshiro256PlusPlus::seed_from_u64(0x5EED);
     match keys {
         Keys::PerThread | Keys::Hot => Arc::from(Vec::new()),
-        Keys::Uniform => (0..SEQUENCE).map(|_| splitmix(&mut seed) % KEYS).collect(),
-        Keys::Zipf => {
-            let mut cdf = Vec::with_capacity(KEYS as usize);
-            let mut total = 0.0;
-            for rank in 1..=KEYS {
-                total += 1.0 / rank as f64;
-                cdf.push(total);
-            }
-            (0..SEQUENCE)
-                .map(|_| {
-                    let u = (splitmix(&mut seed) >> 11) as f64 / (1u64 << 53) as f64 * total;
-                    cdf.partition_point(|&c| c < u) as u64
-                })
-                .collect()
-        }
+        Keys::Uniform => UNIFORM
+            .get_or_init(|| {
+                let mut rng = seeded();
+                (0..SEQUENCE).map(|_| rng.random_range(0..KEYS)).collect()
+            })
+            .clone(),
+        Keys::Zipf => ZIPF
+            .get_or_init(|| {
+                let mut rng = seeded();
+                // Ranks 1..=KEYS, rank 1 the most popular; key = rank − 1.
+                let zipf = Zipf::new(KEYS as f64, 1.0).expect("n ≥ 1 and s ≥ 0 are valid Zipf parameters");
+                (0..SEQUENCE).map(|_| (zipf.sample(&mut rng) as u64).clamp(1, KEYS) - 1).collect()
+            })
+            .clone(),
     }
 }
 

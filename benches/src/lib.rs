@@ -4,12 +4,24 @@
 //! README and BENCHMARKS.md. Benchmarks are measurements, never assertions: the
 //! figures that hold across machines are ratios against a peer measured in the
 //! same run, which is why every table prints them.
+//!
+//! Layers, each using only the ones below it: `cli` parses the command line and
+//! dispatches to the suites (`throughput`, `single`, `memory`, `accuracy`, `queue`,
+//! `pacing`, `compare`); the suites build on the subjects (`check`, `peers`,
+//! `windows`, `keyed`) and the output (`report` for the terminal, `chart` for SVG,
+//! `html` for `index.html`); everything shares `harness` (configuration, errors,
+//! the output folder, the thread-sweep runner, thread pinning, run statistics).
+//!
+//! Instruction counts (callgrind) are a separate bench target,
+//! `benches/instructions.rs`; see BENCHMARKS.md, "Instruction counts".
 
 pub mod accuracy;
 pub mod chart;
+pub mod check;
 pub mod cli;
 pub mod compare;
 pub mod harness;
+pub mod html;
 pub mod keyed;
 pub mod memory;
 pub mod pacing;

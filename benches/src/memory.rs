@@ -6,7 +6,8 @@
 //! (a counting global allocator, switched on only in probes), and also reports the
 //! growth of its resident set.
 
-use crate::cli::{BenchError, Config, Output, progress};
+use crate::harness::{BenchError, Config, Output, progress};
+use crate::html::{Cell, HtmlTable};
 use crate::keyed::CheckKey;
 use crate::report::{Machine, Table};
 use serde::Serialize;
@@ -183,11 +184,29 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
                 r.keys.to_string(),
                 format!("{:.2}", r.allocated_per_key),
                 format!("{:.2}", r.rss_per_key),
-                machine.commit.to_string(),
+                machine.version(),
             ]
         })
         .collect();
     out.csv("memory.csv", &["subject", "keys", "heap_bytes_per_key", "rss_bytes_per_key", "commit"], &rows)?;
+    let mut html = HtmlTable::new(
+        "Memory per key",
+        format!(
+            "{}. {keys} u64 keys per store, each store in a fresh process, every key in use; heap bytes counted \
+             exactly, resident-set growth as the OS reports it (one run each).",
+            machine.describe()
+        ),
+        ["store", "keys", "heap B/key", "RSS B/key"].map(String::from).to_vec(),
+    );
+    for r in &results {
+        html.row(vec![
+            Cell::text(&r.subject),
+            Cell::number(r.keys.to_string()),
+            Cell::number(format!("{:.1}", r.allocated_per_key)),
+            Cell::number(format!("{:.1}", r.rss_per_key)),
+        ]);
+    }
+    out.html_table("memory", &html.render())?;
     out.json("memory.json", &serde_json::json!({ "machine": machine, "results": results }))?;
     Ok(format!(
         "weir-bench memory ({} profile)\nmachine: {}\n{keys} u64 keys per store, each store in a fresh process, \

@@ -10,9 +10,15 @@
 //! loses that time for good, so lateness accumulates and the rate falls short; and
 //! with a tolerance τ of 1 ms, where a late consumer may catch up (at most τ/T items
 //! back to back; any window sees at most (W + τ)/T + 1).
+//!
+//! Lateness percentiles come from an HDR histogram (`hdrhistogram`, 3 significant
+//! digits), which also shows the early items of a bucket with tolerance as negative
+//! lateness.
 
-use crate::cli::{BenchError, Config, Output, progress};
+use crate::harness::{BenchError, Config, Output, progress};
+use crate::html::{Cell, HtmlTable};
 use crate::report::{Machine, Table};
+use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,21 +103,20 @@ fn pace(rate: u64, consumers: usize, tolerance: Duration, duration: Duration) ->
     let mut times: Vec<Duration> = outputs.into_iter().flatten().filter(|t| *t <= duration).collect();
     times.sort();
     let items = times.len() as u64;
-    let interval = 1.0 / rate as f64;
-    let (achieved, mut late) = match (times.first(), times.last()) {
+    let interval_ns = 1e9 / rate as f64;
+    let (achieved, late_ns) = match (times.first(), times.last()) {
         (Some(first), Some(last)) if items > 1 => {
             let span = (*last - *first).as_secs_f64();
-            let late: Vec<f64> = times
+            let late: Vec<i64> = times
                 .iter()
                 .enumerate()
-                .map(|(k, t)| ((*t - *first).as_secs_f64() - k as f64 * interval) * 1e6)
+                .map(|(k, t)| ((*t - *first).as_nanos() as f64 - k as f64 * interval_ns) as i64)
                 .collect();
             ((items - 1) as f64 / span, late)
         }
         _ => (0.0, Vec::new()),
     };
-    late.sort_by(f64::total_cmp);
-    let pct = |p: f64| late.get(((late.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(f64::NAN);
+    let pct = lateness_percentiles(&late_ns, &[0.5, 0.99]);
     PacingResult {
         rate,
         tolerance_us: tolerance.as_micros() as u64,
@@ -119,9 +124,23 @@ fn pace(rate: u64, consumers: usize, tolerance: Duration, duration: Duration) ->
         items,
         achieved,
         error: (achieved - rate as f64).abs() / rate as f64,
-        p50_late_us: pct(0.5),
-        p99_late_us: pct(0.99),
+        p50_late_us: pct[0],
+        p99_late_us: pct[1],
     }
+}
+
+/// The `quantiles` of `late_ns`, in µs (NaN for no items). Lateness is negative for
+/// an item ahead of the ideal schedule (a bucket with tolerance catching up), and a
+/// histogram counts only non-negative values, so every value is recorded as its
+/// distance above the smallest one and the quantile shifted back.
+fn lateness_percentiles(late_ns: &[i64], quantiles: &[f64]) -> Vec<f64> {
+    let Some(&lowest) = late_ns.iter().min() else { return vec![f64::NAN; quantiles.len()] };
+    let Ok(mut histogram) = Histogram::<u64>::new(3) else { return vec![f64::NAN; quantiles.len()] };
+    for &late in late_ns {
+        // Auto-resizing: recording cannot fail for a u64 value.
+        let _ = histogram.record(late.abs_diff(lowest));
+    }
+    quantiles.iter().map(|&q| (histogram.value_at_quantile(q) as f64 + lowest as f64) / 1e3).collect()
 }
 
 /// Runs the pacing suite.
@@ -141,17 +160,41 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
     }
     bar.finish_and_clear();
     let machine = Machine::detect();
-    let mut table = Table::new(vec![
-        "rate/s".into(),
-        "τ µs".into(),
-        "consumers".into(),
-        "items".into(),
-        "achieved/s".into(),
-        "error".into(),
-        "p50 late µs".into(),
-        "p99 late µs".into(),
-    ]);
+    let mut table = Table::with_left_columns(
+        vec![
+            "rate/s".into(),
+            "τ µs".into(),
+            "consumers".into(),
+            "items".into(),
+            "achieved/s".into(),
+            "error".into(),
+            "p50 late µs".into(),
+            "p99 late µs".into(),
+        ],
+        0,
+    );
+    let mut html = HtmlTable::new(
+        "Pacing: the leaky bucket's output against its rate",
+        format!(
+            "{}. A leaky bucket of 1 024 kept full, drained by blocking consumers for {duration:?} (one run each); \
+             lateness against the ideal schedule from the first output.",
+            machine.describe()
+        ),
+        ["rate/s", "τ µs", "consumers", "items", "achieved/s", "error", "p50 late µs", "p99 late µs"]
+            .map(String::from)
+            .to_vec(),
+    );
     for r in &results {
+        html.row(vec![
+            Cell::number(r.rate.to_string()),
+            Cell::number(r.tolerance_us.to_string()),
+            Cell::number(r.consumers.to_string()),
+            Cell::number(r.items.to_string()),
+            Cell::number(format!("{:.1}", r.achieved)),
+            Cell::number(format!("{:.3}%", r.error * 100.0)),
+            Cell::number(format!("{:.1}", r.p50_late_us)),
+            Cell::number(format!("{:.1}", r.p99_late_us)),
+        ]);
         table.row(vec![
             r.rate.to_string(),
             r.tolerance_us.to_string(),
@@ -175,7 +218,7 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
                 format!("{:.6}", r.error),
                 format!("{:.2}", r.p50_late_us),
                 format!("{:.2}", r.p99_late_us),
-                machine.commit.to_string(),
+                machine.version(),
             ]
         })
         .collect();
@@ -194,6 +237,7 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
         ],
         &rows,
     )?;
+    out.html_table("pacing", &html.render())?;
     out.json("pacing.json", &serde_json::json!({ "machine": machine, "results": results }))?;
     Ok(format!(
         "weir-bench pacing ({} profile)\nmachine: {}\na leaky bucket of 1 024 kept full, drained by blocking consumers for {duration:?}\n\n{}",
@@ -201,4 +245,21 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
         machine.describe(),
         table.render()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lateness_percentiles_keep_early_items_negative() {
+        let late: Vec<i64> = (-500..1_500).map(|v| v * 1_000).collect();
+        let p = lateness_percentiles(&late, &[0.0, 0.5, 0.99, 1.0]);
+        // 3 significant digits of the distance above the lowest value.
+        assert!((p[0] + 500.0).abs() < 1.0, "{p:?}");
+        assert!((p[1] - 499.0).abs() < 2.0, "{p:?}");
+        assert!((p[2] - 1_479.0).abs() < 3.0, "{p:?}");
+        assert!((p[3] - 1_499.0).abs() < 3.0, "{p:?}");
+        assert!(lateness_percentiles(&[], &[0.5])[0].is_nan());
+    }
 }

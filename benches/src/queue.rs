@@ -3,10 +3,12 @@
 //! consumers move items through one queue of 1 024 slots; items moved per second.
 //!
 //! `--threads` counts threads in all: `t` threads run `t / 2` producers and as many
-//! consumers (at least one of each), so `--threads 16` is 8P8C.
+//! consumers (at least one of each), so `--threads 16` is 8P8C. Where pinning is on,
+//! producer `p` takes core slot `2p` and consumer `c` slot `2c + 1`, so a producer
+//! and its consumer never share a core while there are cores to spare.
 
-use crate::cli::{BenchError, Config, Output, progress};
-use crate::harness::median;
+use crate::harness::{BenchError, Config, Output, Spread, pin, progress};
+use crate::html::{Cell, HtmlTable};
 use crate::report::{Machine, Table, rate};
 use serde::Serialize;
 use std::hint::black_box;
@@ -67,6 +69,7 @@ fn transfer<Q: Queue>(queue: &Q, pairs: usize, duration: Duration) -> (f64, f64)
         for p in 0..pairs {
             let (queue, barrier, stop) = (queue, &barrier, &stop);
             s.spawn(move || {
+                pin::pin_current(2 * p);
                 barrier.wait();
                 let mut item = (p as u64) << 40;
                 // Ordering: Relaxed; the flag carries no data.
@@ -82,9 +85,10 @@ fn transfer<Q: Queue>(queue: &Q, pairs: usize, duration: Duration) -> (f64, f64)
             });
         }
         let consumers: Vec<_> = (0..pairs)
-            .map(|_| {
+            .map(|c| {
                 let (queue, barrier, stop) = (queue, &barrier, &stop);
                 s.spawn(move || {
+                    pin::pin_current(2 * c + 1);
                     barrier.wait();
                     let mut popped = 0u64;
                     // Ordering: Relaxed; see above.
@@ -155,10 +159,21 @@ pub struct QueueResult {
     pub pairs: usize,
     /// Median items moved per second.
     pub items_per_sec: f64,
+    /// Slowest repetition, items per second.
+    pub min_items_per_sec: f64,
+    /// Fastest repetition, items per second.
+    pub max_items_per_sec: f64,
     /// Ratio to crossbeam's ArrayQueue in the same run.
     pub ratio_to_arrayqueue: f64,
     /// Worst slowest-consumer share over the repetitions.
     pub fairness: f64,
+}
+
+impl QueueResult {
+    /// The repetitions' median, min and max.
+    pub fn spread(&self) -> Spread {
+        Spread { median: self.items_per_sec, min: self.min_items_per_sec, max: self.max_items_per_sec }
+    }
 }
 
 /// Runs the queue suite.
@@ -175,31 +190,54 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
             bar.set_message(format!("{} {p}P{p}C", subject.name));
             let _ = (subject.run)(p, config.duration.min(Duration::from_millis(50)));
             let runs: Vec<(f64, f64)> = (0..config.reps).map(|_| (subject.run)(p, config.duration)).collect();
-            let mut rates: Vec<f64> = runs.iter().map(|r| r.0).collect();
+            let rates: Vec<f64> = runs.iter().map(|r| r.0).collect();
             let fairness = runs.iter().map(|r| r.1).fold(1.0, f64::min);
-            at_this_size.push((subject.name, median(&mut rates), fairness));
+            at_this_size.push((subject.name, Spread::of(&rates), fairness));
             bar.inc(1);
         }
-        let base = at_this_size.iter().find(|r| r.0 == "crossbeam-arrayqueue").map(|r| r.1);
-        for (name, rate, fairness) in at_this_size {
+        let base = at_this_size.iter().find(|r| r.0 == "crossbeam-arrayqueue").map(|r| r.1.median);
+        for (name, spread, fairness) in at_this_size {
             results.push(QueueResult {
                 subject: name,
                 pairs: p,
-                items_per_sec: rate,
-                ratio_to_arrayqueue: base.map_or(f64::NAN, |b| rate / b),
+                items_per_sec: spread.median,
+                min_items_per_sec: spread.min,
+                max_items_per_sec: spread.max,
+                ratio_to_arrayqueue: base.map_or(f64::NAN, |b| spread.median / b),
                 fairness,
             });
         }
     }
     bar.finish_and_clear();
     let machine = Machine::detect();
-    let mut table =
-        Table::new(vec!["queue".into(), "threads".into(), "items/s".into(), "× ArrayQueue".into(), "fairness".into()]);
+    let mut table = Table::with_left_columns(
+        vec!["queue".into(), "threads".into(), "items/s".into(), "× ArrayQueue".into(), "fairness".into()],
+        2,
+    );
+    let mut html = HtmlTable::new(
+        "Queue: items moved per second",
+        format!(
+            "{}. {CAPACITY} slots, P producers and P consumers; each cell: median of {} runs of {:?}, and below it \
+             the slowest and fastest run.",
+            machine.describe(),
+            config.reps,
+            config.duration
+        ),
+        ["queue", "threads", "items/s", "× ArrayQueue", "fairness"].map(String::from).to_vec(),
+    );
     for r in &results {
+        let spread = r.spread();
+        html.row(vec![
+            Cell::text(r.subject),
+            Cell::text(format!("{}P{}C", r.pairs, r.pairs)),
+            Cell::spread(&spread, rate, ""),
+            Cell::number(format!("{:.2}", r.ratio_to_arrayqueue)),
+            Cell::number(format!("{:.2}", r.fairness)),
+        ]);
         table.row(vec![
             r.subject.to_string(),
             format!("{}P{}C", r.pairs, r.pairs),
-            rate(r.items_per_sec),
+            format!("{}{}", rate(r.items_per_sec), if spread.is_noisy() { " ⚠" } else { "" }),
             format!("{:.2}", r.ratio_to_arrayqueue),
             format!("{:.2}", r.fairness),
         ]);
@@ -211,16 +249,33 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
                 r.subject.to_string(),
                 r.pairs.to_string(),
                 format!("{:.0}", r.items_per_sec),
+                format!("{:.0}", r.min_items_per_sec),
+                format!("{:.0}", r.max_items_per_sec),
                 format!("{:.3}", r.ratio_to_arrayqueue),
                 format!("{:.3}", r.fairness),
-                machine.commit.to_string(),
+                machine.version(),
             ]
         })
         .collect();
-    out.csv("queue.csv", &["subject", "pairs", "items_per_sec", "ratio_to_arrayqueue", "fairness", "commit"], &rows)?;
+    out.csv(
+        "queue.csv",
+        &[
+            "subject",
+            "pairs",
+            "items_per_sec",
+            "min_items_per_sec",
+            "max_items_per_sec",
+            "ratio_to_arrayqueue",
+            "fairness",
+            "commit",
+        ],
+        &rows,
+    )?;
+    out.html_table("queue", &html.render())?;
     out.json("queue.json", &serde_json::json!({ "machine": machine, "capacity": CAPACITY, "results": results }))?;
     Ok(format!(
-        "weir-bench queue ({} profile)\nmachine: {}\n{CAPACITY} slots; P producers and P consumers; median of {} runs of {:?}\n\n{}",
+        "weir-bench queue ({} profile)\nmachine: {}\n{CAPACITY} slots; P producers and P consumers; median of {} runs of {:?} \
+         (⚠ = runs spread more than 20% of the median)\n\n{}",
         config.profile,
         machine.describe(),
         config.reps,

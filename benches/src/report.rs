@@ -1,7 +1,10 @@
-//! Where a run happened, and how its figures are printed and saved.
+//! Where a run happened, and how its figures are printed.
 
-use std::fmt::Write as _;
+use crate::harness::pin::{self, Pinning};
+use comfy_table::{CellAlignment, presets};
 use std::path::Path;
+use std::process::Command;
+use std::sync::OnceLock;
 
 /// The machine and build every figure belongs to.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -10,15 +13,28 @@ pub struct Machine {
     pub cpu: String,
     /// Logical cores available to this process.
     pub cores: usize,
-    /// The commit the binary was built from (`-dirty` if the tree had changes).
+    /// The commit the binary was built from (read from `.git` at build time).
     pub commit: &'static str,
+    /// Whether the work tree had uncommitted changes to tracked files when this run
+    /// started: `"clean"`, `"dirty"`, or `"unknown"` (no git, no checkout, or HEAD
+    /// has moved since the build).
+    pub tree: &'static str,
     /// The compiler that built it.
     pub rustc: &'static str,
+    /// Whether benchmark threads are pinned to cores.
+    pub pinning: Pinning,
 }
 
-impl Machine {
-    /// Describes this machine.
-    pub fn detect() -> Self {
+/// What does not change during a run: probed once.
+struct Fixed {
+    cpu: String,
+    cores: usize,
+    tree: &'static str,
+}
+
+fn fixed() -> &'static Fixed {
+    static FIXED: OnceLock<Fixed> = OnceLock::new();
+    FIXED.get_or_init(|| {
         let cpu = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .and_then(|info| {
@@ -29,12 +45,62 @@ impl Machine {
             })
             .unwrap_or_else(|| format!("unknown {} CPU", std::env::consts::ARCH));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self { cpu, cores, commit: env!("WEIR_BENCH_COMMIT"), rustc: env!("WEIR_BENCH_RUSTC") }
+        Fixed { cpu, cores, tree: tree_state(Path::new(env!("CARGO_MANIFEST_DIR")), env!("WEIR_BENCH_COMMIT")) }
+    })
+}
+
+/// Asks git, at run time, whether the checkout the binary was built in still has
+/// `commit` checked out and whether its tracked files differ from it.
+///
+/// This is asked here rather than in the build script: a build script that runs
+/// `git status` must re-run whenever `.git/index` changes, and `git status` itself
+/// rewrites the index, so every build re-ran it and relinked the (fat-LTO) binary.
+/// `--no-optional-locks` keeps this `git status` from writing the index at all.
+fn tree_state(checkout: &Path, commit: &str) -> &'static str {
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git").arg("-C").arg(checkout).arg("--no-optional-locks").args(args).output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    if !checkout.is_dir() || commit == "unknown" {
+        return "unknown";
+    }
+    match git(&["rev-parse", "--short=12", "HEAD"]) {
+        Some(head) if head == commit => {}
+        _ => return "unknown",
+    }
+    match git(&["status", "--porcelain", "--untracked-files=no"]) {
+        Some(changes) if changes.is_empty() => "clean",
+        Some(_) => "dirty",
+        None => "unknown",
+    }
+}
+
+impl Machine {
+    /// Describes this machine (the CPU and the tree state are probed once per process).
+    pub fn detect() -> Self {
+        let fixed = fixed();
+        Self {
+            cpu: fixed.cpu.clone(),
+            cores: fixed.cores,
+            commit: env!("WEIR_BENCH_COMMIT"),
+            tree: fixed.tree,
+            rustc: env!("WEIR_BENCH_RUSTC"),
+            pinning: pin::status(),
+        }
+    }
+
+    /// The commit, `-dirty` when the tree had changes, `?` when that is unknown.
+    pub fn version(&self) -> String {
+        match self.tree {
+            "clean" => self.commit.to_string(),
+            "dirty" => format!("{}-dirty", self.commit),
+            _ => format!("{} (tree state unknown)", self.commit),
+        }
     }
 
     /// One line for the top of a report.
     pub fn describe(&self) -> String {
-        format!("{}, {} logical cores; weir {}; {}", self.cpu, self.cores, self.commit, self.rustc)
+        format!("{}, {} logical cores, {}; weir {}; {}", self.cpu, self.cores, self.pinning, self.version(), self.rustc)
     }
 }
 
@@ -48,67 +114,43 @@ pub fn rate(ops_per_sec: f64) -> String {
     }
 }
 
-/// A plain-text table with aligned columns.
-#[derive(Debug, Default)]
+/// A plain-text table for the terminal (comfy-table, Markdown style, so it also
+/// pastes into a Markdown file as a table): the first `left` columns left-aligned,
+/// the others (numbers) right-aligned.
+#[derive(Debug)]
 pub struct Table {
-    rows: Vec<Vec<String>>,
+    inner: comfy_table::Table,
+    left: usize,
 }
 
 impl Table {
-    /// A table with `header` as its first row.
+    /// A table with `header`, its first column left-aligned.
     pub fn new(header: Vec<String>) -> Self {
-        Self { rows: vec![header] }
+        Self::with_left_columns(header, 1)
+    }
+
+    /// A table with `header`, its first `left` columns left-aligned.
+    pub fn with_left_columns(header: Vec<String>, left: usize) -> Self {
+        let mut inner = comfy_table::Table::new();
+        inner.load_style(presets::ASCII_MARKDOWN).set_header(header);
+        Self { inner, left }
     }
 
     /// Appends a row.
     pub fn row(&mut self, row: Vec<String>) {
-        self.rows.push(row);
+        self.inner.add_row(row);
     }
 
-    /// Renders the table, the header underlined.
+    /// Renders the table.
     pub fn render(&self) -> String {
-        let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
-        let widths: Vec<usize> = (0..columns)
-            .map(|c| self.rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
-            .collect();
-        let mut out = String::new();
-        for (i, row) in self.rows.iter().enumerate() {
-            for (c, cell) in row.iter().enumerate() {
-                let pad = widths[c] - cell.chars().count();
-                if c == 0 || c == 1 {
-                    let _ = write!(out, "{cell}{}  ", " ".repeat(pad));
-                } else {
-                    let _ = write!(out, "{}{cell}  ", " ".repeat(pad));
-                }
-            }
-            out.truncate(out.trim_end().len());
-            out.push('\n');
-            if i == 0 {
-                let width = widths.iter().sum::<usize>() + 2 * columns.saturating_sub(1);
-                out.push_str(&"-".repeat(width));
-                out.push('\n');
-            }
+        let mut table = self.inner.clone();
+        for (i, column) in table.column_iter_mut().enumerate() {
+            column.set_cell_alignment(if i < self.left { CellAlignment::Left } else { CellAlignment::Right });
         }
+        let mut out = table.to_string();
+        out.push('\n');
         out
     }
-}
-
-/// Writes `rows` as CSV with `header` to `path`. Fields never contain commas,
-/// quotes or newlines (they are names and numbers), which `write_csv` checks.
-pub fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
-    let mut out = header.join(",");
-    out.push('\n');
-    for row in rows {
-        debug_assert_eq!(row.len(), header.len());
-        for field in row {
-            if field.contains([',', '"', '\n']) {
-                return Err(std::io::Error::other(format!("CSV field needs quoting: {field:?}")));
-            }
-        }
-        out.push_str(&row.join(","));
-        out.push('\n');
-    }
-    std::fs::write(path, out)
 }
 
 #[cfg(test)]
@@ -124,10 +166,17 @@ mod tests {
     }
 
     #[test]
-    fn tables_align() {
-        let mut t = Table::new(vec!["a".into(), "b".into(), "n".into()]);
+    fn tables_align_names_left_and_numbers_right() {
+        let mut t = Table::with_left_columns(vec!["a".into(), "b".into(), "n".into()], 2);
         t.row(vec!["long".into(), "x".into(), "1".into()]);
         t.row(vec!["s".into(), "yy".into(), "100".into()]);
-        assert_eq!(t.render(), "a     b     n\n-------------\nlong  x     1\ns     yy  100\n");
+        assert_eq!(t.render(), "| a    | b  |   n |\n|------|----|-----|\n| long | x  |   1 |\n| s    | yy | 100 |\n");
+    }
+
+    #[test]
+    fn the_tree_state_is_unknown_away_from_the_checkout() {
+        let nowhere = std::env::temp_dir().join("weir-bench-no-such-checkout");
+        assert_eq!(tree_state(&nowhere, "0123456789ab"), "unknown");
+        assert_eq!(tree_state(Path::new(env!("CARGO_MANIFEST_DIR")), "unknown"), "unknown");
     }
 }

@@ -4,10 +4,11 @@
 //! that makes back-to-back measurements (subject A for 2 s, then B for 2 s)
 //! disagree by more than the differences being measured.
 
-use crate::cli::{BenchError, Config, Output, progress};
+use crate::check::Check;
+use crate::harness::{BenchError, Config, Output, Spread, progress};
+use crate::html::{Cell, HtmlTable};
 use crate::peers::{Governor, GovernorUpkeep, MutexTokenBucket, governor, governor_upkeep, leaky_bucket, ratelimit};
 use crate::report::{Machine, Table};
-use crate::throughput::Check;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 use weir_core::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock, Quota};
@@ -108,7 +109,7 @@ pub fn singles() -> Vec<Single> {
     ]
 }
 
-/// One subject's result: best and median ns per operation over the rounds.
+/// One subject's result: best, median and worst ns per operation over the rounds.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct SingleResult {
     /// Which subject.
@@ -117,6 +118,15 @@ pub struct SingleResult {
     pub best_ns: f64,
     /// Median round, ns per operation.
     pub median_ns: f64,
+    /// Slowest round, ns per operation.
+    pub worst_ns: f64,
+}
+
+impl SingleResult {
+    /// The rounds' median, min (best) and max (worst).
+    pub fn spread(&self) -> Spread {
+        Spread { median: self.median_ns, min: self.best_ns, max: self.worst_ns }
+    }
 }
 
 /// Runs `subjects` interleaved for `rounds` rounds of `batch` operations each.
@@ -135,10 +145,9 @@ pub fn interleaved(subjects: &[Single], rounds: usize, batch: u32, mut tick: imp
     subjects
         .iter()
         .zip(&mut times)
-        .map(|(s, t)| SingleResult {
-            id: s.id,
-            best_ns: t.iter().copied().fold(f64::INFINITY, f64::min),
-            median_ns: crate::harness::median(t),
+        .map(|(s, t)| {
+            let spread = Spread::of(t);
+            SingleResult { id: s.id, best_ns: spread.min, median_ns: spread.median, worst_ns: spread.max }
         })
         .collect()
 }
@@ -146,44 +155,66 @@ pub fn interleaved(subjects: &[Single], rounds: usize, batch: u32, mut tick: imp
 /// Measures the single-thread suite; returns the report and the rows.
 pub fn measure(config: &Config) -> (String, Vec<SingleResult>) {
     let chosen: Vec<_> = singles().into_iter().filter(|s| config.selects(&format!("single/{}", s.id))).collect();
-    let rounds = if config.profile == "full" { 200 } else { 60 };
+    let rounds = if config.full() { 200 } else { 60 };
     let bar = progress(config, rounds);
     let results = interleaved(&chosen, rounds, 100_000, || bar.inc(1));
     bar.finish_and_clear();
     let mut out = format!(
         "weir-bench single ({} profile)\nmachine: {}\n{rounds} rounds of 100k operations, every subject once per round \
-         (interleaved); ns per operation\n\n",
+         (interleaved); ns per operation; ⚠ = rounds spread more than {:.0}% of the median\n\n",
         config.profile,
-        Machine::detect().describe()
+        Machine::detect().describe(),
+        crate::harness::NOISY_SPREAD * 100.0
     );
-    let mut table = Table::new(vec!["subject".into(), "".into(), "best ns".into(), "median ns".into()]);
+    let mut table = Table::new(vec!["subject".into(), "best ns".into(), "median ns".into(), "worst ns".into()]);
     for r in &results {
-        table.row(vec![r.id.to_string(), String::new(), format!("{:.2}", r.best_ns), format!("{:.2}", r.median_ns)]);
+        let flag = if r.spread().is_noisy() { " ⚠" } else { "" };
+        table.row(vec![
+            r.id.to_string(),
+            format!("{:.2}", r.best_ns),
+            format!("{:.2}{flag}", r.median_ns),
+            format!("{:.2}", r.worst_ns),
+        ]);
     }
     out.push_str(&table.render());
     (out, results)
 }
 
-/// Runs the single-thread suite: measures, prints, writes `single.csv` and
-/// `single.json`.
+/// Runs the single-thread suite: measures, prints, writes `single.csv`,
+/// `single.json` and its table for `index.html`.
 pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
     let (text, rows) = measure(config);
     let machine = Machine::detect();
-    let header = ["subject", "best_ns", "median_ns", "cpu", "cores", "commit"];
+    let header = ["subject", "best_ns", "median_ns", "worst_ns", "spread", "cpu", "cores", "commit"];
     let csv: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
             vec![
-                r.id.replace(['(', ')', ' '], ""),
+                r.id.to_string(),
                 format!("{:.3}", r.best_ns),
                 format!("{:.3}", r.median_ns),
-                machine.cpu.replace(',', " "),
+                format!("{:.3}", r.worst_ns),
+                format!("{:.4}", r.spread().relative()),
+                machine.cpu.clone(),
                 machine.cores.to_string(),
-                machine.commit.to_string(),
+                machine.version(),
             ]
         })
         .collect();
     out.csv("single.csv", &header, &csv)?;
     out.json("single.json", &serde_json::json!({ "machine": machine, "results": rows }))?;
+    let mut table = HtmlTable::new(
+        "Single thread: ns per operation",
+        format!(
+            "{}. Every subject runs one batch of 100k operations per round, all subjects in turn; each cell: \
+             the median round, and below it the best and the worst round.",
+            machine.describe()
+        ),
+        vec!["subject".into(), "ns per operation".into()],
+    );
+    for r in &rows {
+        table.row(vec![Cell::text(r.id), Cell::spread(&r.spread(), |v| format!("{v:.2}"), "")]);
+    }
+    out.html_table("single", &table.render())?;
     Ok(text)
 }

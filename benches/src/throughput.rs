@@ -1,18 +1,22 @@
 //! The throughput suite: aggregate checks per second over a thread sweep, weir and
 //! peers side by side, allowed and denied paths separately.
+//!
+//! Each point is the median of `--reps` timed runs, with the slowest and fastest
+//! kept (CSV, JSON, and the ranges in `index.html`); a point whose runs spread more
+//! than 20% of the median is flagged (⚠). Threads are pinned to cores where the OS
+//! allows it (see [`crate::harness::pin`]). The per-thread counter (every thread
+//! increments its own cache line) is measured in every run of the suite, even when
+//! `--only` leaves it out, because every chart draws it as the ideal.
 
-use crate::chart::{Scale, Series, line_chart};
-use crate::cli::{BenchError, Config, Output, progress};
-use crate::harness::{Sample, Workload, median};
+use crate::chart::{Chart, Scale, Series, Style, XAxis, line_chart};
+use crate::check::Check;
+use crate::harness::{BenchError, Config, Output, Sample, Spread, Workload, progress};
+use crate::html::{Cell, HtmlTable};
 use crate::keyed::{KeyedWorkload, Keys, governor_keyed, weir_keyed, weir_keyed_hot};
-use crate::peers::{
-    Governor, GovernorUpkeep, LeakyBucketPeer, MutexTokenBucket, RateLimit, governor, governor_upkeep, leaky_bucket,
-    ratelimit,
-};
-use crate::report::{Machine, Table, rate, write_csv};
+use crate::peers::{MutexTokenBucket, governor, governor_upkeep, leaky_bucket, ratelimit};
+use crate::report::{Machine, Table, rate};
 use crossbeam_utils::CachePadded;
 use serde::Serialize;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use weir_core::{Clock, CoarseClock, MonotonicClock, Quota};
@@ -67,7 +71,7 @@ pub struct Subject {
     /// class: precise with precise, coarse with coarse); `None` for peers.
     pub compare_to: Option<&'static str>,
     /// Runs it once on `threads` threads for `duration`.
-    pub run: fn(usize, Duration) -> crate::harness::Sample,
+    pub run: fn(usize, Duration) -> Sample,
 }
 
 impl Subject {
@@ -87,62 +91,6 @@ fn open_quota() -> Quota {
 /// One request per hour, already taken: every check is denied.
 fn closed_quota() -> Quota {
     Quota::per_hour(1).expect("a valid quota")
-}
-
-/// A limiter the suites can check: one admission attempt, true when admitted.
-/// Implemented per type so the hot loop is monomorphized and inlined.
-pub trait Check: Sync {
-    /// Checks one request.
-    fn check_one(&self) -> bool;
-}
-
-impl<C: Clock + Sync> Check for Gcra<C> {
-    #[inline]
-    fn check_one(&self) -> bool {
-        self.check().is_allowed()
-    }
-}
-
-impl Check for Governor {
-    #[inline]
-    fn check_one(&self) -> bool {
-        self.check().is_ok()
-    }
-}
-
-impl<C: Clock + Sync> Check for LeasedGcra<C> {
-    #[inline]
-    fn check_one(&self) -> bool {
-        self.check().is_allowed()
-    }
-}
-
-impl Check for GovernorUpkeep {
-    #[inline]
-    fn check_one(&self) -> bool {
-        self.check().is_ok()
-    }
-}
-
-impl Check for RateLimit {
-    #[inline]
-    fn check_one(&self) -> bool {
-        self.try_wait().is_ok()
-    }
-}
-
-impl Check for LeakyBucketPeer {
-    #[inline]
-    fn check_one(&self) -> bool {
-        self.try_acquire(1)
-    }
-}
-
-impl Check for MutexTokenBucket {
-    #[inline]
-    fn check_one(&self) -> bool {
-        self.check()
-    }
 }
 
 /// A shared limiter, checked by every thread.
@@ -332,13 +280,13 @@ pub fn subjects() -> Vec<Subject> {
     ]
 }
 
-/// The medians of one subject over the thread sweep.
+/// The runs of one subject over the thread sweep.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
     /// Who.
     #[serde(serialize_with = "subject_fields")]
     pub subject: Subject,
-    /// One point per thread count: (threads, median ops/s, min, max, admitted fraction).
+    /// One point per thread count.
     pub points: Vec<Point>,
 }
 
@@ -357,6 +305,15 @@ pub struct Point {
     pub admitted: f64,
     /// The lowest fairness of any repetition (see [`Sample::fairness`]).
     pub fairness: f64,
+    /// Whether every thread of every repetition was pinned to its core.
+    pub pinned: bool,
+}
+
+impl Point {
+    /// The repetitions' median, min and max.
+    pub fn spread(&self) -> Spread {
+        Spread { median: self.median, min: self.min, max: self.max }
+    }
 }
 
 /// A whole throughput run.
@@ -368,11 +325,14 @@ pub struct ThroughputResult {
     pub rows: Vec<Row>,
 }
 
+/// The hardware reference every chart draws as its ideal: a counter per thread, on
+/// its own cache line (what the machine does when threads share nothing).
+pub const IDEAL: (Scenario, &str) = (Scenario::Reference, "per-thread-counter");
+
+/// The subjects `config` selects, and the ideal (measured in every run of the suite:
+/// it is every chart's guide line).
 fn selected(config: &Config) -> Vec<Subject> {
-    subjects()
-        .into_iter()
-        .filter(|s| config.only.is_empty() || config.only.iter().any(|o| s.id().contains(o)))
-        .collect()
+    subjects().into_iter().filter(|s| config.selects(&s.id()) || (s.scenario, s.name) == IDEAL).collect()
 }
 
 /// Measures every selected subject.
@@ -393,15 +353,17 @@ pub fn measure(config: &Config) -> ThroughputResult {
                     let samples: Vec<Sample> =
                         (0..config.reps).map(|_| (subject.run)(threads, config.duration)).collect();
                     bar.inc(1);
-                    let mut rates: Vec<f64> = samples.iter().map(Sample::ops_per_sec).collect();
+                    let rates: Vec<f64> = samples.iter().map(Sample::ops_per_sec).collect();
+                    let spread = Spread::of(&rates);
                     let (ops, admitted) = samples.iter().fold((0, 0), |(o, a), s| (o + s.ops, a + s.admitted));
                     Point {
                         threads,
-                        median: median(&mut rates),
-                        min: rates.first().copied().unwrap_or(f64::NAN),
-                        max: rates.last().copied().unwrap_or(f64::NAN),
+                        median: spread.median,
+                        min: spread.min,
+                        max: spread.max,
                         admitted: admitted as f64 / ops.max(1) as f64,
                         fairness: samples.iter().map(|s| s.fairness).fold(1.0, f64::min),
+                        pinned: samples.iter().all(|s| s.pinned),
                     }
                 })
                 .collect();
@@ -423,31 +385,34 @@ impl ThroughputResult {
             .map(|p| p.median)
     }
 
+    fn ratio(&self, row: &Row, point: &Point) -> String {
+        self.baseline(row, point.threads).map_or(String::new(), |base| format!(" ({:.1}×)", point.median / base))
+    }
+
     /// The report printed on stdout.
     pub fn render(&self, config: &Config) -> String {
         let mut out = format!(
             "weir-bench throughput ({} profile)\nmachine: {}\neach cell: median of {} runs of {:?}, \
              aggregate checks per second over all threads; (×) = ratio to the governor row of the same clock class, same run;\n\
+             ⚠ = the runs spread more than {:.0}% of the median (see index.html for every range);\n\
              fairness = slowest thread's operations / mean per thread, worst run (1 = fair, 0 = starved)\n\n",
             config.profile,
             self.machine.describe(),
             config.reps,
-            config.duration
+            config.duration,
+            crate::harness::NOISY_SPREAD * 100.0,
         );
         let mut header = vec!["scenario".to_string(), "subject".to_string()];
         header.extend(config.threads.iter().map(|t| format!("{t} thr")));
         header.push("ns/check @1".into());
         let widest = config.threads.last().copied().unwrap_or(1);
         header.push(format!("fairness @{widest}"));
-        let mut table = Table::new(header);
+        let mut table = Table::with_left_columns(header, 2);
         for row in &self.rows {
             let mut cells = vec![row.subject.scenario.name().to_string(), row.subject.name.to_string()];
             for point in &row.points {
-                let mut cell = rate(point.median);
-                if let Some(base) = self.baseline(row, point.threads) {
-                    cell.push_str(&format!(" ({:.1}×)", point.median / base));
-                }
-                cells.push(cell);
+                let flag = if point.spread().is_noisy() { " ⚠" } else { "" };
+                cells.push(format!("{}{}{flag}", rate(point.median), self.ratio(row, point)));
             }
             let single =
                 row.points.iter().find(|p| p.threads == 1).map_or("-".into(), |p| format!("{:.1}", 1e9 / p.median));
@@ -461,25 +426,45 @@ impl ThroughputResult {
         out
     }
 
-    /// Saves every point as CSV.
-    pub fn write_csv(&self, path: &Path) -> std::io::Result<()> {
-        let header = [
-            "scenario",
-            "subject",
-            "threads",
-            "median_ops_per_sec",
-            "min_ops_per_sec",
-            "max_ops_per_sec",
-            "compared_to",
-            "ratio",
-            "admitted_fraction",
-            "fairness",
-            "cpu",
-            "cores",
-            "commit",
-        ];
-        let rows: Vec<Vec<String>> = self
-            .rows
+    /// The table for `index.html`: every cell with the range of its runs.
+    pub fn html_table(&self, config: &Config) -> HtmlTable {
+        let mut header = vec!["scenario".to_string(), "subject".to_string()];
+        header.extend(
+            config.threads.iter().map(|&t| if t == 1 { "1 thread".to_string() } else { format!("{t} threads") }),
+        );
+        header.push("ns/check @1".into());
+        let widest = config.threads.last().copied().unwrap_or(1);
+        header.push(format!("fairness @{widest}"));
+        let mut table = HtmlTable::new(
+            "Throughput: aggregate checks per second",
+            format!(
+                "{}. Each cell: median of {} runs of {:?} (×: ratio to governor, same clock class, same run), \
+                 and below it the slowest and fastest run.",
+                self.machine.describe(),
+                config.reps,
+                config.duration
+            ),
+            header,
+        );
+        for row in &self.rows {
+            let mut cells = vec![Cell::text(row.subject.scenario.name()), Cell::text(row.subject.name)];
+            for point in &row.points {
+                cells.push(Cell::spread(&point.spread(), rate, &self.ratio(row, point)));
+            }
+            cells.push(Cell::number(
+                row.points.iter().find(|p| p.threads == 1).map_or("-".into(), |p| format!("{:.1}", 1e9 / p.median)),
+            ));
+            cells.push(Cell::number(
+                row.points.iter().find(|p| p.threads == widest).map_or("-".into(), |p| format!("{:.2}", p.fairness)),
+            ));
+            table.row(cells);
+        }
+        table
+    }
+
+    /// Every point as CSV rows.
+    pub fn csv_rows(&self) -> Vec<Vec<String>> {
+        self.rows
             .iter()
             .flat_map(|row| {
                 row.points.iter().map(move |p| {
@@ -491,20 +476,73 @@ impl ThroughputResult {
                         format!("{:.0}", p.median),
                         format!("{:.0}", p.min),
                         format!("{:.0}", p.max),
+                        format!("{:.4}", p.spread().relative()),
                         row.subject.compare_to.unwrap_or("").to_string(),
                         ratio,
                         format!("{:.4}", p.admitted),
                         format!("{:.3}", p.fairness),
-                        self.machine.cpu.replace(',', " "),
+                        p.pinned.to_string(),
+                        self.machine.cpu.clone(),
                         self.machine.cores.to_string(),
-                        self.machine.commit.to_string(),
+                        self.machine.version(),
                     ]
                 })
             })
-            .collect();
-        write_csv(path, &header, &rows)
+            .collect()
+    }
+
+    /// One chart per scenario: every subject against threads, with the ideal.
+    pub fn charts(&self, config: &Config, out: &Output) -> Result<(), BenchError> {
+        let mut scenarios: Vec<Scenario> = self.rows.iter().map(|r| r.subject.scenario).collect();
+        scenarios.dedup();
+        let millions = |row: &Row| row.points.iter().map(|p| (p.threads as f64, p.median / 1e6)).collect::<Vec<_>>();
+        let ideal = self.rows.iter().find(|r| (r.subject.scenario, r.subject.name) == IDEAL);
+        for scenario in scenarios {
+            let mut series = Vec::new();
+            if let Some(ideal) = ideal.filter(|_| scenario != Scenario::Reference) {
+                series.push(Series::new("ideal: a counter per thread", Style::Guide, millions(ideal)));
+            }
+            for row in self.rows.iter().filter(|r| r.subject.scenario == scenario) {
+                let style = match (scenario, row.subject.name.starts_with("weir")) {
+                    (Scenario::Reference, _) => Style::Reference,
+                    (_, true) => Style::Weir,
+                    (_, false) => Style::Peer,
+                };
+                series.push(Series::new(row.subject.name, style, millions(row)));
+            }
+            let title = format!("{}: aggregate checks per second ({})", scenario.name(), self.machine.cpu);
+            let chart = Chart {
+                title: &title,
+                x_label: "threads",
+                y_label: "million checks per second (log)",
+                x_axis: XAxis::Threads(config.threads.clone()),
+                y_scale: Scale::Log,
+            };
+            line_chart(&out.path(&format!("throughput-{}.svg", scenario.name())), &chart, &series)
+                .map_err(|e| out.error(e))?;
+        }
+        Ok(())
     }
 }
+
+/// The CSV columns of `throughput.csv`.
+pub const CSV_HEADER: [&str; 15] = [
+    "scenario",
+    "subject",
+    "threads",
+    "median_ops_per_sec",
+    "min_ops_per_sec",
+    "max_ops_per_sec",
+    "spread",
+    "compared_to",
+    "ratio",
+    "admitted_fraction",
+    "fairness",
+    "pinned",
+    "cpu",
+    "cores",
+    "commit",
+];
 
 fn subject_fields<S: serde::Serializer>(subject: &Subject, serializer: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeStruct;
@@ -516,32 +554,12 @@ fn subject_fields<S: serde::Serializer>(subject: &Subject, serializer: S) -> Res
 }
 
 /// Runs the throughput suite: measures, prints, and writes `throughput.csv`,
-/// `throughput.json` and one chart per scenario.
+/// `throughput.json`, its table for `index.html` and one chart per scenario.
 pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
     let result = measure(config);
-    result.write_csv(&out.path("throughput.csv")).map_err(|e| out.error(e))?;
+    out.csv("throughput.csv", &CSV_HEADER, &result.csv_rows())?;
     out.json("throughput.json", &result)?;
-    let mut scenarios: Vec<Scenario> = result.rows.iter().map(|r| r.subject.scenario).collect();
-    scenarios.dedup();
-    for scenario in scenarios {
-        let series: Vec<Series> = result
-            .rows
-            .iter()
-            .filter(|r| r.subject.scenario == scenario)
-            .map(|r| Series {
-                name: r.subject.name.to_string(),
-                points: r.points.iter().map(|p| (p.threads as f64, p.median / 1e6)).collect(),
-            })
-            .collect();
-        line_chart(
-            &out.path(&format!("throughput-{}.svg", scenario.name())),
-            &format!("{}: aggregate checks per second ({})", scenario.name(), result.machine.cpu),
-            "threads",
-            "million checks per second",
-            Scale::Log,
-            &series,
-        )
-        .map_err(|e| out.error(e))?;
-    }
+    out.html_table("throughput", &result.html_table(config).render())?;
+    result.charts(config, out)?;
     Ok(result.render(config))
 }

@@ -6,21 +6,10 @@
 //! 16 ns (its packed counts bound the limit per window length: 131 071 per second);
 //! the sliding log holds it as 10⁶ per ms (a ring of 10⁶ timestamps, 8 MB).
 
-use crate::throughput::Check;
+pub use crate::check::Weir;
 use std::time::Duration;
 use weir_core::{Clock, Limiter, MonotonicClock, Quota};
 use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedBuilder, StripedMode, StripedSlidingWindow};
-
-/// A weir limiter as a benchmark subject.
-#[derive(Debug)]
-pub struct Weir<L>(pub L);
-
-impl<L: Limiter + Sync> Check for Weir<L> {
-    #[inline]
-    fn check_one(&self) -> bool {
-        self.0.check().is_allowed()
-    }
-}
 
 fn quota(count: u64, period: Duration) -> Quota {
     Quota::new(count, period).expect("a valid quota")

@@ -5,14 +5,26 @@
 use clap::Parser;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use weir_bench::cli::{Args, BenchError, parse_duration};
+use weir_bench::cli::{Args, parse_duration};
+use weir_bench::harness::{BenchError, Config, Profile};
 
 fn args(line: &[&str]) -> Vec<OsString> {
     std::iter::once("weir-bench").chain(line.iter().copied()).map(OsString::from).collect()
 }
 
-fn validate(line: &[&str]) -> Result<weir_bench::cli::Config, BenchError> {
-    Args::try_parse_from(args(line)).expect("parses").validate()
+fn validate(line: &[&str]) -> Result<Config, BenchError> {
+    Args::try_parse_from(args(line)).expect("parses").validate().map(|run| run.config)
+}
+
+/// The header and rows of a CSV file, parsed as CSV (fields may be quoted).
+fn read_csv(path: &std::path::Path) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut reader = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let header = reader.headers().unwrap().iter().map(String::from).collect();
+    let rows = reader
+        .records()
+        .map(|r| r.unwrap_or_else(|e| panic!("{}: {e}", path.display())).iter().map(String::from).collect())
+        .collect();
+    (header, rows)
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -62,7 +74,8 @@ fn bad_durations_and_reps_are_errors() {
 #[test]
 fn defaults_are_the_quick_profile_on_one_two_and_all_cores() {
     let config = validate(&["--out", temp_dir("defaults").to_str().unwrap()]).unwrap();
-    assert_eq!(config.profile, "quick");
+    assert_eq!(config.profile, Profile::Quick);
+    assert!(config.pin);
     let cores = std::thread::available_parallelism().unwrap().get();
     let mut expected = vec![1, 2, cores];
     expected.sort_unstable();
@@ -91,36 +104,41 @@ fn a_tiny_run_writes_well_formed_csv() {
         out.to_str().unwrap(),
     ]));
     assert_eq!(code, 0);
-    let csv = std::fs::read_to_string(out.join("throughput.csv")).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    assert_eq!(header[..4], ["scenario", "subject", "threads", "median_ops_per_sec"]);
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let (header, rows) = read_csv(&out.join("throughput.csv"));
+    assert_eq!(
+        header[..6],
+        ["scenario", "subject", "threads", "median_ops_per_sec", "min_ops_per_sec", "max_ops_per_sec"]
+    );
     assert_eq!(rows.len(), 4 * 2, "4 subjects × 2 thread counts");
     for row in &rows {
         assert_eq!(row.len(), header.len(), "{row:?}");
-        let ops: f64 = row[3].parse().unwrap();
-        assert!(ops > 0.0);
+        let [median, min, max]: [f64; 3] = [3, 4, 5].map(|i| row[i].parse().unwrap());
+        assert!(min > 0.0 && min <= median && median <= max, "{row:?}");
     }
     assert!(rows.iter().any(|r| r[0] == "hot-denied" && r[1] == "weir-gcra+coarse"));
 }
 
 /// Checks that every CSV file in `dir` has a header and rows of the same width, every
-/// JSON file parses, every SVG is an SVG, and index.html shows every SVG.
+/// JSON file parses, every SVG is an SVG, and index.html shows every SVG and every
+/// suite's table.
 fn assert_well_formed(dir: &std::path::Path) {
     let mut svgs = Vec::new();
+    let mut tables = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
         match path.extension().and_then(|e| e.to_str()) {
             Some("csv") => {
-                let mut lines = text.lines();
-                let width = lines.next().unwrap().split(',').count();
-                let rows: Vec<&str> = lines.collect();
+                let (header, rows) = read_csv(&path);
                 assert!(!rows.is_empty(), "{} has no rows", path.display());
                 for row in rows {
-                    assert_eq!(row.split(',').count(), width, "{}: {row}", path.display());
+                    assert_eq!(row.len(), header.len(), "{}: {row:?}", path.display());
                 }
+            }
+            Some("html") if name.ends_with(".table.html") => {
+                assert!(text.starts_with("<section") && text.contains("</table>"), "{name}");
+                tables += 1;
             }
             Some("json") => {
                 let _: serde_json::Value =
@@ -137,6 +155,7 @@ fn assert_well_formed(dir: &std::path::Path) {
     for svg in svgs {
         assert!(index.contains(&format!("<img src=\"{svg}\"")), "index.html does not show {svg}");
     }
+    assert_eq!(index.matches("<table>").count(), tables, "index.html shows every suite table");
 }
 
 #[test]
@@ -163,6 +182,9 @@ fn a_tiny_run_of_every_suite_writes_well_formed_output() {
     }
     assert!(out.join("compare-boundary-attack.svg").exists());
     assert!(out.join("throughput-reference.svg").exists());
+    for name in ["throughput", "single", "memory", "accuracy", "queue", "pacing", "compare"] {
+        assert!(out.join(format!("{name}.table.html")).exists(), "{name}.table.html");
+    }
     assert_well_formed(&out);
 }
 
@@ -171,7 +193,8 @@ fn the_compare_traces_are_deterministic() {
     let config = Args::try_parse_from(args(&["compare", "--out", temp_dir("compare").to_str().unwrap()]))
         .unwrap()
         .validate()
-        .unwrap();
+        .unwrap()
+        .config;
     let first = serde_json::to_string(&weir_bench::compare::traces(&config)).unwrap();
     let second = serde_json::to_string(&weir_bench::compare::traces(&config)).unwrap();
     assert_eq!(first, second);

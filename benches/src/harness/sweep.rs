@@ -1,16 +1,18 @@
-//! The thread-sweep harness: runs one workload on N threads that start together on
-//! a barrier, for a fixed wall-clock duration, and counts operations.
+//! The thread-sweep runner: runs one workload on N threads that start together on a
+//! barrier, for a fixed wall-clock duration, and counts operations.
 //!
 //! The hot loop is monomorphized per workload (no dynamic dispatch per operation),
-//! spawning is outside the timed region, and the stop flag is read once per batch.
+//! spawning, pinning and per-thread setup are outside the timed region, and the stop
+//! flag is read once per batch of [`BATCH`] operations.
 
+use super::pin;
 use std::hint::black_box;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Operations between two reads of the stop flag.
-const BATCH: u64 = 256;
+pub const BATCH: u64 = 256;
 
 /// Something to run on every thread of a sweep.
 pub trait Workload: Sync {
@@ -36,6 +38,8 @@ pub struct Sample {
     /// The slowest thread's operations divided by the mean per thread: 1.0 is
     /// perfectly fair; near 0 means some thread was starved.
     pub fairness: f64,
+    /// Whether every thread was pinned to its core.
+    pub pinned: bool,
 }
 
 impl Sample {
@@ -45,7 +49,8 @@ impl Sample {
     }
 }
 
-/// Runs `workload` on `threads` threads for about `duration`.
+/// Runs `workload` on `threads` threads for about `duration`; thread `t` is pinned to
+/// the core for slot `t` where pinning is on ([`pin`]).
 pub fn run<W: Workload>(workload: &W, threads: usize, duration: Duration) -> Sample {
     let barrier = Barrier::new(threads + 1);
     let stop = AtomicBool::new(false);
@@ -54,6 +59,7 @@ pub fn run<W: Workload>(workload: &W, threads: usize, duration: Duration) -> Sam
             .map(|t| {
                 let (barrier, stop) = (&barrier, &stop);
                 s.spawn(move || {
+                    let pinned = pin::pin_current(t);
                     let mut local = workload.local(t);
                     barrier.wait();
                     let (mut ops, mut admitted) = (0u64, 0u64);
@@ -64,7 +70,7 @@ pub fn run<W: Workload>(workload: &W, threads: usize, duration: Duration) -> Sam
                         }
                         ops += BATCH;
                     }
-                    (ops, admitted)
+                    (ops, admitted, pinned)
                 })
             })
             .collect();
@@ -73,27 +79,18 @@ pub fn run<W: Workload>(workload: &W, threads: usize, duration: Duration) -> Sam
         std::thread::sleep(duration);
         // Ordering: Relaxed; see the load above.
         stop.store(true, Ordering::Relaxed);
-        let (mut ops, mut admitted, mut slowest) = (0, 0, u64::MAX);
+        let (mut ops, mut admitted, mut slowest, mut all_pinned) = (0, 0, u64::MAX, true);
         for handle in handles {
-            let (o, a) = handle.join().expect("a benchmark thread panicked");
+            let (o, a, pinned) = handle.join().expect("a benchmark thread panicked");
             ops += o;
             admitted += a;
             slowest = slowest.min(o);
+            all_pinned &= pinned;
         }
         let elapsed = start.elapsed();
         let fairness = slowest as f64 * threads as f64 / ops.max(1) as f64;
-        Sample { threads, ops, admitted, elapsed, fairness }
+        Sample { threads, ops, admitted, elapsed, fairness, pinned: all_pinned }
     })
-}
-
-/// The median of `values` (the mean of the middle two for an even count).
-pub fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 }
 }
 
 #[cfg(test)]
@@ -123,9 +120,8 @@ mod tests {
     }
 
     #[test]
-    fn median_of_odd_and_even() {
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(&mut []).is_nan());
+    fn pins_where_the_report_says_it_does() {
+        let sample = run(&Count, 2, Duration::from_millis(1));
+        assert_eq!(sample.pinned, matches!(pin::status(), pin::Pinning::Pinned { .. }));
     }
 }
