@@ -54,7 +54,8 @@ use crate::{ConfigError, Error, RedisLimiter, scripts};
 use core::fmt;
 use core::time::Duration;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
 use weir_core::sync::{AtomicU64, Ordering};
 use weir_core::{AsyncKeyedLimiter, Clock, Decision, InsufficientCapacity, MonotonicClock, Nanos, Policy, Snapshot};
 
@@ -112,7 +113,7 @@ impl LeaseConfig {
 }
 
 /// One key's lease in this instance.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Lease {
     /// Permits left to serve.
     permits: u64,
@@ -120,8 +121,12 @@ struct Lease {
     expires_ns: u64,
     /// The size of the next lease.
     next_size: u64,
-    /// Whether a grant for this key is in flight.
-    renewing: bool,
+    /// Set while a grant for this key is in flight: woken when it lands.
+    renewal: Option<Arc<Notify>>,
+    /// After a denial from Redis: until when (clock ns) requests of at least
+    /// `denied_n` are denied locally.
+    denied_until_ns: u64,
+    denied_n: u64,
     /// What Redis said at the grant: remaining after it, and the reset time (ns).
     headroom: u64,
     reset_ns: u64,
@@ -130,6 +135,10 @@ struct Lease {
 }
 
 const SHARDS: usize = 16;
+
+/// One shard of the lease table: keys to their leases, behind a lock held only
+/// for a few field updates (never across I/O).
+type Shard = Mutex<HashMap<Vec<u8>, Lease>>;
 
 /// A GCRA [`RedisLimiter`] that takes permits from Redis in leases and serves
 /// them locally (see the [module docs](crate::lease) for the overshoot bound).
@@ -150,7 +159,7 @@ pub struct Leased<C: Clock = MonotonicClock> {
     quota: GcraMicros,
     config: LeaseConfig,
     clock: C,
-    shards: Box<[Mutex<HashMap<Vec<u8>, Lease>>]>,
+    shards: Box<[Shard]>,
     decisions: AtomicU64,
     round_trips: AtomicU64,
 }
@@ -198,7 +207,7 @@ impl<C: Clock> Leased<C> {
         self.round_trips.load(Ordering::Relaxed)
     }
 
-    fn shard(&self, key: &[u8]) -> &Mutex<HashMap<Vec<u8>, Lease>> {
+    fn shard(&self, key: &[u8]) -> &Shard {
         use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
         let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(key);
         &self.shards[(hash as usize) % SHARDS]
@@ -216,7 +225,10 @@ impl<C: Clock> Leased<C> {
     }
 
     /// Checks a request of cost `n` for `key`: from this instance's lease when it
-    /// holds `n` permits, else in Redis, taking a new lease if it fits.
+    /// holds `n` permits, else in Redis, taking a new lease if it fits. While one
+    /// task renews a key's lease, the others wait for it (one round trip) rather
+    /// than each asking Redis; after a denial from Redis, requests for at least as
+    /// much are denied locally until its `retry_after` has passed.
     pub async fn check_n(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64) -> Result<Decision, Error> {
         let key = key.as_ref();
         let burst = self.quota.burst();
@@ -228,55 +240,81 @@ impl<C: Clock> Leased<C> {
         }
         // Ordering: Relaxed; a statistic.
         self.decisions.fetch_add(1, Ordering::Relaxed);
-        let now = self.clock.now().as_u64();
         let shard = self.shard(key);
-        let lease_size = {
-            let mut leases = Self::lock(shard);
-            match leases.get_mut(key) {
-                Some(lease) if lease.expires_ns > now && lease.permits >= n => {
+        // Waiting for renewals (other tasks may take the renewed permits first) is
+        // bounded by one call timeout in all.
+        let timeout = self.limiter.redis().timeout();
+        let mut waited = Duration::ZERO;
+        let lease_size = loop {
+            let now = self.clock.now().as_u64();
+            let wait = {
+                let mut leases = Self::lock(shard);
+                let slots = self.config.max_keys.div_ceil(SHARDS);
+                if !leases.contains_key(key) && leases.len() >= slots {
+                    leases.retain(|_, lease| {
+                        lease.renewal.is_some() || lease.expires_ns > now || lease.denied_until_ns > now
+                    });
+                }
+                if !leases.contains_key(key) && leases.len() < slots {
+                    leases.insert(key.to_vec(), Lease::new(self.config.max_lease));
+                }
+                let Some(lease) = leases.get_mut(key) else {
+                    break None; // the table is full: this request alone, in Redis
+                };
+                if lease.expires_ns > now && lease.permits >= n {
                     lease.permits -= n;
                     let remaining = lease.permits.saturating_add(lease.headroom).min(burst);
                     let snapshot = Snapshot::new(burst, remaining, lease.reset_ns);
                     return Ok(Decision::allowed(snapshot).at(lease.granted_at));
                 }
-                Some(lease) if !lease.renewing => {
-                    lease.renewing = true;
-                    Some(lease.next_size)
+                if lease.denied_until_ns > now && n >= lease.denied_n {
+                    let snapshot = Snapshot::new(burst, 0, lease.reset_ns);
+                    return Ok(Decision::denied(snapshot, lease.denied_until_ns - now).at(lease.granted_at));
                 }
-                Some(_) => None, // a renewal is in flight: ask for this request alone
-                None => {
-                    if leases.len() >= self.config.max_keys.div_ceil(SHARDS) {
-                        leases.retain(|_, lease| lease.renewing || lease.expires_ns > now);
+                match &lease.renewal {
+                    None => {
+                        lease.renewal = Some(Arc::new(Notify::new()));
+                        break Some(lease.next_size);
                     }
-                    if leases.len() < self.config.max_keys.div_ceil(SHARDS) {
-                        let size = self.config.max_lease;
-                        leases.insert(key.to_vec(), Lease::renewing(size));
-                        Some(size)
-                    } else {
-                        None
-                    }
+                    Some(renewal) if waited < timeout => Some(renewal.clone().notified_owned()),
+                    Some(_) => break None, // waited a whole timeout already: this request alone
                 }
+            };
+            if let Some(wait) = wait {
+                let started = tokio::time::Instant::now();
+                let _ = tokio::time::timeout(timeout - waited, wait).await;
+                waited += started.elapsed();
             }
         };
+        let renewing = lease_size.is_some();
         let want = lease_size.unwrap_or(n).clamp(n, burst);
         let reply = self.grant(key, want, n).await;
-        let renewing = lease_size.is_some();
+        let now = self.clock.now().as_u64();
+        let mut leases = Self::lock(shard);
+        let lease = leases.get_mut(key);
         let (granted, now_us, used) = match reply {
             Ok(reply) => reply,
             Err(e) => {
-                if renewing {
-                    Self::lock(shard).entry(key.to_vec()).and_modify(|lease| lease.renewing = false);
+                if let Some(lease) = lease
+                    && renewing
+                    && let Some(renewal) = lease.renewal.take()
+                {
+                    renewal.notify_waiters();
                 }
                 return Err(e);
             }
         };
         let granted_at = Nanos::new(now_us.saturating_mul(NS));
         let decision = self.quota.decision(granted > 0, used, self.quota.cost_us(n));
-        if renewing {
+        if let Some(lease) = lease {
             let snapshot = decision.snapshot();
-            let mut leases = Self::lock(shard);
-            if let Some(lease) = leases.get_mut(key) {
-                lease.renewing = false;
+            lease.headroom = snapshot.remaining();
+            lease.reset_ns = u64::try_from(snapshot.reset_after().as_nanos()).unwrap_or(u64::MAX);
+            if let Some(retry) = decision.retry_after() {
+                lease.denied_until_ns = now.saturating_add(u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX));
+                lease.denied_n = n;
+            }
+            if renewing {
                 let extra = if granted == want { want - n } else { 0 };
                 if extra > 0 {
                     let held = if lease.expires_ns > now { lease.permits } else { 0 };
@@ -285,11 +323,11 @@ impl<C: Clock> Leased<C> {
                         now.saturating_add(u64::try_from(self.config.ttl.as_nanos()).unwrap_or(u64::MAX));
                     lease.granted_at = granted_at;
                 }
-                let headroom = snapshot.remaining();
-                lease.headroom = headroom;
-                lease.reset_ns = u64::try_from(snapshot.reset_after().as_nanos()).unwrap_or(u64::MAX);
-                let share = headroom / (2 * u64::from(self.config.instances));
+                let share = lease.headroom / (2 * u64::from(self.config.instances));
                 lease.next_size = share.clamp(1, self.config.max_lease);
+                if let Some(renewal) = lease.renewal.take() {
+                    renewal.notify_waiters();
+                }
             }
         }
         Ok(decision.at(granted_at))
@@ -351,8 +389,18 @@ impl<C: Clock> Leased<C> {
 }
 
 impl Lease {
-    fn renewing(next_size: u64) -> Self {
-        Self { permits: 0, expires_ns: 0, next_size, renewing: true, headroom: 0, reset_ns: 0, granted_at: Nanos::ZERO }
+    fn new(next_size: u64) -> Self {
+        Self {
+            permits: 0,
+            expires_ns: 0,
+            next_size,
+            renewal: None,
+            denied_until_ns: 0,
+            denied_n: 0,
+            headroom: 0,
+            reset_ns: 0,
+            granted_at: Nanos::ZERO,
+        }
     }
 }
 

@@ -287,6 +287,18 @@ impl RedisLimiter {
         out
     }
 
+    /// The SHA1 of the script a check runs (`EVALSHA`), for benchmarks that compare
+    /// a check with a bare `EVALSHA` of the same script.
+    #[doc(hidden)]
+    pub fn script_sha(&self) -> &str {
+        match self.algo {
+            Algo::Gcra(_) => scripts::GCRA.get_hash(),
+            Algo::Fixed(_) => scripts::FIXED.get_hash(),
+            Algo::Sliding(_) => scripts::SLIDING.get_hash(),
+            Algo::Log(_) => scripts::LOG.get_hash(),
+        }
+    }
+
     /// The single GCRA quota of this limiter, if it is one (for leases).
     pub(crate) fn single_gcra(&self) -> Option<GcraMicros> {
         match &self.algo {
