@@ -125,3 +125,27 @@ async fn leases_need_a_single_gcra_quota() {
     assert!(matches!(Leased::new(window, LeaseConfig::new(4).unwrap()), Err(ConfigError::LeaseNeedsGcra)));
     assert!(matches!(LeaseConfig::new(0), Err(ConfigError::Zero { .. })));
 }
+
+#[tokio::test]
+async fn concurrent_tasks_share_one_renewal_instead_of_each_asking_redis() {
+    let server = RedisServer::start();
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let limiter = RedisLimiter::gcra(&redis, Quota::per_second(1_000_000).unwrap());
+    let leased = Arc::new(Leased::new(limiter, LeaseConfig::new(64).unwrap()).unwrap());
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let leased = leased.clone();
+            tokio::spawn(async move {
+                for _ in 0..100 {
+                    assert!(leased.check("hot").await.unwrap().is_allowed());
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let (decisions, trips) = (leased.decisions(), leased.round_trips());
+    assert_eq!(decisions, 6_400);
+    assert!(trips * 10 <= decisions, "{trips} round trips for {decisions} decisions from 64 tasks");
+}
