@@ -31,6 +31,13 @@
 //!   nor a clock stepping backwards shortens it.
 //! - **Ownership.** A stripe being refilled is marked claimed; other threads of the
 //!   stripe decide exactly on the bucket meanwhile, so nobody waits for a refill.
+//! - **Quota changes.** A lease's permits are sized and priced under one quota, so
+//!   [`LeasedGcra::set_quota`] revokes every lease: each is given back as above (at
+//!   the interval it was charged at), and a stripe being refilled is marked so that
+//!   its refill gives back the lease it takes instead of installing it. A refill
+//!   reads the quota after claiming its stripe, so once the change is made every new
+//!   lease is sized and charged under the new quota, and a request above the new
+//!   burst is an error, never served from an old lease.
 
 //! # The bound
 //!
@@ -44,10 +51,24 @@
 //! ```
 //!
 //! where `T` is the emission interval. The last term is the over-admission bound,
-//! [`LeasedGcra::over_admission_bound`]; it is asserted by property tests against
-//! random schedules (`tests/leased.rs`), and with a frozen clock no permit is ever
-//! admitted beyond the burst (loom: `loom-tests/tests/leased.rs`). With
-//! `max_lease = 1` the bound is 0 and the limiter decides exactly as [`Gcra`].
+//! [`LeasedGcra::over_admission_bound`]. Equally, over any prefix of a schedule the
+//! leased limiter admits at most what the exact [`Gcra`] admits plus that bound. The
+//! formula is asserted by property tests against random schedules
+//! (`tests/leased.rs`) and by a loom model of concurrent checks with the clock
+//! moving (`loom-tests/tests/leased.rs`), the comparison with [`Gcra`] by property
+//! tests (`tests/leased_model.rs`); with a frozen clock no permit is ever admitted
+//! beyond the burst (loom). With `max_lease = 1` the bound is 0 and the limiter
+//! decides exactly as [`Gcra`].
+//!
+//! Across a quota change the bound holds for each quota in turn: what is admitted
+//! before the change is within the old quota's bound, and from the change on every
+//! span obeys the formula with the new quota's burst, `T` and bound (no lease priced
+//! under the old quota is spent after it). Compared with [`Gcra`] given the same
+//! change, the leased limiter admits at most `over_admission_bound() × T` more in
+//! *time* per quota in force: a permit admitted within the old quota's bound is time
+//! the exact bucket still owes at the change, and the new quota re-reads that time,
+//! as it re-reads the whole bucket ([`Gcra::set_quota`](crate::Gcra::set_quota)),
+//! in its own permits, which are more of them when the new `T` is shorter.
 //!
 //! Capacity is never created: a give-back credits at most the lease's remaining
 //! share of the bucket's debt. It can be *lost* for a while instead: the part of an
@@ -56,7 +77,8 @@
 //! `burst × T` later. With a clock that steps backwards, a give-back still measures
 //! time to the latest reading seen, and a lease is not spendable at a reading before
 //! its grant; an expired, unreturned lease can become spendable again at a reading
-//! back inside its lifetime, so for such clocks the bound is `stripes × max_lease`.
+//! back inside its lifetime, so for such clocks the bound is `stripes × max_lease`
+//! (against [`Gcra`] reading the latest time a check has read).
 
 //! # What a decision reports
 //!
@@ -85,8 +107,8 @@ pub const MAX_LEASE: u64 = (1 << PERMIT_BITS) - 1;
 /// A lease's expiry is kept in units of 2^12 ns (4.096 µs) since the limiter's
 /// creation, in the 48 high bits: 36 years.
 const EXPIRY_SHIFT_NS: u32 = 12;
-/// The largest expiry (below [`CLAIMED`]'s).
-const MAX_EXPIRY: u64 = (u64::MAX >> PERMIT_BITS) - 1;
+/// The largest expiry (below [`REVOKED`]'s and [`CLAIMED`]'s).
+const MAX_EXPIRY: u64 = (u64::MAX >> PERMIT_BITS) - 2;
 /// The most stripes a limiter may have.
 pub const MAX_STRIPES: usize = 1 << 12;
 
@@ -195,12 +217,14 @@ impl std::error::Error for LeaseConfigError {}
 
 /// One stripe: its lease, and what was true when the lease was granted.
 ///
-/// The lease word has three kinds of value: `0` (no lease), [`CLAIMED`] (one thread
-/// owns the stripe while it gives back the old lease and takes a new one), or a
-/// lease `expiry << 16 | permits`. Only the thread that claimed the stripe writes
-/// the grant fields; it publishes them with the Release store that installs the
-/// lease, and the next claimer reads them after its Acquire claim, so a give-back
-/// always uses the grant time and interval of exactly the lease it gives back.
+/// The lease word has four kinds of value: `0` (no lease), [`CLAIMED`] (one thread
+/// owns the stripe while it gives back the old lease and takes a new one),
+/// [`REVOKED`] (still owned, but the lease being taken must be given back, not
+/// installed), or a lease `expiry << 16 | permits`. Only the thread that claimed the
+/// stripe writes the grant fields; it publishes them with the Release operation that
+/// installs the lease, and the next claimer reads them after its Acquire claim, so a
+/// give-back always uses the grant time and interval of exactly the lease it gives
+/// back.
 #[derive(Debug, Default)]
 struct Stripe {
     lease: AtomicU64,
@@ -218,6 +242,12 @@ struct Stripe {
 /// The lease word of a stripe being refilled: zero permits, so the fast path never
 /// spends from it; other threads of the stripe decide on the bucket meanwhile.
 const CLAIMED: u64 = (u64::MAX >> PERMIT_BITS) << PERMIT_BITS;
+
+/// The lease word of a stripe being refilled whose leases [`LeaseStripes::release`]
+/// revoked meanwhile (a quota change, say): the refill may have sized and charged
+/// its new lease under the old quota, so it gives that lease back instead of
+/// installing it. Zero permits, like [`CLAIMED`].
+const REVOKED: u64 = CLAIMED - (1 << PERMIT_BITS);
 
 const fn pack(permits: u64, expiry: u64) -> u64 {
     expiry << PERMIT_BITS | permits
@@ -330,8 +360,8 @@ impl LeaseStripes {
         now: Nanos,
         clock: &C,
     ) -> Result<Decision, InsufficientCapacity> {
-        // One quota for the whole refill: sizes and charges agree even if the quota
-        // changes meanwhile.
+        // The quota for what is decided before the stripe is claimed; a new lease is
+        // sized and charged under the quota read after the claim (below).
         let quota = algorithm.quota();
         if n > quota.burst() {
             return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
@@ -352,7 +382,7 @@ impl LeaseStripes {
         // Claim the stripe. If another thread of this stripe is refilling it, do not
         // wait: decide this request exactly, on the bucket.
         loop {
-            if word == CLAIMED {
+            if word == CLAIMED || word == REVOKED {
                 return Ok(algorithm.acquire(&quota, &self.state, n, clock));
             }
             // Ordering: Acquire on success pairs with the Release store that installed
@@ -363,6 +393,18 @@ impl LeaseStripes {
             }
         }
         self.give_back_owned(algorithm, stripe, word, clock);
+        // One quota for the new lease, read after the claim: sizes and charges agree
+        // even if the quota changes meanwhile, and a lease is never priced under a
+        // quota that a change has already revoked. A change whose revocation (in
+        // `release`) reached this stripe before the claim is visible here: the claim
+        // read the Release store that ended that revocation, or a later value. A
+        // change that reaches the stripe after the claim marks it REVOKED, and
+        // `install` gives the new lease back.
+        let quota = algorithm.quota();
+        if n > quota.burst() {
+            self.install(algorithm, stripe, 0, clock);
+            return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
+        }
         // Lease size: a share of what the bucket can admit now, at least n.
         let now = clock.now();
         // Ordering: Relaxed; see `latest_ns`.
@@ -378,7 +420,7 @@ impl LeaseStripes {
         }
         let left = if decision.is_allowed() { granted - n } else { 0 };
         let installed = if left > 0 {
-            // Ordering: Relaxed (all four); published by the Release store below.
+            // Ordering: Relaxed (all four); published by the Release CAS in `install`.
             stripe.granted_at_ns.store(now.as_u64(), Ordering::Relaxed);
             stripe.granted_interval.store(quota.emission_interval_ticks(), Ordering::Relaxed);
             stripe.granted_limit.store(quota.burst(), Ordering::Relaxed);
@@ -388,13 +430,30 @@ impl LeaseStripes {
         } else {
             0
         };
-        // Ordering: Release publishes the grant fields to the next claimer (see
-        // `Stripe`) and ends this thread's ownership of the stripe.
-        stripe.lease.store(installed, Ordering::Release);
+        self.install(algorithm, stripe, installed, clock);
         if decision.is_denied() {
             return Ok(decision);
         }
         Ok(Decision::allowed(Snapshot::new(quota.burst(), left, decision.reset_after().as_nanos() as u64)))
+    }
+
+    /// Ends this thread's ownership of a stripe it claimed by installing `lease` (a
+    /// lease word whose grant fields this thread has written, or 0), unless
+    /// [`release`](Self::release) revoked the stripe meanwhile: then `lease` is given
+    /// back and the stripe left empty.
+    fn install<C: Clock + ?Sized>(&self, algorithm: &GcraAlgorithm, stripe: &Stripe, lease: u64, clock: &C) {
+        // Ordering: Release on success publishes the grant fields to the next claimer
+        // (see `Stripe`) and ends the ownership. Acquire on failure pairs with the
+        // Release CAS in `release` that marked the stripe REVOKED, so the quota change
+        // before it happens-before the Release store of 0 below, and so before the
+        // next claimer's quota read. Strong: a spurious failure would revoke for
+        // nothing.
+        if stripe.lease.compare_exchange(CLAIMED, lease, Ordering::Release, Ordering::Acquire).is_err() {
+            // Only `release` changes a claimed word, and only to REVOKED.
+            self.give_back_owned(algorithm, stripe, lease, clock);
+            // Ordering: Release ends the ownership (nothing new to publish).
+            stripe.lease.store(0, Ordering::Release);
+        }
     }
 
     fn leased_decision(stripe: &Stripe, left: u64, now: Nanos) -> Decision {
@@ -432,20 +491,38 @@ impl LeaseStripes {
         });
     }
 
-    /// Gives every lease back to the bucket (what is left of its debt: the unused
-    /// permits' debt at their grant's interval, less the time since the grant; see
-    /// the module docs). Stripes being refilled right now are skipped: their refill
-    /// gives back their old lease itself.
+    /// Revokes every lease: gives each back to the bucket (what is left of its debt:
+    /// the unused permits' debt at their grant's interval, less the time since the
+    /// grant; see the module docs), and marks each stripe being refilled right now so
+    /// that its refill gives back the lease it is taking instead of installing it.
+    ///
+    /// When this returns, no lease granted before the call can be spent, and every
+    /// refill that claims a stripe afterwards reads the quota in force when the call
+    /// began, or a newer one. So after changing `algorithm`'s quota, calling this
+    /// revokes every lease priced under the old one ([`LeasedGcra::set_quota`] does
+    /// both).
     pub fn release<C: Clock + ?Sized>(&self, algorithm: &GcraAlgorithm, clock: &C) {
         for stripe in self.stripes.iter() {
-            // Ordering: Relaxed; see `check_on`.
+            // Ordering: Relaxed; every value is judged again by the CAS below.
             let mut word = stripe.lease.load(Ordering::Relaxed);
-            while word != 0 && word != CLAIMED {
-                // Ordering: Acquire on success, as in `refill`.
-                match stripe.lease.compare_exchange_weak(word, CLAIMED, Ordering::Acquire, Ordering::Relaxed) {
+            loop {
+                let result = match word {
+                    // Already marked: its refill will give its new lease back.
+                    REVOKED => break,
+                    // Ordering: Release pairs with the Acquire failure of the refill's
+                    // install (see `install`); Relaxed on failure (judged again).
+                    CLAIMED => stripe.lease.compare_exchange(CLAIMED, REVOKED, Ordering::Release, Ordering::Relaxed),
+                    // Claim even an empty stripe: the Release store of 0 that ends this
+                    // claim is what carries the caller's quota change to the stripe's
+                    // next claimer. Ordering: Acquire on success, as in `refill`.
+                    _ => stripe.lease.compare_exchange(word, CLAIMED, Ordering::Acquire, Ordering::Relaxed),
+                };
+                match result {
+                    Ok(CLAIMED) => break, // marked REVOKED
                     Ok(_) => {
                         self.give_back_owned(algorithm, stripe, word, clock);
-                        // Ordering: Release ends the ownership (nothing new to publish).
+                        // Ordering: Release ends the ownership, and publishes the
+                        // caller's quota change to the next claimer (see `refill`).
                         stripe.lease.store(0, Ordering::Release);
                         break;
                     }
@@ -541,7 +618,9 @@ impl<C: Clock> LeasedGcra<C> {
     }
 
     /// Gives every unused leased permit back to the bucket (what is left of its debt;
-    /// see the module docs), e.g. before a quiet period.
+    /// see the module docs), e.g. before a quiet period. A refill in progress gives
+    /// back the lease it takes as well, so when this returns no lease granted before
+    /// the call can be spent.
     pub fn release_leases(&self) {
         self.stripes.release(&self.algorithm, &self.clock);
     }
@@ -566,10 +645,29 @@ impl<C: Clock> LeasedGcra<C> {
         self.algorithm.quota()
     }
 
-    /// Replaces the quota (see [`Gcra::set_quota`](crate::Gcra::set_quota)); leases
-    /// already granted stay valid until they expire.
+    /// Replaces the quota (see [`Gcra::set_quota`](crate::Gcra::set_quota)) and
+    /// revokes every lease granted under the old one, as
+    /// [`release_leases`](Self::release_leases) does: a lease's permits were sized
+    /// and priced under the old quota, and spending them on top of the new bucket
+    /// could admit far beyond `burst + over_admission_bound()`. When this returns, no
+    /// old lease can be spent, and new leases are sized and charged under `quota`.
+    ///
+    /// ```
+    /// use weir_core::{ManualClock, Quota};
+    /// use weir_gcra::{LeaseConfig, LeasedGcra};
+    ///
+    /// let config = LeaseConfig::new(1)?.with_max_lease(64)?;
+    /// let limiter = LeasedGcra::with_clock(Quota::per_second(1_000)?, config, ManualClock::new());
+    /// assert_eq!(limiter.check_on(0, 1)?.remaining(), 63); // a lease of 64, one spent
+    /// limiter.set_quota(Quota::per_second(1)?.with_burst(10)?);
+    /// // The 63 unused permits went back: 9 of the new burst of 10 are left, as for `Gcra`.
+    /// let admitted = (0..100).filter(|_| limiter.check_on(0, 1).is_ok_and(|d| d.is_allowed())).count();
+    /// assert_eq!(admitted, 9);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn set_quota(&self, quota: Quota) {
         self.algorithm.set_quota(quota);
+        self.stripes.release(&self.algorithm, &self.clock);
     }
 
     /// The clock this limiter reads.

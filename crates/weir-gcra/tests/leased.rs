@@ -128,6 +128,10 @@ enum Op {
     },
     /// Many checks of cost 1 at one instant, round-robin over the stripes.
     Burst(usize),
+    /// `release_leases`.
+    Release,
+    /// A quota change to `quotas(burst)[i]`.
+    SetQuota(usize),
 }
 
 fn ops() -> impl Strategy<Value = Vec<Op>> {
@@ -137,29 +141,38 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
             1 => (0u64..200_000).prop_map(Op::Advance),
             12 => (0usize..4, 1u64..4).prop_map(|(stripe, n)| Op::Check { stripe, n }),
             1 => (1usize..400).prop_map(Op::Burst),
+            1 => Just(Op::Release),
+            1 => (0usize..3).prop_map(Op::SetQuota),
         ],
         1..300,
     )
 }
 
+/// The quotas a schedule switches between: T = 1 µs (the first quota), 4 µs and
+/// 250 ns, with bursts around `burst`.
+fn quotas(burst: u64) -> [Quota; 3] {
+    [quota(1_000_000, burst), quota(250_000, burst.div_ceil(3)), quota(4_000_000, burst * 2)]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(500))]
 
-    /// Leases of one permit make the leased limiter exact: it decides as `Gcra`.
+    /// Leases of one permit make the leased limiter exact: it decides as `Gcra`,
+    /// across quota changes too.
     #[test]
     fn leases_of_one_decide_exactly_as_gcra(burst in 1u64..12, ops in ops()) {
-        let q = quota(1_000_000, burst); // T = 1 µs
+        let quotas = quotas(burst);
         let clock = ManualClock::new();
         let config = LeaseConfig::new(4).unwrap().with_max_lease(1).unwrap();
-        let leased = LeasedGcra::with_clock(q, config, clock.clone());
-        let exact = Gcra::with_clock(q, clock.clone());
+        let leased = LeasedGcra::with_clock(quotas[0], config, clock.clone());
+        let exact = Gcra::with_clock(quotas[0], clock.clone());
         for op in ops {
             match op {
                 Op::Advance(ns) => { clock.advance(Duration::from_nanos(ns)); }
                 Op::Check { stripe, n } => {
-                    let n = n.min(burst);
-                    let a = leased.check_on(stripe, n).unwrap();
-                    let b = exact.check_n(n).unwrap();
+                    let (a, b) = (leased.check_on(stripe, n), exact.check_n(n));
+                    prop_assert_eq!(a.is_err(), b.is_err());
+                    let (Ok(a), Ok(b)) = (a, b) else { continue };
                     prop_assert_eq!(a.is_allowed(), b.is_allowed());
                     if a.is_denied() {
                         prop_assert_eq!(a.retry_after(), b.retry_after());
@@ -170,12 +183,18 @@ proptest! {
                         prop_assert_eq!(leased.check_on(i, 1).unwrap().is_allowed(), exact.check().is_allowed());
                     }
                 }
+                Op::Release => leased.release_leases(),
+                Op::SetQuota(i) => {
+                    leased.set_quota(quotas[i]);
+                    exact.set_quota(quotas[i]);
+                }
             }
         }
     }
 
     /// With larger leases, in every span of time the admitted cost stays within
-    /// `burst + span / T + over_admission_bound()`.
+    /// `burst + span / T + over_admission_bound()`; across a quota change, within
+    /// each quota's span (a change revokes the leases priced under the old one).
     #[test]
     fn admissions_stay_within_the_documented_bound(
         burst in 1u64..200,
@@ -183,19 +202,19 @@ proptest! {
         lifetime_us in 5u64..200,
         ops in ops(),
     ) {
-        let q = quota(1_000_000, burst); // T = 1 µs = 16 ticks
+        let quotas = quotas(burst);
         let clock = ManualClock::new();
         let config = LeaseConfig::new(4).unwrap().with_max_lease(max_lease).unwrap()
             .with_lifetime(Duration::from_micros(lifetime_us)).unwrap();
-        let l = LeasedGcra::with_clock(q, config, clock.clone());
-        let bound = l.over_admission_bound();
-        let mut admitted: Vec<(u64, u64)> = Vec::new(); // (time ns, cost)
+        let l = LeasedGcra::with_clock(quotas[0], config, clock.clone());
+        // The admissions (time ns, cost) under each quota in force, in turn.
+        let mut spans: Vec<(Quota, Vec<(u64, u64)>)> = vec![(quotas[0], Vec::new())];
         for op in ops {
+            let admitted = &mut spans.last_mut().unwrap().1;
             match op {
                 Op::Advance(ns) => { clock.advance(Duration::from_nanos(ns)); }
                 Op::Check { stripe, n } => {
-                    let n = n.min(burst);
-                    if l.check_on(stripe, n).unwrap().is_allowed() {
+                    if l.check_on(stripe, n).is_ok_and(|d| d.is_allowed()) {
                         admitted.push((clock.now().as_u64(), n));
                     }
                 }
@@ -206,17 +225,25 @@ proptest! {
                         }
                     }
                 }
+                Op::Release => l.release_leases(),
+                Op::SetQuota(i) => {
+                    l.set_quota(quotas[i]);
+                    spans.push((quotas[i], Vec::new()));
+                }
             }
         }
-        let t_ns = 1_000u64;
-        for i in 0..admitted.len() {
-            let mut cost = 0u64;
-            for j in i..admitted.len() {
-                cost += admitted[j].1;
-                let span = admitted[j].0 - admitted[i].0;
-                // cost ≤ burst + span / T + bound, in whole requests (span / T rounded up).
-                prop_assert!(cost <= burst + span.div_ceil(t_ns) + bound,
-                    "{} admitted in {} ns: burst {}, bound {}", cost, span, burst, bound);
+        for (q, admitted) in spans {
+            let bound = config.over_admission_bound(&q);
+            let t_ns = weir_core::ticks::to_nanos_ceil(q.emission_interval_ticks());
+            for i in 0..admitted.len() {
+                let mut cost = 0u64;
+                for j in i..admitted.len() {
+                    cost += admitted[j].1;
+                    let span = admitted[j].0 - admitted[i].0;
+                    // cost ≤ burst + span / T + bound, in whole requests (span / T rounded up).
+                    prop_assert!(cost <= q.burst() + span.div_ceil(t_ns) + bound,
+                        "{} admitted in {} ns: burst {}, T {} ns, bound {}", cost, span, q.burst(), t_ns, bound);
+                }
             }
         }
     }
@@ -307,4 +334,41 @@ fn a_quota_change_during_a_refill_never_turns_a_small_request_into_an_error() {
             }
         });
     });
+}
+
+// A quota change revokes the leases granted under the old quota: their permits were
+// priced at the old interval, and spending them on top of the new bucket would admit
+// far beyond `burst + over_admission_bound()`.
+
+#[test]
+fn a_quota_change_revokes_outstanding_leases() {
+    // One stripe at 1000/s leases 64 permits; at the same instant the quota drops to
+    // 1/s with a burst of 10. The exact limiter admits 10 in all; so must the leased one
+    // (the bound, 2, allows at most 12).
+    let clock = ManualClock::new();
+    let config = LeaseConfig::new(1).unwrap().with_max_lease(64).unwrap();
+    let fast = Quota::per_second(1_000).unwrap();
+    let slow = quota(1, 10);
+    let leased = LeasedGcra::with_clock(fast, config, clock.clone());
+    let exact = Gcra::with_clock(fast, clock.clone());
+    assert_eq!(leased.check_on(0, 1).unwrap().remaining(), 63, "a lease of 64, one spent");
+    assert!(exact.check().is_allowed());
+    leased.set_quota(slow);
+    exact.set_quota(slow);
+    let leased_admitted = 1 + (0..100).filter(|_| leased.check_on(0, 1).unwrap().is_allowed()).count() as u64;
+    let exact_admitted = 1 + (0..100).filter(|_| exact.check().is_allowed()).count() as u64;
+    assert_eq!(exact_admitted, 10);
+    assert_eq!(leased.over_admission_bound(), 2);
+    assert_eq!(leased_admitted, exact_admitted, "leased admitted {leased_admitted}");
+}
+
+#[test]
+fn after_a_quota_change_a_request_above_the_new_burst_is_an_error() {
+    let clock = ManualClock::new();
+    let config = LeaseConfig::new(1).unwrap().with_max_lease(64).unwrap();
+    let leased = LeasedGcra::with_clock(Quota::per_second(1_000).unwrap(), config, clock.clone());
+    assert_eq!(leased.check_on(0, 1).unwrap().remaining(), 63);
+    leased.set_quota(quota(1, 10));
+    assert_eq!(leased.check_on(0, 20), Err(weir_core::InsufficientCapacity { requested: 20, capacity: 10 }));
+    assert_eq!(leased.snapshot().remaining(), 9, "the lease's 63 unused permits went back");
 }
