@@ -1,12 +1,15 @@
 //! loom models of the leased GCRA's protocol: stripes claim, refill and install
 //! leases while other threads spend them. At a frozen clock no permit is admitted
 //! beyond the burst and none is lost (after `release_leases`, remaining + admitted =
-//! burst); with time moving, admissions stay within the documented bound.
+//! burst); with a manual clock moving during the checks (loom sees its every read),
+//! every window of time admits within the documented bound; a quota change revokes
+//! the leases granted before it, so nothing priced under the old quota is spent
+//! after it.
 #![cfg(loom)]
 
 use loom::sync::Arc;
 use loom::thread;
-use weir_core::{ManualClock, Nanos, Quota};
+use weir_core::{Clock, InsufficientCapacity, ManualClock, Nanos, Quota};
 use weir_gcra::{LeaseConfig, LeasedGcra};
 
 fn quota(burst: u64) -> Quota {
@@ -52,29 +55,110 @@ fn near_the_limit_the_stripes_share_the_last_permits_exactly() {
     frozen(3, 2, 4, &[&[0, 0], &[1, 1]]);
 }
 
+/// One admission: the clock readings taken just before and just after its check
+/// (it was admitted at a reading between the two), and its cost.
+type Admission = (u64, u64, u64);
+
+/// Runs `plan` (stripe, cost) in order, recording the admissions.
+fn checks(l: &LeasedGcra<ManualClock>, plan: &[(usize, u64)]) -> Vec<Admission> {
+    plan.iter()
+        .filter_map(|&(stripe, n)| {
+            let before = l.clock().now().as_u64();
+            let allowed = l.check_on(stripe, n).unwrap().is_allowed();
+            let after = l.clock().now().as_u64();
+            allowed.then_some((before, after, n))
+        })
+        .collect()
+}
+
+/// The documented bound: in every span of time Δ the admitted cost is at most
+/// `burst + ⌈Δ / T⌉ + over_admission_bound()`. Checked for every window between two
+/// readings, counting the admissions certainly inside it.
+fn assert_within_the_bound(admissions: &[Admission], burst: u64, t_ns: u64, bound: u64) {
+    for &(from, _, _) in admissions {
+        for &(_, to, _) in admissions {
+            let inside = admissions.iter().filter(|&&(before, after, _)| before >= from && after <= to);
+            let cost: u64 = inside.map(|&(_, _, n)| n).sum();
+            let allowed = burst + to.saturating_sub(from).div_ceil(t_ns) + bound;
+            assert!(cost <= allowed, "{cost} admitted in [{from}, {to}] ns, at most {allowed}: {admissions:?}");
+        }
+    }
+}
+
 #[test]
 fn time_moving_during_refills_stays_within_the_bound() {
-    loom::model(|| {
+    // T = 10 µs, burst 8, one stripe, leases of at most 4 usable for 4.096 µs: the
+    // bound is min(4, ⌈4.096 / 10⌉ + 1) = 2. A lease taken at 0 has expired when the
+    // clock reaches 40 µs, where the bucket is full again: spending it there on top of
+    // the bucket's 8 would admit 11 at one instant, more than 8 + 2.
+    let t_ns = 10_000;
+    loom::model(move || {
         let clock = ManualClock::new();
-        let config = LeaseConfig::new(2)
+        let config = LeaseConfig::new(1)
             .unwrap()
             .with_max_lease(4)
             .unwrap()
-            .with_lifetime(std::time::Duration::from_micros(5))
+            .with_lifetime(std::time::Duration::from_nanos(4_096))
             .unwrap();
-        let l = Arc::new(LeasedGcra::with_clock(quota(4), config, clock.clone()));
+        let l = Arc::new(LeasedGcra::with_clock(
+            Quota::per_second(100_000).unwrap().with_burst(8).unwrap(),
+            config,
+            clock.clone(),
+        ));
         let bound = l.over_admission_bound();
+        assert_eq!(bound, 2);
+        // One thread takes a lease (at 0, or later if the clock has moved) and spends
+        // from it, while the main thread moves the clock in two steps (at any point of
+        // the spender's checks) and then asks for the whole burst.
         let spender = {
             let l = l.clone();
-            thread::spawn(move || (0..3).filter(|_| l.check_on(0, 1).unwrap().is_allowed()).count() as u64)
+            thread::spawn(move || checks(&l, &[(0, 1), (0, 3)]))
         };
-        let mut admitted = 0;
-        for _ in 0..2 {
-            admitted += l.check_on(1, 1).unwrap().is_allowed() as u64;
-            clock.advance(std::time::Duration::from_nanos(10));
-        }
-        admitted += spender.join().unwrap();
-        // 20 ns elapsed at T = 10 ns: at most burst + 2 + bound.
-        assert!(admitted <= 4 + 2 + bound, "admitted {admitted}");
+        clock.advance(std::time::Duration::from_micros(20));
+        clock.advance(std::time::Duration::from_micros(20));
+        let mut admitted = checks(&l, &[(0, 8)]);
+        admitted.extend(spender.join().unwrap());
+        assert_within_the_bound(&admitted, 8, t_ns, bound);
+    });
+}
+
+/// Burst 64 at T = 10 ns over 2 stripes with leases of 4: every refill far from the
+/// limit leases 4 permits.
+fn before_the_change() -> Quota {
+    quota(64)
+}
+
+#[test]
+fn a_quota_change_racing_checks_that_hold_leases_revokes_them() {
+    loom::model(|| {
+        let l = Arc::new(LeasedGcra::with_clock(before_the_change(), config(2, 4), Nanos::new(0)));
+        // Set up sequentially: 5 admitted, no lease on stripe 0, 3 left on stripe 1.
+        assert_eq!(l.check_on(0, 1).unwrap().remaining(), 3);
+        assert_eq!(l.check_on(0, 3).unwrap().remaining(), 0);
+        l.release_leases();
+        assert_eq!(l.check_on(1, 1).unwrap().remaining(), 3);
+        let setup = 5;
+        // The new quota's burst, 4, is below what is already admitted: once the change
+        // is made, nothing more may be admitted, from a lease or from the bucket.
+        let after = quota(4);
+        let setter = {
+            let l = l.clone();
+            thread::spawn(move || {
+                l.set_quota(after);
+                assert!(l.check_on(1, 1).unwrap().is_denied(), "stripe 1's old lease was spent after the change");
+                assert_eq!(l.check_on(0, 5), Err(InsufficientCapacity { requested: 5, capacity: 4 }));
+                assert!(l.check_on(0, 1).unwrap().is_denied(), "a lease priced before the change was spent after it");
+            })
+        };
+        // Meanwhile the main thread refills stripe 0 (under either quota) and checks it
+        // again, then spends from stripe 1's lease.
+        let admitted =
+            [(0, 1), (0, 1), (1, 1)].iter().filter(|&&(s, n)| l.check_on(s, n).unwrap().is_allowed()).count() as u64;
+        setter.join().unwrap();
+        let admitted = setup + admitted;
+        // No permit created or lost (the clock is frozen, so give-backs are exact):
+        // under the old quota again, what is left plus what was admitted is the burst.
+        l.set_quota(before_the_change());
+        assert_eq!(l.snapshot().remaining() + admitted, 64, "admitted {admitted}");
     });
 }
