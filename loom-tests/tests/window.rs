@@ -496,6 +496,16 @@ fn striped_rollover_races_with_a_lagging_reading() {
 }
 
 #[test]
+fn striped_lease_returned_while_its_window_closes() {
+    // Both threads use stripe 0, limit 4, leases of 2. In window 0 both are granted a
+    // lease (1 spent, 1 leased); thread 0's install finds thread 1's lease there and
+    // returns its token, while thread 1, checking in window 1, closes window 0, copies
+    // its count and opens window 1. The returned token must not stay counted in window
+    // 0's count, which weighs on window 1's checks.
+    striped_model(4, 1, 2, StripedMode::Exact, 150, vec![vec![on(0, 1, 10)], vec![on(0, 1, 20), on(0, 1, 120)]]);
+}
+
+#[test]
 fn striped_previous_count_is_read_after_the_rollover() {
     // Thread 0 fills window [100, 200) and moves the limiter on to [200, 300) while
     // thread 1 checks at 205: however the reads interleave, thread 1 must weigh the

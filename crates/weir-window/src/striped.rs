@@ -106,15 +106,19 @@
 //! The global state is two words on one cache line: `current = window | closed |
 //! drained | granted`, the only window that grants, and `previous = window |
 //! granted`, a closed window's count. A check whose reading is in a later window
-//! **closes** `current` with a CAS (no grant can land in it after that), **copies**
-//! its count to `previous` (a CAS that only ever raises `previous`'s window number),
+//! **closes** `current` with a CAS (nothing can land in it after that: no grant, and
+//! no return, see below), **copies** its count to `previous` (a CAS that only ever
+//! raises `previous`'s window number, so the first copy of a window stands),
 //! **opens** the new window with a CAS on `current` from the closed value, and then
 //! returns every older lease to the window it was granted in, one CAS per stripe
 //! holding one. Closing and opening are CASes on the same word, so at most one
 //! window is ever open, and a window opens only after its predecessor's count is in
 //! `previous` (a check reads `current`, then `previous`). A returned lease lowers
-//! that window's count, which only loosens later estimates, and a lease can be
-//! spent or returned but not both (both are CASes on the stripe's word). So a
+//! its window's count where that count is kept: in `current` while the window is
+//! open, in `previous` once it is closed (a return that finds its window closed
+//! and not yet copied makes the copy itself), so no return lands after the copy and
+//! is lost to it. A lease can be spent or returned but not both (both are CASes on
+//! the stripe's word). So a
 //! rollover while other threads are mid-check neither loses nor double-counts a
 //! window's requests: a thread that read its lease before the rollover either
 //! spends it in the old window (its CAS lands first) or finds it gone and goes to
@@ -635,12 +639,12 @@ impl Core {
     /// count. `None` if a rollover moved them between the two reads (read again).
     ///
     /// Why the previous count can be trusted: a window's count is copied to
-    /// `previous` after the window is closed (no grant can land in it after that,
-    /// and returns only lower it) and before its successor is opened by a Release
-    /// CAS on `current`. `current` is read first, with Acquire, and `previous` after
-    /// it, so a check that sees window `w` open reads `w − 1`'s count as copied, or
-    /// lower: an upper bound of what was admitted in it. A grant CASes `current`, so
-    /// it lands only if `w` is still open.
+    /// `previous` after the window is closed (nothing lands in a closed word;
+    /// returns go to the copy, and only lower it) and before its successor is opened
+    /// by a Release CAS on `current`. `current` is read first, with Acquire, and
+    /// `previous` after it, so a check that sees window `w` open reads `w − 1`'s
+    /// count as copied, or lower: an upper bound of what was admitted in it. A grant
+    /// CASes `current`, so it lands only if `w` is still open.
     fn read_global(&self) -> Option<GlobalView> {
         let l = self.layout;
         // Ordering: Acquire; see above.
@@ -673,14 +677,31 @@ impl Core {
             }
             word = closed;
         }
-        // Copy the closed window's count, unless a later copy is there already (a
-        // slower thread must not bring an older window back).
+        self.copy_closed(word);
+        // Ordering: AcqRel; Release publishes the close and the copy to every check
+        // that Acquires the new window; Acquire reads the word it replaces. It fails
+        // only if another thread opened a window first (a closed word never changes).
+        if self.global.current.compare_exchange(word, l.pack(target, 0), Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            // Every lease of an earlier window back to its window: exact previous
+            // counts for the new window, and no lease of a finished window left for a
+            // check whose reading lags (see the module docs).
+            self.sweep(target, false);
+        }
+    }
+
+    /// Copies the closed window `word`'s count to `previous`, unless `previous` holds
+    /// that window or a later one already (a slower thread must not bring an older
+    /// window back). A closed word never changes (nothing is granted in it and
+    /// nothing returned to it: see `give_back`), so every copy of a window is the same.
+    fn copy_closed(&self, word: u64) {
+        let l = self.layout;
         let window = l.window(word);
         // Ordering: Acquire; pairs with the Release half of another copy's CAS.
         let mut previous = self.global.previous.load(Ordering::Acquire);
         while l.window(previous) < window {
             // Ordering: AcqRel; the Release half publishes the copy to whoever
-            // Acquires it before opening (sequenced before the opening CAS below).
+            // Acquires it before opening (sequenced before the opening CAS in
+            // `advance`).
             match self.global.previous.compare_exchange_weak(
                 previous,
                 l.pack(window, l.count(word)),
@@ -691,39 +712,56 @@ impl Core {
                 Err(actual) => previous = actual,
             }
         }
-        // Ordering: AcqRel; Release publishes the close and the copy to every check
-        // that Acquires the new window; Acquire reads the word it replaces. It fails
-        // if another thread opened a window first, or returned tokens to this one.
-        if self.global.current.compare_exchange(word, l.pack(target, 0), Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            // Every lease of an earlier window back to its window: exact previous
-            // counts for the new window, and no lease of a finished window left for a
-            // check whose reading lags (see the module docs).
-            self.sweep(target, false);
-        }
     }
 
     /// Returns tokens taken from a lease to the window they were granted in: to
-    /// `previous` if it holds that window's count, else to `current` if that is the
-    /// window, else nowhere (that window no longer matters to any estimate). A return
-    /// that races with the copy to `previous` may land in `current` after the copy:
-    /// then it is lost to the estimate, which only makes it stricter.
+    /// `previous` if it holds that window's count, to `current` if that window is
+    /// open there, and nowhere if `previous` holds a later window (the tokens' window
+    /// no longer weighs on any estimate).
+    ///
+    /// Never to a closed `current`: its count is copied to `previous` (perhaps
+    /// already, from the closed word as it was), and a return landing after that
+    /// copy would be lost to it, overstating the count that weighs on the whole next
+    /// window. A return that finds its window closed makes the copy itself (as
+    /// `advance` does) and returns to `previous`.
     fn give_back(&self, tokens: Tokens) {
         if tokens.count == 0 {
             return;
         }
         let l = self.layout;
-        for word in [&self.global.previous, &self.global.current] {
-            // Ordering: Acquire; see `read_global` (the value is only compared here).
-            let mut value = word.load(Ordering::Acquire);
-            while l.window(value) == tokens.window {
-                let returned = value - tokens.count.min(l.count(value));
-                // Ordering: AcqRel/Acquire, like every RMW of the global words, so they
-                // all continue the release sequence of the CAS that opened the window.
-                match word.compare_exchange_weak(value, returned, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => return,
-                    Err(actual) => value = actual,
+        let mut backoff = Backoff::new();
+        loop {
+            // Ordering: Acquire; see `read_global`.
+            let previous = self.global.previous.load(Ordering::Acquire);
+            let (word, value) = match l.window(previous).cmp(&tokens.window) {
+                core::cmp::Ordering::Greater => return,
+                core::cmp::Ordering::Equal => (&self.global.previous, previous),
+                core::cmp::Ordering::Less => {
+                    // Ordering: Acquire; see `read_global`.
+                    let current = self.global.current.load(Ordering::Acquire);
+                    match l.window(current).cmp(&tokens.window) {
+                        // Not reached: tokens are granted in the current window, and
+                        // window numbers only grow.
+                        core::cmp::Ordering::Less => return,
+                        // Moved on since `previous` was read: the tokens' window was
+                        // copied there before the next one opened, and this load,
+                        // through the opening CAS's Release, makes the copy visible.
+                        core::cmp::Ordering::Greater => continue,
+                        core::cmp::Ordering::Equal if l.closed(current) => {
+                            self.copy_closed(current);
+                            continue;
+                        }
+                        core::cmp::Ordering::Equal => (&self.global.current, current),
+                    }
                 }
+            };
+            let returned = value - tokens.count.min(l.count(value));
+            // Ordering: AcqRel/Acquire, like every RMW of the global words, so they
+            // all continue the release sequence of the CAS that opened the window.
+            if word.compare_exchange(value, returned, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                return;
             }
+            backoff.spin();
         }
     }
 
