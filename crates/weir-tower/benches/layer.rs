@@ -1,3 +1,235 @@
-//! The middleware benchmark (see BENCHMARKS.md, "HTTP middleware").
+//! What the middleware adds to a request, in process: an axum `Router` called as a
+//! tower `Service` on freshly built requests (no network), with and without the
+//! layer, against `tower_governor` on the same handler in the same run.
+//!
+//! ```text
+//! cargo bench -p weir-tower --bench layer            # 5 rounds of 200 000 requests per case
+//! cargo bench -p weir-tower --bench layer -- --quick # 5 rounds of 20 000
+//! ```
+//!
+//! Each round runs every case once, in turn; a case's figure is its median over the
+//! rounds, minus the bare router's median ("added"). Allocations per request are
+//! counted by a counting global allocator (same cases, one extra pass).
+//! Measurements, not tests: nothing here asserts a time.
 
-fn main() {}
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::routing::get;
+use http::{Request, StatusCode};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tower::Service;
+use weir_core::sync::{AtomicU64, Ordering};
+
+/// Counts allocations (all threads; the benchmark runs on one).
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every method forwards to `System`, which upholds `GlobalAlloc`'s contract;
+// the counter only observes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // Ordering: Relaxed; a statistic.
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract is `System::alloc`'s.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract is `System::dealloc`'s.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // Ordering: Relaxed; a statistic.
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract is `System::realloc`'s.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+struct Case {
+    name: &'static str,
+    router: Router,
+    peer: SocketAddr,
+    expect: StatusCode,
+}
+
+fn request(peer: SocketAddr) -> Request<Body> {
+    let mut request = Request::get("/").body(Body::empty()).expect("a request");
+    request.extensions_mut().insert(ConnectInfo(peer));
+    request
+}
+
+fn handler() -> Router {
+    Router::new().route("/", get(|| async { "hello" }))
+}
+
+/// The weir layer: one client IP per store key, GCRA with a burst of 999 (three
+/// digits in the headers) refilled faster than one thread can ask, so the allowed
+/// cases never run out; with `deny`, one per day, exhausted first.
+fn weir(legacy: bool, deny: bool) -> Router {
+    let quota = if deny { "limit = 1, window = \"1d\"" } else { "limit = 1000000000, window = \"1m\", burst = 999" };
+    let toml = format!(
+        "legacy_headers = {legacy}\n[[policy]]\nname = \"api\"\ndefault = true\n[[policy.limit]]\nkey = \"ip\"\n\
+         quotas = [{{ name = \"minute\", algorithm = \"gcra\", {quota} }}]\n"
+    );
+    let layer = weir_tower::Config::from_toml(&toml).and_then(|c| c.layer()).expect("a valid configuration");
+    handler().layer(layer)
+}
+
+fn governor(headers: bool, deny: bool) -> Router {
+    use tower_governor::GovernorLayer;
+    use tower_governor::governor::GovernorConfigBuilder;
+    let mut builder = GovernorConfigBuilder::default();
+    if deny {
+        builder.period(Duration::from_secs(86_400)).burst_size(1);
+    } else {
+        builder.per_nanosecond(1).burst_size(999);
+    }
+    if headers {
+        let config = builder.use_headers().finish().expect("a governor config");
+        handler().layer(GovernorLayer::new(config))
+    } else {
+        let config = builder.finish().expect("a governor config");
+        handler().layer(GovernorLayer::new(config))
+    }
+}
+
+/// As `axum::serve` does (`into_make_service` calls `with_state`), every router is
+/// finished before it serves: handlers and layers are turned into routes once, not on
+/// every request.
+fn finished(router: Router) -> Router {
+    router.with_state(())
+}
+
+async fn run(case: &Case, n: u32) -> Duration {
+    let mut service = case.router.clone();
+    let start = Instant::now();
+    for _ in 0..n {
+        let response = service.call(request(case.peer)).await.expect("infallible");
+        black_box(response);
+    }
+    start.elapsed() / n
+}
+
+fn median(mut xs: Vec<Duration>) -> Duration {
+    xs.sort();
+    xs[xs.len() / 2]
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let n: u32 = if quick { 20_000 } else { 200_000 };
+    let rounds = 5;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let allowed: SocketAddr = "192.0.2.1:5000".parse().expect("an address");
+    let denied: SocketAddr = "192.0.2.2:5000".parse().expect("an address");
+
+    let cases = [
+        Case { name: "bare router (baseline)", router: finished(handler()), peer: allowed, expect: StatusCode::OK },
+        Case {
+            name: "empty Identity layer",
+            router: finished(handler().layer(tower::layer::util::Identity::new())),
+            peer: allowed,
+            expect: StatusCode::OK,
+        },
+        Case {
+            name: "weir, allowed, all headers",
+            router: finished(weir(true, false)),
+            peer: allowed,
+            expect: StatusCode::OK,
+        },
+        Case {
+            name: "weir, allowed, RateLimit headers only",
+            router: finished(weir(false, false)),
+            peer: allowed,
+            expect: StatusCode::OK,
+        },
+        Case {
+            name: "weir, 429 + problem+json",
+            router: finished(weir(true, true)),
+            peer: denied,
+            expect: StatusCode::TOO_MANY_REQUESTS,
+        },
+        Case {
+            name: "tower_governor, allowed, no headers",
+            router: finished(governor(false, false)),
+            peer: allowed,
+            expect: StatusCode::OK,
+        },
+        Case {
+            name: "tower_governor, allowed, headers",
+            router: finished(governor(true, false)),
+            peer: allowed,
+            expect: StatusCode::OK,
+        },
+        Case {
+            name: "tower_governor, 429",
+            router: finished(governor(false, true)),
+            peer: denied,
+            expect: StatusCode::TOO_MANY_REQUESTS,
+        },
+    ];
+
+    if let Some(only) = std::env::args().skip_while(|a| a != "--only").nth(1) {
+        // One case, for a profiler: `-- --only 2`.
+        let case = &cases[only.parse::<usize>().expect("a case index")];
+        runtime.block_on(async {
+            let _ = case.router.clone().call(request(case.peer)).await;
+            let t = run(case, n * 10).await;
+            println!("{}: {} ns per request", case.name, t.as_nanos());
+        });
+        return;
+    }
+
+    runtime.block_on(async {
+        // Exhaust the denied peers, check every case answers as expected, warm up.
+        for case in &cases {
+            let mut service = case.router.clone();
+            let _ = service.call(request(case.peer)).await;
+            let response = service.call(request(case.peer)).await.expect("infallible");
+            assert_eq!(response.status(), case.expect, "{}", case.name);
+            run(case, n / 10).await;
+        }
+        let mut times: Vec<Vec<Duration>> = vec![Vec::new(); cases.len()];
+        for round in 0..rounds {
+            for (i, case) in cases.iter().enumerate() {
+                times[i].push(run(case, n).await);
+            }
+            eprintln!("round {}/{rounds} done", round + 1);
+        }
+        let mut allocations = Vec::new();
+        for case in &cases {
+            let mut service = case.router.clone();
+            let requests: Vec<_> = (0..1000).map(|_| request(case.peer)).collect();
+            // Ordering: Relaxed; a statistic read on the only thread that allocates.
+            let before = ALLOCATIONS.load(Ordering::Relaxed);
+            for request in requests {
+                black_box(service.call(request).await.expect("infallible"));
+            }
+            // Ordering: Relaxed; see above.
+            allocations.push((ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / 1000.0);
+        }
+
+        let base = median(times[0].clone());
+        println!(
+            "| case | ns per request (median of {rounds}) | added over the bare router | allocations per request |"
+        );
+        println!("|---|---:|---:|---:|");
+        for (i, case) in cases.iter().enumerate() {
+            let m = median(times[i].clone());
+            let added = m.as_nanos() as i128 - base.as_nanos() as i128;
+            let added = if i == 0 { "—".to_owned() } else { format!("{added:+}") };
+            println!("| {} | {} | {added} | {:.1} |", case.name, m.as_nanos(), allocations[i]);
+        }
+        println!("\n{} requests per case per round, {rounds} rounds, one thread.", n);
+    });
+}

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use core::fmt;
 use core::future::Future;
 use core::pin::Pin;
-use core::task::{Context, Poll, Waker};
+use core::task::{Context, Poll};
 use http::request::Parts;
 use http::{Request, Response};
 use std::sync::Arc;
@@ -362,16 +362,6 @@ impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
     }
 }
 
-/// Polls `future` once, without a waker to call: for futures that are ready at once
-/// (every store in memory, every tier cached).
-fn now_or_never<F: Future>(future: F) -> Option<F::Output> {
-    let future = core::pin::pin!(future);
-    match future.poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(output) => Some(output),
-        Poll::Pending => None,
-    }
-}
-
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -404,24 +394,13 @@ where
         let (tiers, ready) = policy.cached_tiers(&keys);
         if ready {
             // Every store in memory, every tier cached: decided here, no future kept.
-            if let Some(verdict) = now_or_never(policy.decide(keys, tiers, shared.legacy_headers)) {
-                return match verdict {
-                    Verdict::Allowed(headers) => {
-                        ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), headers)
-                    }
-                    Verdict::Refused(refusal) => ResponseFuture::rejected(shared.refuse(policy_index, &parts, refusal)),
-                };
-            }
-            // Unreachable: in-memory stores answer at once. Should one not, the request
-            // is refused as unavailable rather than waited on inside `call`.
-            return ResponseFuture::rejected(shared.refuse(
-                policy_index,
-                &parts,
-                Refusal::Unavailable {
-                    error: crate::StoreError::new("an in-memory store did not answer at once"),
-                    key: Key::global(),
-                },
-            ));
+            let mut keys = keys;
+            return match policy.decide_now(&mut keys, &tiers, shared.legacy_headers) {
+                Verdict::Allowed(headers) => {
+                    ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), headers)
+                }
+                Verdict::Refused(refusal) => ResponseFuture::rejected(shared.refuse(policy_index, &parts, refusal)),
+            };
         }
         // A store to wait on, a tier to look up, or a throttle: decided in the future.
         let owned = Arc::clone(shared);
@@ -438,11 +417,13 @@ where
         let service = core::mem::replace(&mut self.inner, clone);
         ResponseFuture {
             state: State::Deciding {
-                verdict,
-                service: Some(service),
-                request: Some((parts, body)),
-                shared: Arc::clone(shared),
-                policy: policy_index,
+                deciding: Box::new(Deciding {
+                    verdict,
+                    service: Some(service),
+                    request: Some((parts, body)),
+                    shared: Arc::clone(shared),
+                    policy: policy_index,
+                }),
             },
         }
     }
@@ -466,11 +447,8 @@ pin_project_lite::pin_project! {
         S: Service<Request<B>>,
     {
         Deciding {
-            verdict: VerdictFuture,
-            service: Option<S>,
-            request: Option<(Parts, B)>,
-            shared: Arc<Shared>,
-            policy: usize,
+            // Boxed: only requests that wait pay for its size.
+            deciding: Box<Deciding<S, B>>,
         },
         Calling {
             #[pin]
@@ -481,6 +459,15 @@ pin_project_lite::pin_project! {
             response: Option<Response<Bytes>>,
         },
     }
+}
+
+/// A request waiting for its decision, and what it goes on with.
+struct Deciding<S, B> {
+    verdict: VerdictFuture,
+    service: Option<S>,
+    request: Option<(Parts, B)>,
+    shared: Arc<Shared>,
+    policy: usize,
 }
 
 impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
@@ -518,7 +505,8 @@ where
                     let response = response.take().unwrap_or_default();
                     return Poll::Ready(Ok(response.map(ResponseBody::full)));
                 }
-                StateProj::Deciding { verdict, service, request, shared, policy } => {
+                StateProj::Deciding { deciding } => {
+                    let Deciding { verdict, service, request, shared, policy } = &mut **deciding;
                     let verdict = match verdict.as_mut().poll(cx) {
                         Poll::Ready(verdict) => verdict,
                         Poll::Pending => return Poll::Pending,

@@ -1,4 +1,101 @@
-//! Rate-limiting middleware for tower, axum and hyper servers.
+//! Rate-limiting middleware for tower, axum and hyper servers: who the client is
+//! (behind trusted proxies, IPv6 grouped), which limits apply (per route, per tier,
+//! per IP and per user at once), and what the client is told (the IETF `RateLimit`
+//! headers, a `Retry-After` in whole seconds, an RFC 9457 problem+json 429).
+//!
+//! ```
+//! # #[cfg(any())] {
+//! use axum::{Router, routing::get};
+//! use weir_keyed::{Keyed, KeyedConfig};
+//! use weir_tower::RateLimitLayer;
+//!
+//! // 100 requests per minute per client IP, 20 at once; at most 100 000 clients kept.
+//! let per_ip = Keyed::gcra(weir_core::Quota::per_minute(100)?.with_burst(20)?, KeyedConfig::new(100_000)?);
+//! let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(RateLimitLayer::per_ip(per_ip));
+//! // Serve with `app.into_make_service_with_connect_info::<SocketAddr>()`: the peer
+//! // address is how clients are told apart.
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # How a request flows
+//!
+//! ```text
+//! request ─► skip? (`/health`) ─► route policy (longest path prefix, or the default)
+//!         ─► a key per limit: client IP / API key / user / global / your closure
+//!         ─► tier (cached lookup) ─► stores, in order, all or nothing
+//!         ─► admitted: the service's response + RateLimit headers of the strictest limit
+//!            refused: 429 + Retry-After + problem+json (400 unidentified, 503 unavailable)
+//! ```
+//!
+//! # Keys: who the client is
+//!
+//! [`KeySource`] reads a [`Key`] from the request: the client IP ([`ClientIp`]: the
+//! peer address from axum's `ConnectInfo`, or behind proxies you trust the
+//! rightmost untrusted hop of `X-Forwarded-For` or `Forwarded`, never the spoofable
+//! leftmost; IPv6 clients grouped by `/64` by default), an API-key header, the
+//! authenticated [`User`] an auth layer put in the extensions, one global key, or a
+//! closure; or the first of several ("the API key, else the IP"). A request with no
+//! usable key gets its limit's [`MissingKey`] choice: refused (400, the default),
+//! counted under one shared key, or let through that limit.
+//!
+//! # Policies: which limits apply
+//!
+//! A [`Policy`] is the set of [`Limit`]s a route group applies (`/auth`: 5 per 5
+//! minutes per IP; everything else: 100 per minute); a skip rule exempts paths; an
+//! on-limit hook sees every refusal ([`LimitEvent`]), and a `tracing` event is
+//! emitted for each (target `weir_tower`). Each limit checks its key in a [`Store`]:
+//! in memory (any [`KeyedLimiter`](weir_core::KeyedLimiter): `weir_keyed::Keyed`
+//! over GCRA, the sliding window, the sliding log or the fixed window), or remote
+//! (any [`AsyncKeyedLimiter`](weir_core::AsyncKeyedLimiter), such as Redis). Or a
+//! limit throttles ([`KeyedThrottle`], weir-leaky's FIFO throttle per key):
+//! requests over the rate wait their turn up to a deadline instead of being refused,
+//! and a client that disconnects while waiting frees its place.
+//!
+//! **All or nothing.** A policy's limits (per IP and per user, say) and a tier's
+//! quotas (per minute, per day, a burst: an [`AllOf`](weir_core::AllOf)) are checked
+//! in order; a request refused by one consumes nothing from the others, because the
+//! earlier admissions are refunded before the answer is sent. The one transient: a
+//! concurrent request that checks while capacity is held for a request about to be
+//! refused may be refused too, never over-admitted. Of the admissions, the one with
+//! the least remaining is what the headers report.
+//!
+//! **Tiers.** [`Tiers`] map a client to a plan (free / pro / enterprise) with your
+//! async lookup, cached (300 s by default, bounded, with a failure policy).
+//!
+//! # The response
+//!
+//! Every limited response carries, from the decision the limiter made (never
+//! recomputed), the fields of draft-ietf-httpapi-ratelimit-headers-10:
+//! `RateLimit-Policy: "minute";q=100;w=60` (one item per quota that applied) and
+//! `RateLimit: "minute";r=42;t=18` (the deciding quota: remaining, and seconds until
+//! more quota: on a refusal, until this request would be admitted; on an admission,
+//! until the quota is whole again), and, unless switched off, `X-RateLimit-Limit`,
+//! `X-RateLimit-Remaining` and `X-RateLimit-Reset` (seconds). A refusal is `429 Too
+//! Many Requests` with `Retry-After` in whole seconds, rounded up and at least 1 (a
+//! 100 ms wait is `1`, never `0`), and an `application/problem+json` body (RFC 9457)
+//! with `retry_after`; the body is configurable
+//! ([`RateLimitLayerBuilder::deny_body`]).
+//!
+//! # Configuration
+//!
+//! [`Config`] reads policies and tiers from TOML (see [`config`]), with errors that
+//! name the field and the line. `examples/server.rs` and `examples/tiers.toml` are a
+//! server to run and curl.
+//!
+//! # Costs
+//!
+//! In-memory stores are checked inside the service's `call`: no future is boxed, no
+//! lock taken and nothing allocated but the header values on the admitted path. A
+//! remote store, a tier lookup that misses the cache, or a throttle make the
+//! decision a boxed future. Measured against `tower_governor` in BENCHMARKS.md
+//! ("HTTP middleware").
+//!
+//! # Waiting in handlers
+//!
+//! [`wait`] has [`until_ready`](wait::until_ready) and
+//! [`until_key_ready`](wait::until_key_ready) (wait until a limiter admits, up to a
+//! deadline) and [`FifoWait`](wait::FifoWait) (the waiters of a key in arrival order).
 
 pub mod config;
 mod ip;

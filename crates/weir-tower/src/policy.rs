@@ -336,8 +336,7 @@ impl CompiledPolicy {
 
     /// Decides a request: checks every limit in order, refunds the admissions made
     /// before a denial, and picks the admission with the least remaining for the
-    /// headers. With every store in memory and every tier given, it completes
-    /// without waiting.
+    /// headers. Waits on remote stores, tier lookups and throttles.
     pub(crate) async fn decide(&self, mut keys: Keys, mut tiers: [Option<usize>; MAX_LIMITS], legacy: bool) -> Verdict {
         let n = self.cost;
         let mut admitted: [Option<Decision>; MAX_LIMITS] = [None; MAX_LIMITS];
@@ -382,12 +381,7 @@ impl CompiledPolicy {
                 }
                 Ok(decision) => {
                     self.refund(&keys, &tiers, &admitted).await;
-                    let variant = self.variant(i, &tiers);
-                    let quota = variant.map_or("\"\"", |v| v.quoted_name(decision.policy_index()));
-                    let headers = RateLimitHeaders::new(self.policy_header(&keys, &tiers), quota, &decision, legacy);
-                    let quota = quota.trim_matches('"').into();
-                    let key = keys[i].take().unwrap_or_else(Key::global);
-                    return Verdict::Refused(Refusal::Denied { decision, quota, key, headers });
+                    return self.denied(i, decision, &mut keys, &tiers, legacy);
                 }
                 Err(error) => {
                     self.refund(&keys, &tiers, &admitted).await;
@@ -396,11 +390,82 @@ impl CompiledPolicy {
                 }
             }
         }
+        self.allowed(best, &keys, &tiers, legacy)
+    }
+
+    /// [`decide`](Self::decide) for a request whose stores are all in memory and
+    /// whose tiers are known (see [`cached_tiers`](Self::cached_tiers)): checked here
+    /// and now, with no future.
+    pub(crate) fn decide_now(&self, keys: &mut Keys, tiers: &[Option<usize>; MAX_LIMITS], legacy: bool) -> Verdict {
+        let n = self.cost;
+        let mut admitted: [Option<Decision>; MAX_LIMITS] = [None; MAX_LIMITS];
+        let mut best: Option<(usize, Decision)> = None;
+        for i in 0..self.limits.len() {
+            let (Some(key), Some(store)) = (&keys[i], self.store_of(i, tiers).and_then(Store::as_local)) else {
+                continue;
+            };
+            match store.check_n(key, n) {
+                Ok(decision) if decision.is_allowed() => {
+                    admitted[i] = Some(decision);
+                    if best.is_none_or(|(_, b)| decision.remaining() < b.remaining()) {
+                        best = Some((i, decision));
+                    }
+                }
+                Ok(decision) => {
+                    self.refund_now(keys, tiers, &admitted);
+                    return self.denied(i, decision, keys, tiers, legacy);
+                }
+                Err(error) => {
+                    self.refund_now(keys, tiers, &admitted);
+                    let key = keys[i].take().unwrap_or_else(Key::global);
+                    return Verdict::Refused(Refusal::Unavailable { error: StoreError::new(error), key });
+                }
+            }
+        }
+        self.allowed(best, keys, tiers, legacy)
+    }
+
+    /// The refusal for limit `i`'s denial.
+    fn denied(
+        &self,
+        i: usize,
+        decision: Decision,
+        keys: &mut Keys,
+        tiers: &[Option<usize>; MAX_LIMITS],
+        legacy: bool,
+    ) -> Verdict {
+        let variant = self.variant(i, tiers);
+        let quota = variant.map_or("\"\"", |v| v.quoted_name(decision.policy_index()));
+        let headers = RateLimitHeaders::new(self.policy_header(keys, tiers), quota, &decision, legacy);
+        let quota = quota.trim_matches('"').into();
+        let key = keys[i].take().unwrap_or_else(Key::global);
+        Verdict::Refused(Refusal::Denied { decision, quota, key, headers })
+    }
+
+    /// The admission, with the headers of `best` (limit, decision).
+    fn allowed(
+        &self,
+        best: Option<(usize, Decision)>,
+        keys: &Keys,
+        tiers: &[Option<usize>; MAX_LIMITS],
+        legacy: bool,
+    ) -> Verdict {
         Verdict::Allowed(best.map(|(i, decision)| {
-            let variant = self.variant(i, &tiers);
+            let variant = self.variant(i, tiers);
             let quota = variant.map_or("\"\"", |v| v.quoted_name(decision.policy_index()));
-            RateLimitHeaders::new(self.policy_header(&keys, &tiers), quota, &decision, legacy)
+            RateLimitHeaders::new(self.policy_header(keys, tiers), quota, &decision, legacy)
         }))
+    }
+
+    /// Gives back every admission made so far, in memory.
+    fn refund_now(&self, keys: &Keys, tiers: &[Option<usize>; MAX_LIMITS], admitted: &[Option<Decision>; MAX_LIMITS]) {
+        for (i, admission) in admitted.iter().enumerate() {
+            let (Some(admission), Some(key)) = (admission, &keys[i]) else { continue };
+            let Some(store) = self.store_of(i, tiers).and_then(Store::as_local) else { continue };
+            if let Err(error) = store.refund(key, self.cost, admission) {
+                tracing::warn!(target: "weir_tower", policy = %self.name, key = %key, %error, "refund failed");
+            }
+        }
     }
 
     /// The store limit `i` checked (its tier's, for a tiered limit).

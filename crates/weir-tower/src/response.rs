@@ -57,6 +57,83 @@ pub(crate) fn policy_item(quoted_name: &str, limit: u64, window: Duration) -> St
     format!("{quoted_name};q={limit};w={}", ceil_secs(window).max(1))
 }
 
+/// The header values of 0 to 999, made once per process: a `HeaderValue` of a
+/// `&'static str` is cloned without allocating or touching a shared counter.
+static SMALL_NUMBERS: std::sync::OnceLock<Box<[HeaderValue]>> = std::sync::OnceLock::new();
+
+/// "0" to "999", one after the other.
+static SMALL_DIGITS: [u8; 2890] = small_digits();
+
+const fn small_digits() -> [u8; 2890] {
+    let mut out = [0u8; 2890];
+    let (mut n, mut at) = (0usize, 0usize);
+    while n < 1000 {
+        if n >= 100 {
+            out[at] = b'0' + (n / 100) as u8;
+            at += 1;
+        }
+        if n >= 10 {
+            out[at] = b'0' + (n / 10 % 10) as u8;
+            at += 1;
+        }
+        out[at] = b'0' + (n % 10) as u8;
+        at += 1;
+        n += 1;
+    }
+    out
+}
+
+fn small_numbers() -> &'static [HeaderValue] {
+    SMALL_NUMBERS.get_or_init(|| {
+        (0..1000usize)
+            .map(|n| {
+                let (start, len) = match n {
+                    0..10 => (n, 1),
+                    10..100 => (10 + (n - 10) * 2, 2),
+                    _ => (190 + (n - 100) * 3, 3),
+                };
+                let digits = core::str::from_utf8(&SMALL_DIGITS[start..start + len]).unwrap_or("0");
+                HeaderValue::from_static(digits)
+            })
+            .collect()
+    })
+}
+
+/// `n` as a header value: below 1000 without allocating.
+#[inline]
+pub(crate) fn number(n: u64) -> HeaderValue {
+    match small_numbers().get(n as usize) {
+        Some(value) if n < 1000 => value.clone(),
+        _ => HeaderValue::from(n),
+    }
+}
+
+/// The decimal digits of `n`, at the end of `buf`.
+fn digits(n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let (mut n, mut at) = (n, buf.len());
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
+/// `"name";r=remaining;t=reset`: one allocation, of exactly its length.
+fn ratelimit_value(quoted_name: &str, remaining: u64, reset: u64) -> HeaderValue {
+    let (mut r, mut t) = ([0u8; 20], [0u8; 20]);
+    let (r, t) = (digits(remaining, &mut r), digits(reset, &mut t));
+    let mut value = Vec::with_capacity(quoted_name.len() + 6 + r.len() + t.len());
+    value.extend_from_slice(quoted_name.as_bytes());
+    value.extend_from_slice(b";r=");
+    value.extend_from_slice(r);
+    value.extend_from_slice(b";t=");
+    value.extend_from_slice(t);
+    HeaderValue::from_maybe_shared(Bytes::from(value)).unwrap_or(HeaderValue::from_static(""))
+}
+
 /// The header values for one decided request, formatted from the decision as the
 /// limiter made it.
 #[derive(Debug, Clone)]
@@ -79,23 +156,16 @@ impl RateLimitHeaders {
             Some(retry) => retry_after_secs(retry),
             None => ceil_secs(decision.reset_after()),
         };
-        let mut value = String::with_capacity(quoted_name.len() + 32);
-        // Writing to a String cannot fail.
-        let _ = write!(value, "{quoted_name};r={};t={t}", decision.remaining());
-        let ratelimit = HeaderValue::try_from(value).unwrap_or(HeaderValue::from_static(""));
+        let ratelimit = ratelimit_value(quoted_name, decision.remaining(), t);
         let legacy = legacy.then(|| {
-            [
-                HeaderValue::from(decision.limit()),
-                HeaderValue::from(decision.remaining()),
-                HeaderValue::from(ceil_secs(decision.reset_after())),
-            ]
+            [number(decision.limit()), number(decision.remaining()), number(ceil_secs(decision.reset_after()))]
         });
         Self { policy, ratelimit, legacy }
     }
 
     /// Writes the headers into `headers` (replacing any of the same names).
     pub(crate) fn write(self, headers: &mut HeaderMap) {
-        headers.reserve(5);
+        headers.reserve(if self.legacy.is_some() { 5 } else { 2 });
         headers.insert(RATELIMIT_POLICY, self.policy);
         headers.insert(RATELIMIT, self.ratelimit);
         if let Some([limit, remaining, reset]) = self.legacy {
@@ -185,7 +255,7 @@ impl BodyStyle {
         let map = response.headers_mut();
         map.insert(CONTENT_TYPE, content_type);
         if let Some(secs) = denied.retry_after_secs {
-            map.insert(RETRY_AFTER, HeaderValue::from(secs));
+            map.insert(RETRY_AFTER, number(secs));
         }
         if let Some(headers) = headers {
             headers.write(map);
@@ -329,6 +399,15 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
         assert_eq!(retry_after_secs(Duration::from_secs(18)), 18);
         assert_eq!(ceil_secs(Duration::ZERO), 0);
+    }
+
+    #[test]
+    fn numbers_are_header_values() {
+        for n in [0, 1, 9, 10, 42, 99, 100, 567, 999, 1000, 123_456, u64::MAX] {
+            assert_eq!(number(n), n.to_string().as_str());
+        }
+        let long = ratelimit_value(&"n".repeat(90), 1234567, 0);
+        assert_eq!(long, format!("{};r=1234567;t=0", "n".repeat(90)).as_str());
     }
 
     #[test]

@@ -84,6 +84,14 @@ impl Store {
         matches!(self.backend, Backend::Local(_))
     }
 
+    /// The in-memory store, checked without a future.
+    pub(crate) fn as_local(&self) -> Option<&(dyn KeyedLimiter<Key> + Send + Sync)> {
+        match &self.backend {
+            Backend::Local(store) => Some(&**store),
+            Backend::Remote(_) => None,
+        }
+    }
+
     /// Checks a request of cost `n` for `key`.
     pub(crate) fn check_n<'a>(&'a self, key: &'a Key, n: u64) -> StoreFuture<'a, Decision> {
         match &self.backend {
