@@ -759,6 +759,14 @@ pub fn memory_store(config: &QuotaConfig) -> Result<Box<dyn KeyedLimiter<Key> + 
     crate::memory::store(config, weir_core::MonotonicClock::new())
 }
 
+/// [`memory_store`] on another clock.
+pub fn memory_store_with_clock<C: weir_core::Clock + Send + Sync + 'static>(
+    config: &QuotaConfig,
+    clock: C,
+) -> Result<Box<dyn KeyedLimiter<Key> + Send + Sync>, String> {
+    crate::memory::store(config, clock)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

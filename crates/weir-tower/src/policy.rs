@@ -255,6 +255,17 @@ pub(crate) fn compile(policy: Policy) -> Result<CompiledPolicy, String> {
             }
             LimitKind::Throttle(_) => Vec::new(),
         };
+        for store in &stores {
+            for (quota, quota_name) in store.policies().iter().zip(store.names()) {
+                if quota.limit() < policy.cost {
+                    return Err(format!(
+                        "policy `{name}` costs {} per request, but its quota `{quota_name}` admits at most {} at once",
+                        policy.cost,
+                        quota.limit()
+                    ));
+                }
+            }
+        }
         // Names must tell quotas apart across limits: a name another limit uses gets
         // this limit's number (`minute` and `minute-2`).
         let mine: Vec<String> = stores.iter().flat_map(|s| s.names().iter().map(|n| n.to_string())).collect();
@@ -276,6 +287,40 @@ pub(crate) fn compile(policy: Policy) -> Result<CompiledPolicy, String> {
         None
     };
     Ok(CompiledPolicy { name, limits: compiled.into_boxed_slice(), cost: policy.cost, local, full_policy_header })
+}
+
+/// The admissions of a request being decided. Dropped before its decision is made
+/// (the request's future was dropped: its client went away), it gives back what
+/// in-memory stores admitted; a remote store's admission cannot be given back
+/// without waiting, and stays spent.
+struct Held<'a> {
+    policy: &'a CompiledPolicy,
+    keys: Keys,
+    tiers: [Option<usize>; MAX_LIMITS],
+    admitted: [Option<Decision>; MAX_LIMITS],
+}
+
+impl Held<'_> {
+    /// Gives back every admission made so far: the in-memory ones at once, then the
+    /// remote ones, each forgotten before it is awaited (so that a drop meanwhile
+    /// gives nothing back twice).
+    async fn give_back(&mut self) {
+        let policy = self.policy;
+        policy.refund_now(&self.keys, &self.tiers, &mut self.admitted);
+        for i in 0..MAX_LIMITS {
+            let Some(admission) = self.admitted[i].take() else { continue };
+            let (Some(key), Some(store)) = (&self.keys[i], policy.store_of(i, &self.tiers)) else { continue };
+            if let Err(error) = store.refund(key, policy.cost, &admission).await {
+                tracing::warn!(target: "weir_tower", policy = %policy.name, key = %key, %error, "refund failed");
+            }
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.policy.refund_now(&self.keys, &self.tiers, &mut self.admitted);
+    }
 }
 
 /// A request's keys, one per limit (`None`: skipped).
@@ -336,28 +381,29 @@ impl CompiledPolicy {
 
     /// Decides a request: checks every limit in order, refunds the admissions made
     /// before a denial, and picks the admission with the least remaining for the
-    /// headers. Waits on remote stores, tier lookups and throttles.
-    pub(crate) async fn decide(&self, mut keys: Keys, mut tiers: [Option<usize>; MAX_LIMITS], legacy: bool) -> Verdict {
+    /// headers. Waits on remote stores, tier lookups and throttles; dropped while it
+    /// waits (the client went away), it gives back what in-memory stores admitted.
+    pub(crate) async fn decide(&self, keys: Keys, tiers: [Option<usize>; MAX_LIMITS], legacy: bool) -> Verdict {
         let n = self.cost;
-        let mut admitted: [Option<Decision>; MAX_LIMITS] = [None; MAX_LIMITS];
+        let mut held = Held { policy: self, keys, tiers, admitted: [None; MAX_LIMITS] };
         let mut best: Option<(usize, Decision)> = None;
         for (i, limit) in self.limits.iter().enumerate() {
-            let Some(key) = &keys[i] else { continue };
+            let Some(key) = &held.keys[i] else { continue };
             let store = match &limit.limit.kind {
                 LimitKind::Store(store) => store,
                 LimitKind::Tiered(t) => {
-                    let tier = match tiers[i] {
+                    let tier = match held.tiers[i] {
                         Some(tier) => tier,
                         None => match t.resolve(key).await {
                             Ok(tier) => tier,
                             Err(e) => {
-                                self.refund(&keys, &tiers, &admitted).await;
-                                let key = keys[i].take().unwrap_or_else(Key::global);
+                                held.give_back().await;
+                                let key = held.keys[i].take().unwrap_or_else(Key::global);
                                 return Verdict::Refused(Refusal::Unavailable { error: StoreError::new(e), key });
                             }
                         },
                     };
-                    tiers[i] = Some(tier);
+                    held.tiers[i] = Some(tier);
                     match t.store(tier) {
                         Some(store) => store,
                         None => continue,
@@ -366,31 +412,32 @@ impl CompiledPolicy {
                 LimitKind::Throttle(throttle) => match throttle.acquire(key).await {
                     Ok(()) => continue,
                     Err(away) => {
-                        self.refund(&keys, &tiers, &admitted).await;
-                        let key = keys[i].take().unwrap_or_else(Key::global);
+                        held.give_back().await;
+                        let key = held.keys[i].take().unwrap_or_else(Key::global);
                         return Verdict::Refused(Refusal::TurnedAway { retry_after: away.retry_after, key });
                     }
                 },
             };
             match store.check_n(key, n).await {
                 Ok(decision) if decision.is_allowed() => {
-                    admitted[i] = Some(decision);
+                    held.admitted[i] = Some(decision);
                     if best.is_none_or(|(_, b)| decision.remaining() < b.remaining()) {
                         best = Some((i, decision));
                     }
                 }
                 Ok(decision) => {
-                    self.refund(&keys, &tiers, &admitted).await;
-                    return self.denied(i, decision, &mut keys, &tiers, legacy);
+                    held.give_back().await;
+                    return self.denied(i, decision, &mut held.keys, &held.tiers, legacy);
                 }
                 Err(error) => {
-                    self.refund(&keys, &tiers, &admitted).await;
-                    let key = keys[i].take().unwrap_or_else(Key::global);
+                    held.give_back().await;
+                    let key = held.keys[i].take().unwrap_or_else(Key::global);
                     return Verdict::Refused(Refusal::Unavailable { error, key });
                 }
             }
         }
-        self.allowed(best, &keys, &tiers, legacy)
+        held.admitted = [None; MAX_LIMITS]; // admitted for good
+        self.allowed(best, &held.keys, &held.tiers, legacy)
     }
 
     /// [`decide`](Self::decide) for a request whose stores are all in memory and
@@ -412,11 +459,11 @@ impl CompiledPolicy {
                     }
                 }
                 Ok(decision) => {
-                    self.refund_now(keys, tiers, &admitted);
+                    self.refund_now(keys, tiers, &mut admitted);
                     return self.denied(i, decision, keys, tiers, legacy);
                 }
                 Err(error) => {
-                    self.refund_now(keys, tiers, &admitted);
+                    self.refund_now(keys, tiers, &mut admitted);
                     let key = keys[i].take().unwrap_or_else(Key::global);
                     return Verdict::Refused(Refusal::Unavailable { error: StoreError::new(error), key });
                 }
@@ -457,14 +504,20 @@ impl CompiledPolicy {
         }))
     }
 
-    /// Gives back every admission made so far, in memory.
-    fn refund_now(&self, keys: &Keys, tiers: &[Option<usize>; MAX_LIMITS], admitted: &[Option<Decision>; MAX_LIMITS]) {
-        for (i, admission) in admitted.iter().enumerate() {
-            let (Some(admission), Some(key)) = (admission, &keys[i]) else { continue };
+    /// Gives back the admissions made so far by in-memory stores (and forgets them).
+    fn refund_now(
+        &self,
+        keys: &Keys,
+        tiers: &[Option<usize>; MAX_LIMITS],
+        admitted: &mut [Option<Decision>; MAX_LIMITS],
+    ) {
+        for (i, slot) in admitted.iter_mut().enumerate() {
+            let (Some(admission), Some(key)) = (&*slot, &keys[i]) else { continue };
             let Some(store) = self.store_of(i, tiers).and_then(Store::as_local) else { continue };
             if let Err(error) = store.refund(key, self.cost, admission) {
                 tracing::warn!(target: "weir_tower", policy = %self.name, key = %key, %error, "refund failed");
             }
+            *slot = None;
         }
     }
 
@@ -482,23 +535,6 @@ impl CompiledPolicy {
         match &limit.limit.kind {
             LimitKind::Tiered(_) => limit.variants.get(tiers[i]?),
             _ => limit.variants.first(),
-        }
-    }
-
-    /// Gives back every admission made so far.
-    async fn refund(
-        &self,
-        keys: &Keys,
-        tiers: &[Option<usize>; MAX_LIMITS],
-        admitted: &[Option<Decision>; MAX_LIMITS],
-    ) {
-        for (i, admission) in admitted.iter().enumerate() {
-            let (Some(admission), Some(key), Some(store)) = (admission, &keys[i], self.store_of(i, tiers)) else {
-                continue;
-            };
-            if let Err(error) = store.refund(key, self.cost, admission).await {
-                tracing::warn!(target: "weir_tower", policy = %self.name, key = %key, %error, "refund failed");
-            }
         }
     }
 

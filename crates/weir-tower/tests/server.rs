@@ -454,3 +454,34 @@ async fn until(done: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A request admitted by a limit and then waiting in a throttle, whose client goes
+/// away, gives the admission back: it never reached the service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_goes_away_while_waiting_consumes_nothing() {
+    use tokio::io::AsyncWriteExt as _;
+
+    let store = Arc::new(InTestCount::new(10, MINUTE));
+    let throttle = Arc::new(
+        KeyedThrottle::new(Quota::new(1, Duration::from_secs(2)).unwrap(), 1, Duration::from_secs(4)).unwrap(),
+    );
+    let ip = || KeySource::ip(ClientIp::peer());
+    let layer = RateLimitLayer::new(
+        Policy::new("paced")
+            .limit(Limit::throttle_shared(ip(), Arc::clone(&throttle)))
+            .limit(Limit::new(ip(), Store::local(Arc::clone(&store)))),
+    )
+    .unwrap();
+    let addr = serve(app(layer)).await;
+    let key = Key::ip("127.0.0.1".parse().unwrap());
+    assert_eq!(HttpClient::new().get(addr, "/", &[]).await.status, StatusCode::OK);
+    assert_eq!(store.used(&key), 1);
+
+    let mut waiter = tokio::net::TcpStream::connect(addr).await.unwrap();
+    waiter.write_all(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n").await.unwrap();
+    until(|| throttle.waiting(&key) == 1).await;
+    assert_eq!(store.used(&key), 2, "admitted by the store, waiting in the throttle");
+    drop(waiter);
+    until(|| throttle.waiting(&key) == 0).await;
+    assert_eq!(store.used(&key), 1, "the admission was given back");
+}
