@@ -136,3 +136,34 @@ fn a_sweep_of_an_idle_hot_key_racing_with_checks_keeps_the_burst() {
         assert!(store.check(&1).is_denied());
     });
 }
+
+/// A full store's search for an idle key (which finds none, and publishes when the
+/// shard's and the store's keys can next go idle) racing with a `remove` and the
+/// insertion of a key that goes idle before any key the search saw: the bounds
+/// never hide the new key, so once it is idle a full store evicts it for the next
+/// new key.
+#[test]
+fn a_search_publishing_bounds_never_hides_a_key_inserted_meanwhile() {
+    use std::hash::RandomState;
+    use std::time::Duration;
+    use weir_core::ManualClock;
+    use weir_keyed::KeyedConfig;
+    loom::model(|| {
+        let clock = ManualClock::new();
+        // At most two keys, one shard; one permit every 10 ns, a burst of 4.
+        let store =
+            Arc::new(Keyed::with_hasher(gcra(4), KeyedConfig::new(2).unwrap(), clock.clone(), RandomState::new()));
+        assert!(store.check_n(&1, 4).unwrap().is_allowed()); // idle at 40 ns
+        assert!(store.check_n(&2, 4).unwrap().is_allowed()); // idle at 40 ns: full
+        let searcher = {
+            let store = store.clone();
+            thread::spawn(move || store.check(&3).is_allowed()) // idle at 10 ns if stored
+        };
+        store.remove(&2);
+        let inserted = store.check(&4).is_allowed(); // idle at 10 ns if stored
+        let searched = searcher.join().unwrap();
+        assert!(inserted || searched, "the room made by remove went unused");
+        clock.advance(Duration::from_nanos(10));
+        assert!(store.check(&5).is_allowed(), "key 3 or 4 is idle: the full store must evict it");
+    });
+}

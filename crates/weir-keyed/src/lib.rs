@@ -114,11 +114,11 @@
 //! # The memory bound
 //!
 //! At most `max_keys` keys are stored, whatever arrives. When a new key finds the
-//! store full, the [`AtCapacity`] policy decides: evict idle keys to make room, and if
-//! there are none, deny the new key with [`DenyReason::KeyCapacity`] (the default),
-//! or admit it against a shared overflow limiter; or deny without evicting. A flood
-//! of 10 million distinct keys into a store of 100 000 keeps memory bounded
-//! (`tests/flood.rs` measures it).
+//! store full, the [`AtCapacity`] policy decides: evict an idle key to make room
+//! (wherever it is stored), and only if none is idle, deny the new key with
+//! [`DenyReason::KeyCapacity`] (the default), or admit it against a shared overflow
+//! limiter; or deny without evicting. A flood of 10 million distinct keys into a
+//! store of 100 000 keeps memory bounded (`tests/flood.rs` measures it).
 //!
 //! Memory per `u64` key (GCRA state, `weir-bench memory --full`, 10⁶ keys, 2-core
 //! dev VM, BENCHMARKS.md): 34.6 heap bytes (51.6 resident) in a full store, 44.1
@@ -126,11 +126,32 @@
 //! (36.1). Quick runs, with fewer keys, measure a few bytes less for every store.
 //! papaya's boxed entries and per-shard tables are the price of lock-free reads.
 //!
-//! **Cost under a flood.** The worst case for eviction is a store kept exactly full
-//! of keys that go idle one at a time (each new key arriving just as the oldest goes
-//! idle): every new key then sweeps one shard (about 512 keys, a few µs) to find the
-//! one idle key. When a sweep finds nothing idle, new keys are refused without
-//! sweeping for the next 100 µs, so a flood cannot make the store scan continuously.
+//! **Finding an idle key.** Each shard keeps a bound: no key of it can be idle
+//! before that clock reading (the least of its keys' idle times,
+//! [`KeyedAlgorithm::earliest_idle`], as of the shard's last search; a check only
+//! moves a key's idle time later, and each new key lowers the bound to its own).
+//! The store keeps the least of them. A new key that finds the store full goes
+//! round the shards from the sweep's clock hand, skipping each whose bound is
+//! still ahead and sweeping the others, until a sweep evicts an idle key; if none
+//! does, it looks at each hot key (whose idle time a returning lease can move
+//! earlier, so no bound covers them). A search that finds nothing refreshes the
+//! bounds, so the new keys after it are denied from one read of the store's bound
+//! until a key can be idle, or a key is inserted. Cost per new key at a full store:
+//!
+//! - denied while no key can be idle: a clock read and one load, plus one look at
+//!   each hot key if there are any (at most [`HotKeys::max_hot_keys`]);
+//! - otherwise one load per shard (one shard per 512 keys) plus a sweep of each
+//!   shard whose bound has passed, until one yields an idle key: at worst every
+//!   shard, O(`max_keys`) (the first search of a full store, whose bounds are not
+//!   known yet, or one after the bounds of every shard passed without a key going
+//!   idle). The worst steady case is a store kept exactly full of keys that go
+//!   idle one at a time, each new key arriving just as the oldest goes idle: each
+//!   new key then sweeps the one shard that holds it (about 512 keys). Measured
+//!   with that flood (the pattern of `tests/flood.rs`: a store of 100 000, keys
+//!   idle 100 ms after their check, a new key every µs), 6–7 µs per new key on the
+//!   2-core dev VM, every one admitted; giving up after four shards and refusing
+//!   new keys for the next 100 µs costs 4 µs, and denies 0.2% of them while idle
+//!   keys are stored.
 //!
 //! # Hot keys
 //!
@@ -147,15 +168,21 @@
 //! while every hot slot is taken, insertions pace sweeps even below `sweep_from`, so
 //! a hot key gone idle frees its slot).
 //! [`Keyed::promote`] turns a key hot on demand.
+//!
+//! A promotion that is delayed (its thread paused) while the key's state is swept
+//! or removed and the key comes back, and turns hot again, gives up: the hot
+//! stripes it finds then belong to the key's current state. Only a promotion of
+//! the key's current, live state drops stripes left by an earlier state.
 
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-use weir_core::sync::{AtomicU64, AtomicUsize, CachePadded, Ordering};
+use weir_core::sync::{AtomicBool, AtomicU64, AtomicUsize, CachePadded, Ordering};
 use weir_core::{
-    Algorithm, Clock, Decision, DenyReason, InsufficientCapacity, Limiter, MonotonicClock, Quota, Retire, Snapshot,
+    Algorithm, Clock, Decision, DenyReason, InsufficientCapacity, Limiter, MonotonicClock, Nanos, Quota, Retire,
+    Snapshot,
 };
 use weir_gcra::leased::stripe_of_this_thread;
 use weir_gcra::{GcraAlgorithm, GcraState, LeaseConfig, LeaseStripes, StateKind};
@@ -177,8 +204,10 @@ const MAX_SHARDS: usize = 1 << 16;
 #[derive(Clone)]
 #[non_exhaustive]
 pub enum AtCapacity {
-    /// Evict idle keys to make room (exact: no decision changes); if none is idle,
-    /// deny the new key with [`DenyReason::KeyCapacity`]. The default.
+    /// Evict an idle key to make room (exact: no decision changes), wherever it is
+    /// stored; only if none is idle, deny the new key with
+    /// [`DenyReason::KeyCapacity`]. The default. See the crate docs ("Finding an
+    /// idle key") for what the search costs.
     EvictIdle,
     /// Deny the new key with [`DenyReason::KeyCapacity`] without evicting on demand.
     /// Incremental sweeps are paced by insertions, and a full store of this policy
@@ -186,8 +215,9 @@ pub enum AtCapacity {
     /// [`Keyed::sweep_all`] or a background sweeper ([`Keyed::spawn_sweeper`]) runs.
     /// Pair it with a sweeper.
     Deny,
-    /// Evict idle keys to make room; if none is idle, check the request against this
-    /// shared limiter instead (all keys that do not fit share it).
+    /// Evict an idle key to make room, as [`EvictIdle`](Self::EvictIdle); only if
+    /// none is idle, check the request against this shared limiter instead (all keys
+    /// that do not fit share it).
     EvictIdleOrOverflow(Arc<dyn Limiter + Send + Sync>),
 }
 
@@ -205,6 +235,35 @@ impl fmt::Debug for AtCapacity {
 /// supports hot keys ([`Keyed::with_hot_keys`]), through the view below; other
 /// algorithms keep the defaults (no hot mode).
 pub trait KeyedAlgorithm: Retire {
+    /// The earliest clock reading at which `state`, read at `now`, can be idle
+    /// ([`Algorithm::is_idle`]) if nothing more is admitted on it: a lower bound,
+    /// never later than the true time (a later one would hide an idle key). A full
+    /// store searching for an idle key to evict ([`AtCapacity::EvictIdle`]) skips
+    /// each shard, and then the whole store, until the least of its keys' bounds,
+    /// so that new keys arriving at a store full of busy keys are denied without a
+    /// search each (see the crate docs, "Finding an idle key"). GCRA and the window
+    /// algorithms return the exact time (when the state is full again).
+    ///
+    /// The default, `now`, claims nothing beyond what a search just saw: a full
+    /// store of such an algorithm searches all its keys again for every new key
+    /// that arrives at a later clock reading.
+    ///
+    /// ```
+    /// use weir_core::{Algorithm, Nanos, Quota};
+    /// use weir_gcra::GcraAlgorithm;
+    /// use weir_keyed::KeyedAlgorithm;
+    ///
+    /// let gcra = GcraAlgorithm::new(Quota::per_second(10)?, Nanos::ZERO); // one permit per 100 ms
+    /// let state = gcra.new_state();
+    /// assert!(gcra.check_n(&state, 3, &Nanos::ZERO)?.is_allowed());
+    /// assert_eq!(gcra.earliest_idle(&state, Nanos::ZERO), Nanos::new(300_000_000)); // full again
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn earliest_idle(&self, state: &Self::State, now: Nanos) -> Nanos {
+        let _ = state;
+        now
+    }
+
     /// This algorithm as GCRA, if it is.
     fn as_gcra(&self) -> Option<&GcraAlgorithm> {
         None
@@ -217,7 +276,21 @@ pub trait KeyedAlgorithm: Retire {
     }
 }
 
+/// `now` plus the time until `state` is full again by its snapshot, for the
+/// algorithms whose states are idle exactly when full: GCRA (a TAT at or before
+/// now), the fixed window (an empty or past window), the sliding counter (both
+/// counts zero) and the sliding log (no live entry). Each reports as its reset the
+/// exact time until then (GCRA rounds up to the next whole ns, when the TAT is
+/// reached).
+fn idle_after_reset<A: Algorithm>(algorithm: &A, state: &A::State, now: Nanos) -> Nanos {
+    let reset = weir_core::nanos::duration_as_nanos_saturating(algorithm.snapshot(state, now).reset_after());
+    Nanos::new(now.as_u64().saturating_add(reset))
+}
+
 impl KeyedAlgorithm for GcraAlgorithm {
+    fn earliest_idle(&self, state: &GcraState, now: Nanos) -> Nanos {
+        idle_after_reset(self, state, now)
+    }
     #[inline]
     fn as_gcra(&self) -> Option<&GcraAlgorithm> {
         Some(self)
@@ -230,17 +303,30 @@ impl KeyedAlgorithm for GcraAlgorithm {
 
 #[cfg(feature = "window")]
 mod window {
-    use super::KeyedAlgorithm;
-    use weir_window::fixed::FixedWindowAlgorithm;
-    use weir_window::log::SlidingLogAlgorithm;
-    use weir_window::sliding::SlidingWindowAlgorithm;
+    use super::{KeyedAlgorithm, idle_after_reset};
+    use weir_core::Nanos;
+    use weir_window::fixed::{FixedWindowAlgorithm, FixedWindowState};
+    use weir_window::log::{SlidingLogAlgorithm, SlidingLogState};
+    use weir_window::sliding::{SlidingWindowAlgorithm, SlidingWindowState};
 
     /// Per-key fixed windows (no hot mode).
-    impl KeyedAlgorithm for FixedWindowAlgorithm {}
+    impl KeyedAlgorithm for FixedWindowAlgorithm {
+        fn earliest_idle(&self, state: &FixedWindowState, now: Nanos) -> Nanos {
+            idle_after_reset(self, state, now)
+        }
+    }
     /// Per-key sliding-window counters (no hot mode).
-    impl KeyedAlgorithm for SlidingWindowAlgorithm {}
+    impl KeyedAlgorithm for SlidingWindowAlgorithm {
+        fn earliest_idle(&self, state: &SlidingWindowState, now: Nanos) -> Nanos {
+            idle_after_reset(self, state, now)
+        }
+    }
     /// Per-key sliding logs (no hot mode; each key costs `8 × limit` bytes).
-    impl KeyedAlgorithm for SlidingLogAlgorithm {}
+    impl KeyedAlgorithm for SlidingLogAlgorithm {
+        fn earliest_idle(&self, state: &SlidingLogState, now: Nanos) -> Nanos {
+            idle_after_reset(self, state, now)
+        }
+    }
 }
 
 /// Hot-key mode for a GCRA store: when checks of one key collide (a check loses
@@ -400,18 +486,67 @@ pub struct Keyed<K, A: KeyedAlgorithm, C = MonotonicClock, S = RandomState> {
     /// to sweep.
     inserted: CachePadded<AtomicUsize>,
     cursor: AtomicUsize,
-    /// Clock reading (ns) of the last on-demand sweep that found nothing idle; a full
-    /// store under a flood does not re-sweep for every new key.
-    fruitless_sweep_at: AtomicU64,
+    /// For each shard, and for the whole store, when their keys can next go idle:
+    /// what lets a full store search for an idle key without sweeping shards that
+    /// cannot have one, and deny new keys without searching while none can.
+    bounds: Box<[IdleBound]>,
+    store_bound: CachePadded<IdleBound>,
+    /// Taken by the one search that may publish bounds (see `publish_bound`).
+    publishing: AtomicBool,
     /// Hot-key mode (GCRA only), the hot keys' lease stripes, and how many there are.
     hot: Option<HotKeys>,
     hot_keys: Map<K, LeaseStripes, S>,
     hot_count: AtomicUsize,
 }
 
-/// The time after a fruitless on-demand sweep during which new keys are refused
-/// without sweeping again (bounds the sweeping work a key flood can cause).
-const FRUITLESS_SWEEP_BACKOFF_NS: u64 = 100_000;
+/// When the keys of a shard (or of the whole store) can next go idle.
+#[derive(Debug)]
+struct IdleBound {
+    /// No key that is neither hot nor retired can be idle before this clock reading
+    /// (ns; 0: unknown). Published by a search for an idle key, as the least of the
+    /// keys' [`KeyedAlgorithm::earliest_idle`] (for the store, of the shards'
+    /// bounds); lowered by each new key to its own, after its first check. A check
+    /// only moves a key's idle time later, so the bound holds until the clock
+    /// reaches it.
+    no_idle_before_ns: AtomicU64,
+    /// New keys taken in: a search that sees it change while it runs may have
+    /// missed one, and publishes "unknown" (see `Keyed::publish_bound`).
+    insertions: AtomicU64,
+}
+
+impl IdleBound {
+    fn new() -> Self {
+        Self { no_idle_before_ns: AtomicU64::new(UNKNOWN), insertions: AtomicU64::new(0) }
+    }
+
+    /// Whether nothing can be idle at `now`.
+    fn excludes(&self, now: Nanos) -> bool {
+        // Ordering: Relaxed; a bound read late is one a concurrent insertion had not
+        // lowered yet: the search then comes before that insertion.
+        now.as_u64() < self.no_idle_before_ns.load(Ordering::Relaxed)
+    }
+}
+
+/// The bound nothing is known about.
+const UNKNOWN: u64 = 0;
+
+/// The right to publish bounds, held by one search at a time.
+struct Publishing<'a>(&'a AtomicBool);
+
+impl<'a> Publishing<'a> {
+    fn take(flag: &'a AtomicBool) -> Option<Self> {
+        // Ordering: Acquire; the previous holder's bounds happen before this one's
+        // (pairs with the Release store in `drop`).
+        (!flag.swap(true, Ordering::Acquire)).then_some(Self(flag))
+    }
+}
+
+impl Drop for Publishing<'_> {
+    fn drop(&mut self) {
+        // Ordering: Release; see `take`.
+        self.0.store(false, Ordering::Release);
+    }
+}
 
 impl<K, A: KeyedAlgorithm, C, S> fmt::Debug for Keyed<K, A, C, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -485,11 +620,17 @@ where
             return false;
         }
         let guard = self.collector.enter();
-        let shard = self.shard(key);
+        let index = self.shard_index(key);
+        let shard = &self.shards[index];
         let state = match shard.get(key, &guard) {
             Some(state) => state,
             None => match self.insert(shard, key, &guard) {
-                Ok((state, _)) => state,
+                Ok((state, inserted)) => {
+                    if inserted {
+                        self.note_new_key(index, state);
+                    }
+                    state
+                }
                 Err(Full) => return false,
             },
         };
@@ -524,6 +665,7 @@ where
         let collector = Arc::new(Collector::new());
         let shards: Vec<_> = (0..shards).map(|_| Map::new(hasher.clone(), &collector)).collect();
         let hot_keys = Map::new(hasher, &collector);
+        let bounds = (0..shards.len()).map(|_| IdleBound::new()).collect();
         Self {
             shards: shards.into_boxed_slice(),
             shard_hasher: foldhash::fast::RandomState::default(),
@@ -534,7 +676,9 @@ where
             live: CachePadded::new(AtomicUsize::new(0)),
             inserted: CachePadded::new(AtomicUsize::new(0)),
             cursor: AtomicUsize::new(0),
-            fruitless_sweep_at: AtomicU64::new(0),
+            bounds,
+            store_bound: CachePadded::new(IdleBound::new()),
+            publishing: AtomicBool::new(false),
             hot: None,
             hot_keys,
             hot_count: AtomicUsize::new(0),
@@ -568,7 +712,8 @@ where
             // Admitted, consumes nothing, and stores nothing.
             return Ok(Decision::allowed(self.snapshot(key)));
         }
-        let shard = self.shard(key);
+        let index = self.shard_index(key);
+        let shard = &self.shards[index];
         let guard = self.collector.enter();
         loop {
             let (state, inserted) = match shard.get(key, &guard) {
@@ -586,10 +731,16 @@ where
             };
             let gcra = self.algorithm.as_gcra().zip(self.algorithm.gcra_state(state));
             let hot = self.hot.and_then(|hot| Some((hot, gcra?)));
-            let (decision, lost_races) = match hot {
-                Some((_, (gcra, gcra_state))) => gcra.check_n_contended(gcra_state, n, &self.clock)?,
-                None => (self.algorithm.check_n(state, n, &self.clock)?, 0),
+            let checked = match hot {
+                Some((_, (gcra, gcra_state))) => gcra.check_n_contended(gcra_state, n, &self.clock),
+                None => self.algorithm.check_n(state, n, &self.clock).map(|decision| (decision, 0)),
             };
+            if inserted {
+                // After the new key's first check: from now on a sweep of its shard
+                // sees it busy, not idle (see `note_new_key`).
+                self.note_new_key(index, state);
+            }
+            let (decision, lost_races) = checked?;
             if decision.is_denied() {
                 // Classify the state from one load: retired (raced with an eviction;
                 // it was idle, so a fresh state decides exactly as it would have),
@@ -723,32 +874,129 @@ where
     pub fn sweep(&self) -> usize {
         // Ordering: Relaxed; a round-robin ticket, publishing nothing.
         let next = self.cursor.fetch_add(1, Ordering::Relaxed);
-        self.sweep_shard(next & (self.shards.len() - 1))
+        let guard = self.collector.enter();
+        self.sweep_shard(next & (self.shards.len() - 1), self.clock.now(), &guard, None).0
     }
 
     /// Sweeps every shard for idle keys; returns how many were evicted. Runs
     /// concurrently with checks (nothing is locked); O(keys).
     pub fn sweep_all(&self) -> usize {
-        (0..self.shards.len()).map(|i| self.sweep_shard(i)).sum()
+        let guard = self.collector.enter();
+        (0..self.shards.len()).map(|i| self.sweep_shard(i, self.clock.now(), &guard, None).0).sum()
     }
 
-    fn sweep_shard(&self, index: usize) -> usize {
-        let now = self.clock.now();
+    /// Evicts the keys of shard `index` idle at `now`; with the right to publish,
+    /// also publishes the shard's bound from the others. Returns how many keys it
+    /// evicted, and the bound it published.
+    fn sweep_shard(
+        &self,
+        index: usize,
+        now: Nanos,
+        guard: &Guard<'_>,
+        publishing: Option<&Publishing<'_>>,
+    ) -> (usize, u64) {
         let shard = &self.shards[index];
-        let guard = self.collector.enter();
-        let mut evicted = 0;
-        for (key, state) in shard.iter(&guard) {
-            let retired = self.algorithm.try_retire(state, now) || self.try_retire_hot(key, state, now, &guard);
-            if retired && self.unlink(shard, key, state, &guard) {
-                evicted += 1;
+        let bound = &self.bounds[index];
+        // Ordering: Acquire; see `publish_bound`.
+        let insertions = bound.insertions.load(Ordering::Acquire);
+        let (mut evicted, mut no_idle_before) = (0, u64::MAX);
+        for (key, state) in shard.iter(guard) {
+            let retired = self.algorithm.try_retire(state, now)
+                || (self.hot.is_some() && self.try_retire_hot(key, state, now, guard));
+            if retired {
+                if self.unlink(shard, key, state, guard) {
+                    evicted += 1;
+                }
+            } else if publishing.is_some()
+                && self.algorithm.is_idle(state, Nanos::new(no_idle_before.saturating_sub(1)))
+                && let Some(at) = self.earliest_idle(state, now)
+            {
+                // Only a key idle before the least bound so far can lower it (one
+                // load): the exact time, dearer, is computed for those alone.
+                no_idle_before = no_idle_before.min(at.as_u64());
             }
         }
-        evicted
+        match publishing {
+            Some(_) => (evicted, self.publish_bound(bound, no_idle_before, insertions)),
+            None => (evicted, UNKNOWN),
+        }
+    }
+
+    /// When a key not idle at `now` can next be idle ([`KeyedAlgorithm::earliest_idle`]);
+    /// `None` for a state that is retired (its place is being given back) or hot
+    /// (hot keys are searched on their own: a lease given back moves a hot key's
+    /// idle time earlier).
+    fn earliest_idle(&self, state: &A::State, now: Nanos) -> Option<Nanos> {
+        let kind = match (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) {
+            (Some(gcra), Some(gcra_state)) => gcra.state_kind(gcra_state),
+            _ if self.algorithm.is_retired(state) => StateKind::Retired,
+            _ => StateKind::Live,
+        };
+        (kind == StateKind::Live).then(|| self.algorithm.earliest_idle(state, now))
+    }
+
+    /// Publishes `no_idle_before` as `bound`, computed by a search that began when
+    /// the shard (or store) had taken in `insertions` keys; if it has taken in more
+    /// since, the search may have missed them and publishes "unknown" instead.
+    /// Returns what it published. Only the holder of [`Publishing`] publishes, so
+    /// bounds are raised by one search at a time (and no search reads a bound that
+    /// another is about to take back); new keys only lower them.
+    ///
+    /// Ordering. A new key is inserted and checked, then bumps the count (AcqRel),
+    /// then lowers the bound (`note_new_key`: the shard's, then the store's); a
+    /// search reads the count (Acquire), reads the map (or the shards' bounds),
+    /// stores its bound, then reads the count again by an AcqRel read-modify-write
+    /// (adding 0). Take the count's modification order. If the search's first read
+    /// sees the bump, it synchronizes with it: the key's insertion, check and
+    /// lowering of the shard's bound happen before the search reads the map or that
+    /// bound, and it sees the key, busy. If not, and its second read comes after the
+    /// bump, it sees the count changed (counts only grow) and publishes "unknown".
+    /// If its second read comes before the bump, the bump, a read-modify-write,
+    /// reads from it or a later one of its release sequence and synchronizes with
+    /// it: the search's store happens before the key's lowering, which then lowers
+    /// what the search published. (A SeqCst store and load, the store-buffer
+    /// pattern, would also do; the read-modify-write needs no single total order,
+    /// and loom, which checks this, models it exactly.)
+    fn publish_bound(&self, bound: &IdleBound, no_idle_before: u64, insertions: u64) -> u64 {
+        // Ordering: Relaxed; ordered by the AcqRel read-modify-write below (see above).
+        bound.no_idle_before_ns.store(no_idle_before, Ordering::Relaxed);
+        // Ordering: AcqRel; see above.
+        if bound.insertions.fetch_add(0, Ordering::AcqRel) == insertions {
+            return no_idle_before;
+        }
+        // Ordering: Relaxed; as the store above.
+        bound.no_idle_before_ns.store(UNKNOWN, Ordering::Relaxed);
+        UNKNOWN
+    }
+
+    /// Accounts for a key just inserted into shard `index` with state `state`, after
+    /// its first check (or right away, for a key inserted unchecked): lowers the
+    /// shard's bound, then the store's, to the key's earliest idle time (see
+    /// `publish_bound`).
+    fn note_new_key(&self, index: usize, state: &A::State) {
+        let at = self.earliest_idle(state, self.clock.now());
+        for bound in [&self.bounds[index], &*self.store_bound] {
+            // Ordering: AcqRel: Release publishes the key's insertion and first check
+            // (and the shard's lowering, to the store's searches) to a search that
+            // reads the count; Acquire orders a search's store of the bound before
+            // the lowering below (see `publish_bound`).
+            bound.insertions.fetch_add(1, Ordering::AcqRel);
+            if let Some(at) = at {
+                // Ordering: Relaxed; ordered after any store of a search that the
+                // count orders before the bump (see `publish_bound`). Written only
+                // when it lowers the bound (a read-modify-write then acts on the
+                // latest one).
+                if bound.no_idle_before_ns.load(Ordering::Relaxed) > at.as_u64() {
+                    // Ordering: Relaxed; as above.
+                    bound.no_idle_before_ns.fetch_min(at.as_u64(), Ordering::Relaxed);
+                }
+            }
+        }
     }
 
     /// For a hot key: retires its hot bucket if idle with every lease expired, drops
     /// it, and retires the key's state. Returns whether the key's state was retired.
-    fn try_retire_hot(&self, key: &K, state: &A::State, now: weir_core::Nanos, guard: &Guard<'_>) -> bool {
+    fn try_retire_hot(&self, key: &K, state: &A::State, now: Nanos, guard: &Guard<'_>) -> bool {
         let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) else {
             return false;
         };
@@ -1000,11 +1248,15 @@ where
         let mut live = self.live.load(Ordering::Relaxed);
         loop {
             if live >= self.config.max_keys {
-                if matches!(self.config.at_capacity, AtCapacity::Deny) || !self.evict_for_room() {
+                if matches!(self.config.at_capacity, AtCapacity::Deny) {
                     return Err(Full);
                 }
+                let evicted = self.evict_for_room();
                 // Ordering: Relaxed; see above.
                 live = self.live.load(Ordering::Relaxed);
+                if !evicted && live >= self.config.max_keys {
+                    return Err(Full);
+                }
                 continue;
             }
             // Ordering: Relaxed; see above.
@@ -1015,23 +1267,59 @@ where
         }
     }
 
-    /// Sweeps shards for idle keys until one is evicted (at most a few shards), unless
-    /// a sweep very recently found nothing. Returns whether room was made.
+    /// Evicts an idle key if one is stored. Unless the store's bound says no key
+    /// can be idle yet, goes round the shards from the sweep's clock hand, skipping
+    /// each whose bound says so, sweeping the others, until a sweep evicts; then, if
+    /// none did, looks at each hot key. Returns whether a key was evicted. A search
+    /// that holds the right to publish refreshes the bounds of the shards it sweeps
+    /// and, when it finds nothing, the store's.
     fn evict_for_room(&self) -> bool {
-        let now = self.clock.now().as_u64();
-        // Ordering: Relaxed; a hint that only saves work.
-        let fruitless_at = self.fruitless_sweep_at.load(Ordering::Relaxed);
-        if fruitless_at != 0 && now.saturating_sub(fruitless_at) < FRUITLESS_SWEEP_BACKOFF_NS {
-            return false;
-        }
-        for _ in 0..4.min(self.shards.len()) {
-            if self.sweep() > 0 {
-                return true;
+        let now = self.clock.now();
+        let guard = self.collector.enter();
+        let publishing = Publishing::take(&self.publishing);
+        // Ordering: Acquire; see `publish_bound`.
+        let insertions = self.store_bound.insertions.load(Ordering::Acquire);
+        if !self.store_bound.excludes(now) {
+            let count = self.shards.len();
+            // Ordering: Relaxed; where to start is a hint.
+            let hand = self.cursor.load(Ordering::Relaxed);
+            let mut no_idle_before = u64::MAX;
+            for step in 0..count {
+                let index = hand.wrapping_add(step) & (count - 1);
+                // Ordering: Relaxed; as in `IdleBound::excludes`.
+                let shard_bound = self.bounds[index].no_idle_before_ns.load(Ordering::Relaxed);
+                if now.as_u64() < shard_bound {
+                    no_idle_before = no_idle_before.min(shard_bound);
+                    continue;
+                }
+                let (evicted, shard_bound) = self.sweep_shard(index, now, &guard, publishing.as_ref());
+                if evicted > 0 {
+                    // Ordering: Relaxed; see above. The next search starts after it.
+                    self.cursor.store(index.wrapping_add(1), Ordering::Relaxed);
+                    return true;
+                }
+                no_idle_before = no_idle_before.min(shard_bound);
+            }
+            if publishing.is_some() {
+                self.publish_bound(&self.store_bound, no_idle_before, insertions);
             }
         }
-        // Ordering: Relaxed; see above.
-        self.fruitless_sweep_at.store(now.max(1), Ordering::Relaxed);
-        false
+        self.evict_idle_hot_key(now, &guard)
+    }
+
+    /// Evicts a hot key idle at `now` (its bucket idle, every lease expired), if
+    /// one is: one look at each hot key.
+    fn evict_idle_hot_key(&self, now: Nanos, guard: &Guard<'_>) -> bool {
+        // Ordering: Relaxed; a hint (a key promoted meanwhile is busy, not idle).
+        if self.hot.is_none() || self.hot_count.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.hot_keys.iter(guard).any(|(key, _)| {
+            let shard = self.shard(key);
+            shard.get(key, guard).is_some_and(|state| {
+                self.try_retire_hot(key, state, now, guard) && self.unlink(shard, key, state, guard)
+            })
+        })
     }
 
     fn at_capacity(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
@@ -1048,9 +1336,14 @@ where
 
     #[inline]
     fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &Map<K, A::State, S> {
+        &self.shards[self.shard_index(key)]
+    }
+
+    #[inline]
+    fn shard_index<Q: Hash + ?Sized>(&self, key: &Q) -> usize {
         let hash = self.shard_hasher.hash_one(key);
         // The high bits: papaya uses the low ones of its own (different) hash.
-        &self.shards[(hash >> 32) as usize & (self.shards.len() - 1)]
+        (hash >> 32) as usize & (self.shards.len() - 1)
     }
 }
 

@@ -1,0 +1,141 @@
+//! `AtCapacity::EvictIdle` at its word: a full store evicts an idle key for a new
+//! one whenever one is idle, wherever it is stored, and denies the new key only if
+//! none is.
+
+use std::time::Duration;
+use weir_core::{DenyReason, ManualClock, Quota};
+use weir_gcra::{GcraAlgorithm, LeaseConfig};
+use weir_keyed::{HotKeys, Keyed, KeyedConfig};
+
+type Store = Keyed<u64, GcraAlgorithm, ManualClock>;
+
+const MAX_KEYS: u64 = 8192; // 16 shards
+
+/// A full store (burst 1, one permit a second) in which only `idle` goes idle at
+/// 1 s (checked at 0); every other key was checked at 0.5 s and is idle at 1.5 s.
+/// The clock is left at 0.5 s.
+fn full_store_with(idle: u64, hot: Option<HotKeys>) -> (Store, ManualClock) {
+    let clock = ManualClock::new();
+    let mut store = Keyed::gcra_with_clock(
+        Quota::per_second(1).unwrap(),
+        KeyedConfig::new(MAX_KEYS as usize).unwrap(),
+        clock.clone(),
+    );
+    if let Some(hot) = hot {
+        store = store.with_hot_keys(hot);
+        assert!(store.promote(&idle));
+    }
+    assert!(store.check(&idle).is_allowed());
+    clock.advance(Duration::from_millis(500));
+    for key in (0..MAX_KEYS).filter(|&k| k != idle) {
+        assert!(store.check(&key).is_allowed());
+    }
+    assert_eq!(store.len(), MAX_KEYS as usize);
+    (store, clock)
+}
+
+#[test]
+fn a_full_store_with_one_idle_key_admits_a_new_key() {
+    for trial in 0..20 {
+        let idle = trial * 409; // spread over the shards
+        let (store, clock) = full_store_with(idle, None);
+        clock.advance(Duration::from_millis(500)); // 1 s: `idle` alone is idle
+        let decision = store.check(&(MAX_KEYS + trial));
+        assert!(decision.is_allowed(), "trial {trial}: the new key was denied: {:?}", decision.deny_reason());
+        assert_eq!(store.len(), MAX_KEYS as usize);
+        assert_eq!(store.snapshot(&idle).remaining(), 1, "the idle key was the one evicted");
+        assert!(store.check(&(MAX_KEYS + 100)).is_denied(), "no other key is idle");
+    }
+}
+
+/// A fruitless search does not keep a key that goes idle a moment later out.
+#[test]
+fn a_key_going_idle_just_after_a_denial_makes_room() {
+    let (store, clock) = full_store_with(7, None);
+    clock.advance(Duration::from_millis(500) - Duration::from_micros(50)); // 50 µs before key 7 is idle
+    let denied = store.check(&(MAX_KEYS + 1));
+    assert_eq!(denied.deny_reason(), Some(DenyReason::KeyCapacity));
+    clock.advance(Duration::from_micros(49));
+    assert_eq!(store.check(&(MAX_KEYS + 2)).deny_reason(), Some(DenyReason::KeyCapacity), "nothing is idle yet");
+    clock.advance(Duration::from_micros(1)); // key 7 is idle
+    assert!(store.check(&(MAX_KEYS + 3)).is_allowed());
+}
+
+/// A key inserted after a fruitless search may go idle before any key the search
+/// saw: it is found.
+#[test]
+fn a_key_inserted_after_a_fruitless_search_is_found_when_idle() {
+    let clock = ManualClock::new();
+    let quota = Quota::per_second(1).unwrap().with_burst(5).unwrap();
+    let store: Store = Keyed::gcra_with_clock(quota, KeyedConfig::new(1024).unwrap(), clock.clone());
+    for key in 0..1024 {
+        assert!(store.check_n(&key, 5).unwrap().is_allowed()); // idle at 5 s
+    }
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(store.check(&5000).deny_reason(), Some(DenyReason::KeyCapacity)); // nothing idle before 5 s
+    assert!(store.remove(&0));
+    assert!(store.check(&5001).is_allowed()); // idle at 2 s
+    clock.advance(Duration::from_secs(1));
+    assert!(store.check(&5002).is_allowed(), "key 5001 is idle and makes room");
+    assert_eq!(store.snapshot(&5001).remaining(), 5);
+}
+
+/// A hot key gone idle (bucket full, every lease expired) makes room like any key.
+#[test]
+fn a_full_store_evicts_an_idle_hot_key_for_a_new_key() {
+    let lease = LeaseConfig::new(2).unwrap().with_lifetime(Duration::from_millis(1)).unwrap();
+    for idle in [3, 4000] {
+        let (store, clock) = full_store_with(idle, Some(HotKeys::new(lease)));
+        assert!(store.is_hot(&idle));
+        clock.advance(Duration::from_millis(500) - Duration::from_micros(1)); // its lease expires at 1 s + 1 ms
+        assert_eq!(store.check(&(MAX_KEYS + 1)).deny_reason(), Some(DenyReason::KeyCapacity));
+        clock.advance(Duration::from_millis(2));
+        assert!(store.check(&(MAX_KEYS + 2)).is_allowed());
+        assert!(!store.is_hot(&idle));
+    }
+}
+
+/// The same for the window algorithms: a full store of 1 024 keys in which one key
+/// is idle (nothing counted in its current or, for the sliding counter, previous
+/// window; no live entry in its log) admits a new key, and only one.
+#[cfg(feature = "window")]
+#[test]
+fn a_full_window_store_with_one_idle_key_admits_a_new_key() {
+    use std::hash::RandomState;
+    use weir_core::{Clock, Nanos};
+    use weir_keyed::KeyedAlgorithm;
+    use weir_window::fixed::FixedWindowAlgorithm;
+    use weir_window::log::SlidingLogAlgorithm;
+    use weir_window::sliding::SlidingWindowAlgorithm;
+
+    /// Key 7 is checked at 0, the others at `others_at`; a new key is denied at
+    /// `others_at` if `busy_then` (key 7 not idle yet), and admitted at `idle_at`.
+    fn run<A: KeyedAlgorithm>(make: impl Fn(Nanos) -> A, others_at: u64, busy_then: bool, idle_at: u64, name: &str)
+    where
+        A::State: Send + Sync + 'static,
+    {
+        let clock = ManualClock::new();
+        let store: Keyed<u64, A, ManualClock> =
+            Keyed::with_hasher(make(clock.now()), KeyedConfig::new(1024).unwrap(), clock.clone(), RandomState::new());
+        assert!(store.check(&7).is_allowed());
+        clock.advance(Duration::from_millis(others_at));
+        for key in (0..1024).filter(|&k| k != 7) {
+            assert!(store.check(&key).is_allowed());
+        }
+        if busy_then {
+            assert_eq!(store.check(&5000).deny_reason(), Some(DenyReason::KeyCapacity), "{name}: nothing idle yet");
+        }
+        clock.advance(Duration::from_millis(idle_at - others_at));
+        let decision = store.check(&5001);
+        assert!(decision.is_allowed(), "{name}: the new key was denied: {:?}", decision.deny_reason());
+        assert_eq!(store.check(&5002).deny_reason(), Some(DenyReason::KeyCapacity), "{name}: no other key is idle");
+    }
+
+    let quota = Quota::per_second(2).unwrap(); // windows of 1 s
+    // Key 7's window ends at 1 s; the others' (from 1.5 s) at 2 s.
+    run(|now| FixedWindowAlgorithm::new(quota, now).unwrap(), 1_500, false, 1_500, "fixed window");
+    // Key 7's count weighs nothing from 2 s on; the others' (from 1.5 s) until 3 s.
+    run(|now| SlidingWindowAlgorithm::new(quota, now).unwrap(), 1_500, true, 2_250, "sliding window");
+    // Key 7's entry expires at 1 s; the others' (from 0.5 s) at 1.5 s.
+    run(|now| SlidingLogAlgorithm::new(quota, now).unwrap(), 500, true, 1_250, "sliding log");
+}
