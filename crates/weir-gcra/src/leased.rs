@@ -177,7 +177,12 @@ impl LeaseConfig {
     pub fn over_admission_bound(&self, quota: &Quota) -> u64 {
         let lifetime_ticks =
             weir_core::ticks::from_nanos(weir_core::nanos::duration_as_nanos_saturating(self.lifetime));
-        let per_stripe = lifetime_ticks.div_ceil(quota.emission_interval_ticks()).saturating_add(1);
+        // ⌈lifetime / T⌉ + 1, with T exact (a byte rate's T is not a whole tick).
+        let per_stripe = if quota.is_whole_ticks() {
+            lifetime_ticks.div_ceil(quota.emission_interval_ticks()).saturating_add(1)
+        } else {
+            quota.units_in(lifetime_ticks).saturating_add(2)
+        };
         (self.stripes as u64).saturating_mul(per_stripe.min(self.max_lease)) * (self.max_lease > 1) as u64
     }
 }
@@ -231,12 +236,41 @@ struct Stripe {
     /// The clock reading (ns) the lease was granted at (at or before the bucket's
     /// own reading for the grant).
     granted_at_ns: AtomicU64,
-    /// The emission interval (ticks) the lease's permits were charged at.
+    /// What the lease's permits were charged at ([`charge_of`]).
     granted_interval: AtomicU64,
     /// The bucket's burst and reset-after (ns) at the grant, for the decisions of
     /// admissions from this lease (the fast path reads nothing shared).
     granted_limit: AtomicU64,
     granted_reset_ns: AtomicU64,
+}
+
+/// Marks a [`charge_of`] that is a fixed-point interval (2⁻³² tick) rather than whole
+/// ticks.
+const FRACTIONAL_CHARGE: u64 = 1 << 63;
+
+/// How a grant's permits were charged, in one word for `Stripe::granted_interval`:
+/// the emission interval in whole ticks, or, for a quota charged exactly (a byte
+/// rate: `!is_whole_ticks()`, so an interval under 1000 ticks), that interval in
+/// 2⁻³² tick rounded down, marked [`FRACTIONAL_CHARGE`].
+fn charge_of(quota: &Quota) -> u64 {
+    if quota.is_whole_ticks() {
+        return quota.emission_interval_ticks();
+    }
+    let period_ticks = quota.period().as_nanos() * weir_core::ticks::PER_NANO as u128;
+    // Under 1000 ticks: below 2⁴² in 2⁻³² tick, clear of the mark.
+    FRACTIONAL_CHARGE | ((period_ticks << 32) / quota.count() as u128) as u64
+}
+
+/// The debt, in ticks, of `permits` unused permits charged at `charge` ([`charge_of`]),
+/// never more than their part of what their grant was charged: whole intervals
+/// exactly; fractional ones rounded down (the grant was rounded up), so a give-back
+/// never credits a tick that was not charged.
+fn credit_of(permits: u64, charge: u64) -> u64 {
+    if charge & FRACTIONAL_CHARGE == 0 {
+        permits.saturating_mul(charge)
+    } else {
+        ((permits as u128 * (charge & !FRACTIONAL_CHARGE) as u128) >> 32) as u64
+    }
 }
 
 /// The lease word of a stripe being refilled: zero permits, so the fast path never
@@ -422,7 +456,7 @@ impl LeaseStripes {
         let installed = if left > 0 {
             // Ordering: Relaxed (all four); published by the Release CAS in `install`.
             stripe.granted_at_ns.store(now.as_u64(), Ordering::Relaxed);
-            stripe.granted_interval.store(quota.emission_interval_ticks(), Ordering::Relaxed);
+            stripe.granted_interval.store(charge_of(&quota), Ordering::Relaxed);
             stripe.granted_limit.store(quota.burst(), Ordering::Relaxed);
             stripe.granted_reset_ns.store(decision.reset_after().as_nanos() as u64, Ordering::Relaxed);
             let expiry = self.units(now).saturating_add(self.lifetime_units).min(MAX_EXPIRY);
@@ -481,8 +515,8 @@ impl LeaseStripes {
         }
         // Ordering: Relaxed (both); made visible by the Acquire claim (see `Stripe`).
         let granted_at = stripe.granted_at_ns.load(Ordering::Relaxed);
-        let interval = stripe.granted_interval.load(Ordering::Relaxed);
-        let owed = permits.saturating_mul(interval);
+        let charge = stripe.granted_interval.load(Ordering::Relaxed);
+        let owed = credit_of(permits, charge);
         algorithm.refund_ticks_with(&self.state, clock, |now| {
             // Ordering: Relaxed; a monotone hint (see `latest_ns`), read after the
             // refill that granted this lease raised it.

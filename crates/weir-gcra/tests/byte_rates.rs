@@ -63,3 +63,39 @@ fn a_byte_rate_burst_is_exactly_the_burst_in_bytes() {
     assert_eq!(denied.retry_after(), Some(Duration::from_micros(5)));
     assert!(limiter.check_n(64 * 1024 + 1).is_err(), "more than the burst never fits");
 }
+
+/// The leased limiter on a byte rate: leases sized in bytes, given back without
+/// crediting a tick they were not charged, so over any span it admits at most what
+/// the exact limiter would plus the stated bound.
+#[test]
+fn a_leased_byte_rate_stays_within_its_bound() {
+    use weir_gcra::{LeaseConfig, LeasedGcra};
+    for rate in [300_000_000u64, 2_500_000_000, 100_000_000_000] {
+        let clock = ManualClock::new();
+        let quota = Quota::per_second(rate).unwrap().with_burst(rate / 1000).unwrap();
+        let config = LeaseConfig::new(4).unwrap().with_max_lease(60_000).unwrap();
+        let leased = LeasedGcra::with_clock(quota, config, clock.clone());
+        let bound = leased.over_admission_bound();
+        let chunk = 1_500;
+        let mut admitted = 0u64;
+        // 2 ms of checks every 10 µs, spread over the four stripes, giving leases back
+        // every 100 µs: each give-back must credit no more than was charged.
+        let exact = quota.burst() as f64 + rate as f64 * 200e-5;
+        for step in 0..200u64 {
+            for stripe in 0..4 {
+                // Bounded: a limiter that over-credits could admit without end.
+                while admitted as f64 <= 2.0 * (exact + bound as f64)
+                    && leased.check_on(stripe, chunk).unwrap().is_allowed()
+                {
+                    admitted += chunk;
+                }
+            }
+            if step % 10 == 9 {
+                leased.release_leases();
+            }
+            clock.advance(Duration::from_micros(10));
+        }
+        assert!(admitted as f64 <= exact + bound as f64, "{rate}/s: {admitted} > {exact} + {bound}");
+        assert!(admitted as f64 >= exact * 0.99, "{rate}/s: only {admitted} of {exact}");
+    }
+}
