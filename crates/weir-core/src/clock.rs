@@ -6,6 +6,7 @@
 //! | [`InstantClock`] | one `clock_gettime` (vDSO) | nanoseconds | when the TSC is not trusted |
 //! | [`CoarseClock`] | one atomic load | the upkeep interval you choose (plus scheduling delay) | the hottest paths |
 //! | [`ManualClock`] | one atomic load | exactly what the test sets | tests, simulations |
+//! | `TokioClock` (`tokio` feature) | one `tokio::time::Instant` read | nanoseconds; under paused time, exactly the runtime's time | limiters tested under tokio's paused time |
 //! | [`Nanos`] | none | frozen | explicit time (`check_n(state, n, &now)`) |
 //!
 //! Every limiter in weir is generic over its clock, so every behaviour can be tested
@@ -400,3 +401,56 @@ mod os {
 pub use os::CoarseClock;
 #[cfg(feature = "std")]
 pub use os::{CoarseClockError, InstantClock, MonotonicClock};
+
+#[cfg(feature = "tokio")]
+mod tokio_time {
+    use crate::{Clock, Nanos};
+
+    /// A [`Clock`] read from tokio's time: [`tokio::time::Instant`] since the clock's
+    /// creation. Under tokio's paused time (`#[tokio::test(start_paused = true)]`) it
+    /// moves only as the runtime advances time, so any limiter, throttle or async
+    /// consumer built on it can be tested to the nanosecond without sleeping.
+    ///
+    /// Reading it needs no runtime; under paused time it must be read inside the
+    /// runtime whose time is paused. Clones share the origin.
+    ///
+    /// ```
+    /// use weir_core::{Clock, Nanos, TokioClock};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// // In a `#[tokio::test(start_paused = true)]`:
+    /// let clock = TokioClock::new();
+    /// tokio::time::sleep(Duration::from_millis(250)).await; // no real time passes
+    /// assert_eq!(clock.now(), Nanos::new(250_000_000));
+    /// # }
+    /// ```
+    #[derive(Debug, Clone, Copy)]
+    pub struct TokioClock {
+        origin: tokio::time::Instant,
+    }
+
+    impl TokioClock {
+        /// A clock reading zero now.
+        pub fn new() -> Self {
+            Self { origin: tokio::time::Instant::now() }
+        }
+    }
+
+    impl Default for TokioClock {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl Clock for TokioClock {
+        #[inline]
+        fn now(&self) -> Nanos {
+            Nanos::new(crate::nanos::duration_as_nanos_saturating(self.origin.elapsed()))
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+pub use tokio_time::TokioClock;

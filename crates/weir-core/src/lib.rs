@@ -17,6 +17,9 @@
 //! - [`QuotaCell`]: a quota replaced at run time while checks read it lock-free;
 //! - [`sync`]: the one module weir's crates take atomics from (loom's under `cfg(loom)`).
 //!
+//! With the `tokio` feature, [`TokioClock`] reads tokio's (pausable) time, so any
+//! limiter can be tested under `#[tokio::test(start_paused = true)]`.
+//!
 //! `no_std`: without the default `std` feature the crate needs only `core` (and `alloc`
 //! with the `alloc` feature, for [`ManualClock`]). The OS clocks need `std`.
 
@@ -47,6 +50,8 @@ pub use clock::Clock;
 pub use clock::CoarseClock;
 #[cfg(feature = "alloc")]
 pub use clock::ManualClock;
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
 #[cfg(feature = "std")]
 pub use clock::{CoarseClockError, InstantClock, MonotonicClock};
 pub use decision::{Decision, DenyReason, InsufficientCapacity, Snapshot};

@@ -555,7 +555,7 @@ impl<T, C: Clock> LeakyBucket<T, C> {
     /// [`recv_async_timeout`](Self::recv_async_timeout) rather than wrapping this in a
     /// timeout: it never claims a slot it cannot use.
     ///
-    /// With tokio's paused time (tests), give the bucket a [`TokioClock`](crate::TokioClock).
+    /// With tokio's paused time (tests), give the bucket a [`TokioClock`](weir_core::TokioClock).
     pub async fn recv_async(&self) -> Result<T, RecvError> {
         self.recv_async_until(None).await.map_err(|_| RecvError)
     }

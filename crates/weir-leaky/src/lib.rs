@@ -132,8 +132,9 @@
 //! - `std` (default): blocking consumers ([`LeakyBucket::recv`]), the default
 //!   [`MonotonicClock`](weir_core::MonotonicClock), `std::error::Error` impls. Without it
 //!   the crate is `no_std` + `alloc`: the queue, the schedule, `offer` and `try_recv`.
-//! - `tokio`: async consumers ([`LeakyBucket::recv_async`]), [`Throttle`] and
-//!   [`TokioClock`].
+//! - `tokio`: async consumers ([`LeakyBucket::recv_async`]) and [`Throttle`]; it turns
+//!   on weir-core's `tokio` feature, whose
+//!   [`TokioClock`](weir_core::TokioClock) tests them under tokio's paused time.
 
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -157,7 +158,7 @@ pub use bucket::{Enqueued, LeakyBucket, OfferError, RecvError, RecvTimeoutError,
 pub use queue::{BoundedQueue, MAX_CAPACITY, PopError, PushError};
 pub use schedule::{LeakSchedule, LeakSlot};
 #[cfg(feature = "tokio")]
-pub use throttle::{Throttle, ThrottleError, TokioClock};
+pub use throttle::{Throttle, ThrottleError};
 
 use core::fmt;
 use core::time::Duration;

@@ -1,5 +1,5 @@
 //! [`Throttle`]: request handlers wait their turn, in FIFO order, and proceed at the
-//! leak rate; and [`TokioClock`], a clock that tokio's (pausable) time drives.
+//! leak rate.
 //!
 //! # Design, and why each property holds
 //!
@@ -61,51 +61,13 @@
 use core::fmt;
 use core::time::Duration;
 use weir_core::sync::{AtomicU64, CachePadded, Ordering};
-use weir_core::{Clock, Nanos, Quota};
+use weir_core::{Clock, Nanos, Quota, TokioClock};
 
 use crate::schedule::RawSlot;
 use crate::{BuildError, LeakSchedule, LeakSlot};
 
 #[cfg(doc)]
 use crate::LeakyBucket;
-
-/// A [`Clock`] read from tokio's time: [`tokio::time::Instant`] since the clock's
-/// creation. Under tokio's paused time (`#[tokio::test(start_paused = true)]`) it moves
-/// only as the runtime advances time, so throttles and async consumers can be tested
-/// to the nanosecond without sleeping.
-///
-/// ```
-/// use weir_core::Clock;
-/// use weir_leaky::TokioClock;
-///
-/// let clock = TokioClock::new();
-/// let t = clock.now();
-/// assert!(clock.now() >= t);
-/// ```
-#[derive(Debug, Clone, Copy)]
-pub struct TokioClock {
-    origin: tokio::time::Instant,
-}
-
-impl TokioClock {
-    /// A clock reading zero now.
-    pub fn new() -> Self {
-        Self { origin: tokio::time::Instant::now() }
-    }
-}
-
-impl Default for TokioClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Clock for TokioClock {
-    #[inline]
-    fn now(&self) -> Nanos {
-        Nanos::new(weir_core::nanos::duration_as_nanos_saturating(self.origin.elapsed()))
-    }
-}
 
 /// Why [`Throttle::acquire`] did not let a request through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -6,8 +6,8 @@ use core::fmt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use weir_core::{Clock, Quota};
-use weir_leaky::{BuildError, Throttle, ThrottleError, TokioClock};
+use weir_core::{Clock, Quota, TokioClock};
+use weir_leaky::{BuildError, Throttle, ThrottleError};
 
 /// Throttle mode for a [`Limit`](crate::Limit): each key gets a
 /// [`weir_leaky::Throttle`], so its requests proceed one per emission interval of

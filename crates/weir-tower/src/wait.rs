@@ -7,7 +7,7 @@
 //! request cannot be admitted by the deadline (the retry time is past it), rather
 //! than sleep to find out. The sleeps are tokio's, so under paused time
 //! (`#[tokio::test(start_paused = true)]`) a limiter on a
-//! [`TokioClock`](weir_leaky::TokioClock) is tested to the nanosecond without sleeping.
+//! [`TokioClock`](weir_core::TokioClock) is tested to the nanosecond without sleeping.
 //!
 //! **Order.** Plain waits are not ordered: a waiter woken at its retry time competes
 //! with requests arriving then (one that checks first takes the capacity; the waiter
@@ -20,9 +20,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use weir_core::{Limiter, Quota};
+//! use weir_core::{Limiter, Quota, TokioClock};
 //! use weir_gcra::Gcra;
-//! use weir_leaky::TokioClock;
 //! use weir_tower::wait::until_ready;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -269,9 +268,8 @@ where
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU64, Ordering};
-    use weir_core::{KeyedLimiter, Local, Policy, Quota, Snapshot};
+    use weir_core::{KeyedLimiter, Local, Policy, Quota, Snapshot, TokioClock};
     use weir_gcra::{GcraAlgorithm, GcraState};
-    use weir_leaky::TokioClock;
 
     /// One GCRA bucket per key, on tokio's clock.
     struct PerKey {
