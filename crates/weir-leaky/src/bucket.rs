@@ -25,10 +25,12 @@ macro_rules! bucket_struct {
         /// guarantees and a worked example.
         ///
         /// Consumers: [`try_recv`](Self::try_recv) (never waits),
-        /// [`recv`](Self::recv) / [`recv_timeout`](Self::recv_timeout) (block the
-        /// thread, `std`), [`recv_async`](Self::recv_async) /
-        /// [`recv_async_timeout`](Self::recv_async_timeout) (`tokio` feature). Any mix,
+        /// [`recv`][recv] / [`recv_timeout`][recv_timeout] (block the
+        /// thread, `std`), [`recv_async`][recv_async] /
+        /// [`recv_async_timeout`][recv_async_timeout] (`tokio` feature). Any mix,
         /// any number, share the bucket by reference (`&LeakyBucket`, `Arc<LeakyBucket>`).
+        ///
+        /// (The consumers of a feature that is off link to their docs.rs pages.)
         ///
         /// ```
         /// use std::time::Duration;
@@ -48,6 +50,27 @@ macro_rules! bucket_struct {
         /// assert_eq!(bucket.try_recv(), Err(TryRecvError::Empty));
         /// # Ok::<(), Box<dyn std::error::Error>>(())
         /// ```
+        ///
+        #[cfg_attr(feature = "std", doc = "[recv]: Self::recv")]
+        #[cfg_attr(feature = "std", doc = "[recv_timeout]: Self::recv_timeout")]
+        #[cfg_attr(
+            not(feature = "std"),
+            doc = "[recv]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv"
+        )]
+        #[cfg_attr(
+            not(feature = "std"),
+            doc = "[recv_timeout]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_timeout"
+        )]
+        #[cfg_attr(feature = "tokio", doc = "[recv_async]: Self::recv_async")]
+        #[cfg_attr(feature = "tokio", doc = "[recv_async_timeout]: Self::recv_async_timeout")]
+        #[cfg_attr(
+            not(feature = "tokio"),
+            doc = "[recv_async]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_async"
+        )]
+        #[cfg_attr(
+            not(feature = "tokio"),
+            doc = "[recv_async_timeout]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_async_timeout"
+        )]
         pub struct LeakyBucket<T, C $(= $default)?> {
             /// The items waiting to leave, in order.
             queue: BoundedQueue<T>,
@@ -172,6 +195,12 @@ impl std::error::Error for TryRecvError {}
 
 /// The bucket is closed and every item in it has been taken: [`LeakyBucket::recv`]
 /// will never return another item.
+///
+#[cfg_attr(feature = "std", doc = "[`LeakyBucket::recv`]: LeakyBucket::recv")]
+#[cfg_attr(
+    not(feature = "std"),
+    doc = "[`LeakyBucket::recv`]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv"
+)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RecvError;
 
@@ -185,6 +214,12 @@ impl fmt::Display for RecvError {
 impl std::error::Error for RecvError {}
 
 /// Why [`LeakyBucket::recv_timeout`] returned no item.
+///
+#[cfg_attr(feature = "std", doc = "[`LeakyBucket::recv_timeout`]: LeakyBucket::recv_timeout")]
+#[cfg_attr(
+    not(feature = "std"),
+    doc = "[`LeakyBucket::recv_timeout`]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_timeout"
+)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RecvTimeoutError {
     /// No item could leave by the deadline (none came, or the next leak slot is later).

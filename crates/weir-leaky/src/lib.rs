@@ -7,7 +7,7 @@
 //! | type | what |
 //! |---|---|
 //! | [`LeakyBucket<T>`](LeakyBucket) | the bucket: producers [`offer`](LeakyBucket::offer) items, any number of consumers take them at the leak rate (non-blocking, blocking, async) |
-//! | [`Throttle`] (`tokio`) | for request handlers: [`acquire`](Throttle::acquire)`.await` waits its turn in FIFO order, with deadlines and cancellation that leak nothing |
+//! | [`Throttle`] (`tokio`) | for request handlers: [`acquire`][Throttle::acquire]`.await` waits its turn in FIFO order, with deadlines and cancellation that leak nothing |
 //! | [`BoundedQueue<T>`](BoundedQueue) | the bucket's lock-free bounded MPMC ring (Vyukov), usable on its own |
 //! | [`LeakSchedule`] | the one-word schedule of leak slots all consumers share |
 //!
@@ -130,17 +130,46 @@
 //! # Features
 //!
 //! - `std` (default): blocking consumers ([`LeakyBucket::recv`]), the default
-//!   [`MonotonicClock`](weir_core::MonotonicClock), `std::error::Error` impls. Without it
+//!   [`MonotonicClock`], `std::error::Error` impls. Without it
 //!   the crate is `no_std` + `alloc`: the queue, the schedule, `offer` and `try_recv`.
 //! - `tokio`: async consumers ([`LeakyBucket::recv_async`]) and [`Throttle`]; it turns
-//!   on weir-core's `tokio` feature, whose
-//!   [`TokioClock`](weir_core::TokioClock) tests them under tokio's paused time.
-
+//!   on weir-core's `tokio` feature, whose [`TokioClock`] tests them under tokio's
+//!   paused time.
+//!
+//! The items of a feature that is off link to their docs.rs pages.
+//!
+#![cfg_attr(feature = "std", doc = "[`LeakyBucket::recv`]: LeakyBucket::recv")]
+#![cfg_attr(feature = "std", doc = "[`MonotonicClock`]: weir_core::MonotonicClock")]
+#![cfg_attr(
+    not(feature = "std"),
+    doc = "[`LeakyBucket::recv`]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv"
+)]
+#![cfg_attr(
+    not(feature = "std"),
+    doc = "[`MonotonicClock`]: https://docs.rs/weir-core/latest/weir_core/struct.MonotonicClock.html"
+)]
+#![cfg_attr(feature = "tokio", doc = "[`Throttle`]: Throttle")]
+#![cfg_attr(feature = "tokio", doc = "[Throttle::acquire]: Throttle::acquire")]
+#![cfg_attr(feature = "tokio", doc = "[`LeakyBucket::recv_async`]: LeakyBucket::recv_async")]
+#![cfg_attr(feature = "tokio", doc = "[`TokioClock`]: weir_core::TokioClock")]
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "[`Throttle`]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.Throttle.html"
+)]
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "[Throttle::acquire]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.Throttle.html#method.acquire"
+)]
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "[`LeakyBucket::recv_async`]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_async"
+)]
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "[`TokioClock`]: https://docs.rs/weir-core/latest/weir_core/struct.TokioClock.html"
+)]
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-// The docs link to the blocking and async consumers and the throttle, which exist only
-// with the `std` and `tokio` features.
-#![cfg_attr(not(feature = "tokio"), allow(rustdoc::broken_intra_doc_links))]
 
 extern crate alloc;
 #[cfg(any(feature = "std", loom, test))]

@@ -42,7 +42,11 @@
 //! - **No panic.** Time arithmetic saturates; a clock reading earlier than one already
 //!   used is treated as no time having passed.
 //!
-//! [`Throttle`]: crate::Throttle
+#![cfg_attr(feature = "tokio", doc = "[`Throttle`]: crate::Throttle")]
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "[`Throttle`]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.Throttle.html"
+)]
 
 use core::fmt;
 use core::time::Duration;
@@ -132,7 +136,7 @@ impl fmt::Debug for LeakSlot<'_> {
 /// number of claimers. See the [module docs](self).
 ///
 /// Most users want [`LeakyBucket`](crate::LeakyBucket) or
-/// [`Throttle`](crate::Throttle), which are built on it; it is public for callers
+/// [`Throttle`], which are built on it; it is public for callers
 /// that pace something else (a batch loop, say) with the same guarantees.
 ///
 /// ```
@@ -155,6 +159,12 @@ impl fmt::Debug for LeakSlot<'_> {
 /// assert_eq!((first.at(), third.at()), (Nanos::ZERO, Nanos::new(100_000_000)));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+#[cfg_attr(feature = "tokio", doc = "[`Throttle`]: crate::Throttle")]
+#[cfg_attr(
+    not(feature = "tokio"),
+    doc = "[`Throttle`]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.Throttle.html"
+)]
 pub struct LeakSchedule {
     /// The earliest time, in ticks since `origin`, the next slot may take: `T` after
     /// the latest slot claimed (and not given back), or 0. Grows by claims only;
