@@ -1,31 +1,91 @@
 //! weir: lock-free concurrent rate limiters for the hot path of high-throughput servers.
 //!
-//! This is the facade: it re-exports the shared contract ([`weir_core`]) and, behind
-//! features, each algorithm crate.
+//! This is the crate to add first. It names, at its root, the types every limiter
+//! shares (clocks, [`Quota`], [`Decision`], the [`Limiter`] and per-key traits, one
+//! [`Error`]), and each algorithm as a module behind a feature:
 //!
-//! | feature | crate | what |
+//! | feature | module | what |
 //! |---|---|---|
 //! | `gcra` (default) | [`gcra`] | token bucket in GCRA encoding: one atomic word, one CAS per admission; `LeasedGcra` for one limit hit by every core |
 //! | `window` (default) | [`window`] | fixed window, sliding counter, exact sliding log, striped sliding window |
 //! | `leaky` (default) | [`leaky`] | bounded MPMC queue drained at a constant rate: throttling by delay |
-//! | `tokio` | [`leaky`] | the leaky bucket's async consumers and the request throttle |
 //! | `keyed` (default) | [`keyed`] | per-key limiting: bounded memory, exact idle eviction, hot keys |
-//! | `std` (default) | | OS clocks ([`MonotonicClock`], [`CoarseClock`]) |
+//! | `std` (default) | | OS clocks ([`MonotonicClock`], [`InstantClock`], [`CoarseClock`]), `std::error::Error` impls; without it the crate is `no_std` + `alloc` |
+//! | `tokio` | [`leaky`] | the leaky bucket's async consumers, the request throttle, and [`TokioClock`] |
 //!
 //! ```
 //! use weir::{Quota, gcra::Gcra};
 //!
-//! let limiter = Gcra::new(Quota::per_second(50)?.with_burst(10)?);
+//! fn limiter() -> Result<Gcra, weir::Error> {
+//!     // 50 per second, at most 10 at once.
+//!     Ok(Gcra::new(Quota::per_second(50)?.with_burst(10)?))
+//! }
+//!
+//! let limiter = limiter()?;
 //! let decision = limiter.check();
 //! if decision.is_denied() {
 //!     println!("429, retry after {:?}", decision.retry_after());
 //! }
-//! # Ok::<(), weir::QuotaError>(())
+//! # Ok::<(), weir::Error>(())
 //! ```
+//!
+//! What the facade leaves out on purpose: the atomics facade, the limiter-declaring
+//! macro and the fixed-point time helpers that weir's crates share among themselves
+//! (they live in `weir-core`, and are not part of weir's stable surface).
+//!
+//! (Items of a feature that is off link to their docs.rs pages.)
+//!
 
 #![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+// Where the crate docs' links go: to the item when its feature is on, to docs.rs
+// (built with every feature) when it is off.
+#![cfg_attr(feature = "gcra", doc = "[`gcra`]: gcra")]
+#![cfg_attr(not(feature = "gcra"), doc = "[`gcra`]: https://docs.rs/weir/latest/weir/gcra/index.html")]
+#![cfg_attr(feature = "window", doc = "[`window`]: window")]
+#![cfg_attr(not(feature = "window"), doc = "[`window`]: https://docs.rs/weir/latest/weir/window/index.html")]
+#![cfg_attr(feature = "leaky", doc = "[`leaky`]: leaky")]
+#![cfg_attr(not(feature = "leaky"), doc = "[`leaky`]: https://docs.rs/weir/latest/weir/leaky/index.html")]
+#![cfg_attr(feature = "keyed", doc = "[`keyed`]: keyed")]
+#![cfg_attr(not(feature = "keyed"), doc = "[`keyed`]: https://docs.rs/weir/latest/weir/keyed/index.html")]
+#![cfg_attr(feature = "std", doc = "[`MonotonicClock`]: MonotonicClock")]
+#![cfg_attr(
+    not(feature = "std"),
+    doc = "[`MonotonicClock`]: https://docs.rs/weir/latest/weir/struct.MonotonicClock.html"
+)]
+#![cfg_attr(feature = "std", doc = "[`InstantClock`]: InstantClock")]
+#![cfg_attr(not(feature = "std"), doc = "[`InstantClock`]: https://docs.rs/weir/latest/weir/struct.InstantClock.html")]
+#![cfg_attr(feature = "std", doc = "[`CoarseClock`]: CoarseClock")]
+#![cfg_attr(not(feature = "std"), doc = "[`CoarseClock`]: https://docs.rs/weir/latest/weir/struct.CoarseClock.html")]
+#![cfg_attr(feature = "tokio", doc = "[`TokioClock`]: TokioClock")]
+#![cfg_attr(not(feature = "tokio"), doc = "[`TokioClock`]: https://docs.rs/weir/latest/weir/struct.TokioClock.html")]
 
-pub use weir_core::*;
+#[cfg(feature = "std")]
+extern crate std;
+
+mod error;
+
+pub use error::Error;
+
+// Time.
+#[cfg(all(feature = "std", not(loom)))]
+pub use weir_core::CoarseClock;
+#[cfg(feature = "std")]
+pub use weir_core::CoarseClockError;
+#[cfg(feature = "tokio")]
+pub use weir_core::TokioClock;
+pub use weir_core::{Clock, ManualClock, Nanos};
+#[cfg(feature = "std")]
+pub use weir_core::{InstantClock, MonotonicClock};
+
+// Quotas, decisions and the limiter traits.
+pub use weir_core::{Algorithm, Limiter, Retire};
+pub use weir_core::{Decision, DenyReason, InsufficientCapacity, Snapshot};
+pub use weir_core::{Quota, QuotaError};
+
+// The per-key contract and all-of checks.
+pub use weir_core::{AllOf, AllOfError, AllOfMembers};
+pub use weir_core::{AsyncKeyedLimiter, KeyedLimiter, Local, Policy};
 
 /// Token bucket in GCRA encoding (the `weir-gcra` crate).
 #[cfg(feature = "gcra")]

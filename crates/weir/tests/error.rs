@@ -1,0 +1,104 @@
+//! `weir::Error`: every weir error converts into it, prints as itself, and hands
+//! on its own cause.
+#![cfg(all(feature = "gcra", feature = "window", feature = "leaky", feature = "keyed"))]
+
+use std::error::Error as _;
+use std::time::Duration;
+use weir::Error;
+
+/// `?` from `E` into `weir::Error`.
+fn question_mark<E>(error: E) -> Result<(), Error>
+where
+    Error: From<E>,
+{
+    Err(error)?
+}
+
+/// Converts `error`, checks the message is the wrapped error's own, and returns it.
+fn converted<E: std::fmt::Display>(error: E) -> Error
+where
+    Error: From<E>,
+{
+    let message = error.to_string();
+    let converted = question_mark(error).unwrap_err();
+    assert_eq!(converted.to_string(), message);
+    converted
+}
+
+#[test]
+fn every_weir_error_converts_and_prints_as_itself() {
+    use weir::{AllOfError, CoarseClockError, InsufficientCapacity, QuotaError};
+
+    assert!(matches!(converted(QuotaError::ZeroCount), Error::Quota(QuotaError::ZeroCount)));
+    let e = InsufficientCapacity { requested: 3, capacity: 2 };
+    assert!(matches!(converted(e), Error::InsufficientCapacity(got) if got == e));
+    assert!(matches!(converted(AllOfError::NoMembers), Error::AllOf(AllOfError::NoMembers)));
+    assert!(matches!(converted(CoarseClockError::ZeroInterval), Error::CoarseClock(_)));
+
+    let e = weir::gcra::LeaseConfigError::ZeroStripes;
+    assert!(matches!(converted(e), Error::LeaseConfig(got) if got == e));
+    let e = weir::window::WindowError::ZeroStripes;
+    assert!(matches!(converted(e), Error::Window(got) if got == e));
+
+    let e = weir::leaky::BuildError::ZeroCapacity;
+    assert!(matches!(converted(e), Error::LeakyBuild(got) if got == e));
+    let e = weir::leaky::TryRecvError::Empty;
+    assert!(matches!(converted(e), Error::TryRecv(got) if got == e));
+    assert!(matches!(converted(weir::leaky::RecvError), Error::Recv(_)));
+    let e = weir::leaky::RecvTimeoutError::Timeout;
+    assert!(matches!(converted(e), Error::RecvTimeout(got) if got == e));
+    let e = weir::leaky::PopError::Closed;
+    assert!(matches!(converted(e), Error::Pop(got) if got == e));
+
+    let e = weir::keyed::KeyedConfigError::ZeroMaxKeys;
+    assert!(matches!(converted(e), Error::KeyedConfig(got) if got == e));
+    assert!(matches!(converted(weir::keyed::SweeperError::ZeroInterval), Error::Sweeper(_)));
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn a_throttle_error_converts() {
+    let e = weir::leaky::ThrottleError::TimedOut;
+    assert!(matches!(converted(e), Error::Throttle(got) if got == e));
+}
+
+#[test]
+fn an_offer_or_push_error_converts_without_its_item() {
+    use weir::leaky::{OfferError, PushError};
+
+    let retry_after = Duration::from_millis(100);
+    let e = OfferError::Full { item: String::from("request"), retry_after };
+    assert!(matches!(converted(e), Error::Offer(OfferError::Full { item: (), retry_after: r }) if r == retry_after));
+    assert!(matches!(converted(OfferError::Closed(7u32)), Error::Offer(OfferError::Closed(()))));
+    assert!(matches!(converted(PushError::Full(vec![1u8])), Error::Push(PushError::Full(()))));
+    assert!(matches!(converted(PushError::Closed('x')), Error::Push(PushError::Closed(()))));
+}
+
+#[test]
+fn the_source_is_the_wrapped_errors_own_cause() {
+    use weir::CoarseClockError;
+
+    // A cause-less error has none: its message is already the whole story.
+    assert!(Error::from(weir::QuotaError::ZeroPeriod).source().is_none());
+
+    // An error with a cause hands it on, so a reporter prints each message once.
+    let spawn = CoarseClockError::Spawn(std::io::Error::other("no threads left"));
+    let error = Error::from(spawn);
+    let source = error.source().expect("the I/O error");
+    assert_eq!(source.to_string(), "no threads left");
+    assert!(source.downcast_ref::<std::io::Error>().is_some());
+    assert!(error.to_string().contains("no threads left"));
+
+    let sweeper = weir::keyed::SweeperError::Spawn(std::io::Error::other("EAGAIN"));
+    assert_eq!(Error::from(sweeper).source().map(|e| e.to_string()).as_deref(), Some("EAGAIN"));
+}
+
+#[test]
+fn it_is_a_thread_safe_static_error() {
+    fn assert_error<E: std::error::Error + Send + Sync + 'static>() {}
+    assert_error::<Error>();
+
+    // So it boxes into the usual error types.
+    let boxed: Box<dyn std::error::Error + Send + Sync> = Error::from(weir::QuotaError::ZeroBurst).into();
+    assert_eq!(boxed.to_string(), weir::QuotaError::ZeroBurst.to_string());
+}
