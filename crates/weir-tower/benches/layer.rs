@@ -5,6 +5,7 @@
 //! ```text
 //! cargo bench -p weir-tower --bench layer            # 5 rounds of 200 000 requests per case
 //! cargo bench -p weir-tower --bench layer -- --quick # 5 rounds of 20 000
+//! cargo bench -p weir-tower --bench layer -- --serve 2 127.0.0.1:3000   # case 2 on a port, for wrk
 //! ```
 //!
 //! Each round runs every case once, in turn; a case's figure is its median over the
@@ -178,6 +179,21 @@ fn main() {
             expect: StatusCode::TOO_MANY_REQUESTS,
         },
     ];
+
+    if let Some(serve) = std::env::args().skip_while(|a| a != "--serve").nth(1) {
+        // One case on a loopback port, for a load generator in another process:
+        // `-- --serve 2 127.0.0.1:3000`, then `wrk -t2 -c32 -d10s http://127.0.0.1:3000/`.
+        let case = &cases[serve.parse::<usize>().expect("a case index")];
+        let addr = std::env::args().skip_while(|a| a != "--serve").nth(2).unwrap_or_else(|| "127.0.0.1:3000".into());
+        let server = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+        server.block_on(async {
+            let listener = tokio::net::TcpListener::bind(&addr).await.expect("the address");
+            eprintln!("{} on http://{addr}/", case.name);
+            let app = case.router.clone().into_make_service_with_connect_info::<SocketAddr>();
+            axum::serve(listener, app).await.expect("serve");
+        });
+        return;
+    }
 
     if let Some(only) = std::env::args().skip_while(|a| a != "--only").nth(1) {
         // One case, for a profiler: `-- --only 2`.

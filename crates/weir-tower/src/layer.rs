@@ -2,7 +2,7 @@
 
 use crate::key::Key;
 use crate::policy::{CompiledPolicy, Keys, MAX_LIMITS, Policy, Refusal, Verdict, compile};
-use crate::response::{BodyStyle, Denied, DenyBody, RateLimitHeaders, Rejection, ResponseBody, retry_after_secs};
+use crate::response::{BodyStyle, Denied, DenyBody, RateLimitHeaders, Rejection, retry_after_secs};
 use bytes::Bytes;
 use core::fmt;
 use core::future::Future;
@@ -362,13 +362,17 @@ impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
     }
 }
 
+/// The response body is the service's own: the middleware's answers (429, 400, 503)
+/// are made from [`Bytes`] (`axum::body::Body`, `http_body_util::Full<Bytes>` and
+/// `String` bodies all are), so a server sees one body type and boxes nothing.
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,
     ReqBody: Send + 'static,
+    ResBody: From<Bytes>,
 {
-    type Response = Response<ResponseBody<ResBody>>;
+    type Response = Response<ResBody>;
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqBody>;
 
@@ -483,8 +487,9 @@ impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
 impl<S, B, ResBody> Future for ResponseFuture<S, B>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
+    ResBody: From<Bytes>,
 {
-    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+    type Output = Result<Response<ResBody>, S::Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
@@ -495,15 +500,15 @@ where
                         Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                         Poll::Pending => return Poll::Pending,
                     };
-                    let (mut parts, body) = response.into_parts();
+                    let mut response = response;
                     if let Some(headers) = headers.take() {
-                        headers.write(&mut parts.headers);
+                        headers.write(response.headers_mut());
                     }
-                    return Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::inner(body))));
+                    return Poll::Ready(Ok(response));
                 }
                 StateProj::Rejected { response } => {
                     let response = response.take().unwrap_or_default();
-                    return Poll::Ready(Ok(response.map(ResponseBody::full)));
+                    return Poll::Ready(Ok(response.map(ResBody::from)));
                 }
                 StateProj::Deciding { deciding } => {
                     let Deciding { verdict, service, request, shared, policy } = &mut **deciding;
@@ -512,7 +517,7 @@ where
                         Poll::Pending => return Poll::Pending,
                     };
                     let (Some(mut service), Some((parts, body))) = (service.take(), request.take()) else {
-                        return Poll::Ready(Ok(Response::default().map(ResponseBody::full)));
+                        return Poll::Ready(Ok(Response::<Bytes>::default().map(ResBody::from)));
                     };
                     let next = match verdict {
                         Verdict::Allowed(headers) => {

@@ -115,7 +115,7 @@ pub use key::{Key, KeyKind, KeySource, MissingKey, User};
 pub use layer::{BuildError, LimitEvent, RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
 pub use policy::{Limit, MAX_LIMITS, Policy};
 pub use response::{
-    Denied, DenyBody, RATELIMIT, RATELIMIT_POLICY, Rejection, ResponseBody, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
+    Denied, DenyBody, RATELIMIT, RATELIMIT_POLICY, Rejection, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
     X_RATELIMIT_RESET,
 };
 pub use store::{Store, StoreError};

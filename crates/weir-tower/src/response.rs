@@ -3,11 +3,8 @@
 
 use bytes::Bytes;
 use core::fmt::Write as _;
-use core::pin::Pin;
-use core::task::{Context, Poll};
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
-use http_body::{Body, Frame, SizeHint};
 use std::sync::Arc;
 use std::time::Duration;
 use weir_core::Decision;
@@ -273,20 +270,25 @@ fn problem_json(type_uri: &str, denied: &Denied<'_>) -> Bytes {
         Rejection::Unidentified => ("Client Not Identified", "The request does not say which client it is from."),
         Rejection::Unavailable => ("Rate Limiter Unavailable", "The rate limiter could not decide; try again."),
     };
-    let mut out = String::with_capacity(256);
+    let mut out = String::with_capacity(160 + type_uri.len() + denied.policy.len() + denied.quota.len());
+    let mut buf = [0u8; 20];
     out.push_str("{\"type\":");
     json_string(&mut out, type_uri);
-    out.push_str(",\"title\":");
-    json_string(&mut out, title);
-    let _ = write!(out, ",\"status\":{}", status.as_u16());
-    out.push_str(",\"detail\":");
-    match denied.retry_after_secs {
-        Some(secs) => {
-            let unit = if secs == 1 { "second" } else { "seconds" };
-            json_string(&mut out, &format!("{detail} Retry after {secs} {unit}."));
-            let _ = write!(out, ",\"retry_after\":{secs}");
-        }
-        None => json_string(&mut out, detail),
+    out.push_str(",\"title\":\"");
+    out.push_str(title);
+    out.push_str("\",\"status\":");
+    out.push_str(status.as_str());
+    out.push_str(",\"detail\":\"");
+    out.push_str(detail);
+    if let Some(secs) = denied.retry_after_secs {
+        let secs_digits = core::str::from_utf8(digits(secs, &mut buf)).unwrap_or("1");
+        out.push_str(" Retry after ");
+        out.push_str(secs_digits);
+        out.push_str(if secs == 1 { " second.\"" } else { " seconds.\"" });
+        out.push_str(",\"retry_after\":");
+        out.push_str(secs_digits);
+    } else {
+        out.push('"');
     }
     if !denied.policy.is_empty() {
         out.push_str(",\"policy\":");
@@ -303,6 +305,11 @@ fn problem_json(type_uri: &str, denied: &Denied<'_>) -> Bytes {
 /// `s` as a JSON string.
 pub(crate) fn json_string(out: &mut String, s: &str) {
     out.push('"');
+    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -317,74 +324,6 @@ pub(crate) fn json_string(out: &mut String, s: &str) {
         }
     }
     out.push('"');
-}
-
-pin_project_lite::pin_project! {
-    /// The body of a response through the middleware: the service's own, or the
-    /// middleware's rejection.
-    #[project = BodyProj]
-    pub struct ResponseBody<B> {
-        #[pin]
-        inner: Kind<B>,
-    }
-}
-
-pin_project_lite::pin_project! {
-    #[project = KindProj]
-    enum Kind<B> {
-        Inner { #[pin] body: B },
-        Full { data: Option<Bytes> },
-    }
-}
-
-impl<B> ResponseBody<B> {
-    /// The service's body, passed through.
-    pub fn inner(body: B) -> Self {
-        Self { inner: Kind::Inner { body } }
-    }
-
-    /// A whole body of the middleware's.
-    pub fn full(data: Bytes) -> Self {
-        Self { inner: Kind::Full { data: (!data.is_empty()).then_some(data) } }
-    }
-}
-
-impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
-    type Data = Bytes;
-    type Error = B::Error;
-
-    #[inline]
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        match self.project().inner.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
-            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-        }
-    }
-
-    #[inline]
-    fn is_end_stream(&self) -> bool {
-        match &self.inner {
-            Kind::Inner { body } => body.is_end_stream(),
-            Kind::Full { data } => data.is_none(),
-        }
-    }
-
-    #[inline]
-    fn size_hint(&self) -> SizeHint {
-        match &self.inner {
-            Kind::Inner { body } => body.size_hint(),
-            Kind::Full { data } => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
-        }
-    }
-}
-
-impl<B> core::fmt::Debug for ResponseBody<B> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match &self.inner {
-            Kind::Inner { .. } => f.write_str("ResponseBody::Inner"),
-            Kind::Full { data } => write!(f, "ResponseBody::Full({} bytes)", data.as_ref().map_or(0, Bytes::len)),
-        }
-    }
 }
 
 #[cfg(test)]
