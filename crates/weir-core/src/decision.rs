@@ -40,7 +40,11 @@ impl Snapshot {
         self.limit
     }
 
-    /// How many single requests would be admitted right now, back to back.
+    /// How many units one request could take right now: `check_n(remaining)` would
+    /// be admitted. For every quota up to 16 million per second this is also how
+    /// many single requests would be admitted back to back; for byte rates above it,
+    /// where each call is charged at least a whole tick (see
+    /// [`Quota`](crate::Quota)'s "Precision"), fewer single-unit calls fit.
     #[inline]
     pub const fn remaining(&self) -> u64 {
         self.left / self.unit

@@ -49,9 +49,17 @@ const MAX_UNITS_PER_TICK: u128 = 1_000_000;
 ///   worth of capacity (`n ≥ 1000 / T` in ticks: 19 bytes at 300 MB/s, 157 at
 ///   2.5 GB/s, 6 250 at 100 GB/s) is within 0.1%, over any horizon; smaller calls
 ///   are charged more than their share (never less), so they can only be admitted
-///   less. A fraction of a tick per call is the finest a 64-bit state can carry:
+///   less. Above 16 × 10⁹ per second (under one tick per unit) the bucket itself is
+///   rounded up to a tick, so several calls together may take up to one tick's
+///   worth more than the burst; the burst must therefore hold at least 1000 ticks
+///   (62.5 ns) of capacity ([`QuotaError::BurstTooShort`]), which keeps that under
+///   0.1%. Refunds credit `n × T` rounded *down* ([`credit_ticks`]), so giving back
+///   part of a call never creates capacity. A fraction of a tick per call is the
+///   finest a 64-bit state can carry:
 ///   at 100 GB/s, a single byte is 1/6 of a tick, and the bytes of 6 years
 ///   already outnumber 2⁶⁴.
+///
+/// [`credit_ticks`]: Quota::credit_ticks
 ///
 /// ```
 /// use weir_core::{Quota, QuotaError};
@@ -145,12 +153,19 @@ impl Quota {
             return Err(QuotaError::ZeroBurst);
         }
         let quota = Self { burst, ..self };
-        match quota.cost_ticks_wide(burst) {
-            Some(tolerance) if tolerance <= MAX_TOLERANCE_TICKS as u128 => {
-                Ok(Self { tolerance_ticks: tolerance as u64, ..quota })
-            }
-            _ => Err(QuotaError::TooLong { count: self.count, period: self.period(), burst }),
+        let tolerance = match quota.cost_ticks_wide(burst) {
+            Some(tolerance) if tolerance <= MAX_TOLERANCE_TICKS as u128 => tolerance as u64,
+            _ => return Err(QuotaError::TooLong { count: self.count, period: self.period(), burst }),
+        };
+        // Below one tick per unit, the bucket (rounded up to a tick) can hold up to a
+        // tick's worth of units more than the burst: keep that under 0.1%.
+        let period_ticks = self.period_ns as u128 * ticks::PER_NANO as u128;
+        if self.exact_ratio != 0 && period_ticks < self.count as u128 && tolerance < WHOLE_TICK_INTERVAL as u64 {
+            let min_burst = (WHOLE_TICK_INTERVAL * self.count as u128).div_ceil(period_ticks);
+            let min_burst = if min_burst > u64::MAX as u128 { u64::MAX } else { min_burst as u64 };
+            return Err(QuotaError::BurstTooShort { count: self.count, period: self.period(), burst, min_burst });
         }
+        Ok(Self { tolerance_ticks: tolerance, ..quota })
     }
 
     /// Requests per period.
@@ -214,6 +229,26 @@ impl Quota {
         match (n as u128).checked_mul(period_ticks) {
             Some(product) => Some(product.div_ceil(self.count as u128)),
             None => None,
+        }
+    }
+
+    /// What giving back `n` units credits, in ticks: never more than any call that
+    /// took them was charged for them (`n` intervals rounded *down* where
+    /// [`cost_ticks`](Self::cost_ticks) rounds up), so a refund of part of a call
+    /// cannot create capacity.
+    #[inline]
+    pub const fn credit_ticks(&self, n: u64) -> u64 {
+        if self.exact_ratio == 0 {
+            n.saturating_mul(self.interval_ticks)
+        } else {
+            let period_ticks = self.period_ns as u128 * ticks::PER_NANO as u128;
+            match (n as u128).checked_mul(period_ticks) {
+                Some(product) => {
+                    let ticks = product / self.count as u128;
+                    if ticks > u64::MAX as u128 { u64::MAX } else { ticks as u64 }
+                }
+                None => u64::MAX,
+            }
         }
     }
 
@@ -313,6 +348,18 @@ pub enum QuotaError {
         /// Requested period.
         period: Duration,
     },
+    /// Above 16 × 10⁹ per second, the burst holds less than 1000 ticks (62.5 ns) of
+    /// capacity, too little for weir to keep it to 0.1% (see `Quota`'s "Precision").
+    BurstTooShort {
+        /// Requested count.
+        count: u64,
+        /// Requested period.
+        period: Duration,
+        /// Requested burst.
+        burst: u64,
+        /// The smallest burst accepted at this rate.
+        min_burst: u64,
+    },
     /// Refilling the burst (`burst × period / count`) would take longer than about
     /// 9.1 years, the span weir's time arithmetic covers.
     TooLong {
@@ -335,6 +382,11 @@ impl fmt::Display for QuotaError {
                 f,
                 "{count} per {period:?} is faster than weir can enforce to within 0.1% \
                  (1.6 × 10^16 per second); count in larger units (kilobytes, not bytes)"
+            ),
+            Self::BurstTooShort { count, period, burst, min_burst } => write!(
+                f,
+                "a burst of {burst} at {count} per {period:?} holds less than 62.5 ns of capacity, \
+                 too little to enforce to within 0.1%; use a burst of at least {min_burst}"
             ),
             Self::TooLong { count, period, burst } => write!(
                 f,
@@ -414,6 +466,35 @@ mod tests {
         let link = Quota::per_second(300_000_000).unwrap();
         assert_eq!(link.cost(1_500), Some(Duration::from_micros(5)));
         assert_eq!(link.cost(300_000_001), None, "more than the burst never fits");
+    }
+
+    #[test]
+    fn a_burst_under_a_tick_per_unit_must_hold_62_5_ns() {
+        // 100 GB/s: 0.16 tick per byte; a burst of 7 bytes is 1.12 ticks, rounded up to
+        // 2, which several calls could overshoot by 6 bytes: refused.
+        let fast = Quota::per_second(100_000_000_000).unwrap();
+        let e = fast.with_burst(7).unwrap_err();
+        assert!(matches!(e, QuotaError::BurstTooShort { burst: 7, min_burst: 6_250, .. }), "{e:?}");
+        assert!(e.to_string().contains("at least 6250"), "{e}");
+        assert!(fast.with_burst(6_250).is_ok());
+        // One tick per unit or slower: exact, any burst.
+        assert!(Quota::per_second(16_000_000_000).unwrap().with_burst(1).is_ok());
+        assert!(Quota::per_second(300_000_000).unwrap().with_burst(1).is_ok());
+    }
+
+    #[test]
+    fn a_credit_never_exceeds_what_any_call_was_charged_for_the_same_units() {
+        for count in [300_000_000u64, 2_500_000_000, 100_000_000_000, 7, 1_000] {
+            let q = Quota::per_second(count).unwrap();
+            for (charged, given_back) in [(6u64, 1u64), (1_500, 1_499), (7, 3), (1, 1)] {
+                // Net charge of a call of `charged` with `given_back` refunded covers
+                // the units kept.
+                let net = q.cost_ticks(charged) - q.credit_ticks(given_back);
+                assert!(net >= q.credit_ticks(charged - given_back), "{count}/s: {charged} - {given_back}");
+                let exact = (charged - given_back) as f64 * 16e9 / count as f64;
+                assert!(net as f64 >= exact - 1e-6, "{count}/s: net {net} < {exact}");
+            }
+        }
     }
 
     #[test]

@@ -99,3 +99,23 @@ fn a_leased_byte_rate_stays_within_its_bound() {
         assert!(admitted as f64 >= exact * 0.99, "{rate}/s: only {admitted} of {exact}");
     }
 }
+
+/// Above one unit per tick, many small calls at one instant take at most the burst
+/// plus one tick's worth (< 1/T units), which the smallest accepted burst keeps under
+/// 0.1%.
+#[test]
+fn small_calls_at_one_instant_stay_within_a_tenth_of_a_percent_of_the_burst() {
+    for (rate, burst) in
+        [(100_000_000_000u64, 6_250u64), (100_000_000_000, 100_000), (1_000_000_000_000_000, 62_500_000)]
+    {
+        for n in [1u64, 6, 7, 1_500] {
+            let quota = Quota::per_second(rate).unwrap().with_burst(burst).unwrap();
+            let limiter = Gcra::with_clock(quota, ManualClock::new());
+            let mut admitted = 0;
+            while admitted <= 2 * burst && limiter.check_n(n).unwrap().is_allowed() {
+                admitted += n;
+            }
+            assert!(admitted as f64 <= burst as f64 * 1.001, "{rate}/s, burst {burst}, calls of {n}: {admitted}");
+        }
+    }
+}
