@@ -1,16 +1,49 @@
 //! Clocks: where limiters read the time.
 //!
-//! | clock | read cost (2-core dev VM, see BENCHMARKS.md) | precision | use it for |
+//! | clock | a reading costs | precision | use it for |
 //! |---|---|---|---|
-//! | [`MonotonicClock`] | one TSC read and a multiply | nanoseconds | the default |
-//! | [`InstantClock`] | one `clock_gettime` (vDSO) | nanoseconds | when the TSC is not trusted |
-//! | [`CoarseClock`] | one atomic load | the upkeep interval you choose (plus scheduling delay) | the hottest paths |
-//! | [`ManualClock`] | one atomic load | exactly what the test sets | tests, simulations |
-//! | `TokioClock` (`tokio` feature) | one `tokio::time::Instant` read | nanoseconds; under paused time, exactly the runtime's time | limiters tested under tokio's paused time |
+//! | [`MonotonicClock`] | one TSC read and a multiply (1×) | nanoseconds | the default |
+//! | [`InstantClock`] | one `clock_gettime` (vDSO), about 3× | nanoseconds | when the TSC is not trusted |
+//! | [`CoarseClock`] | one atomic load, about 1/35× | the upkeep interval you choose (plus scheduling delay) | the hottest paths |
+//! | [`ManualClock`] | one atomic load, about 1/20× | exactly what the test sets | tests, simulations |
+//! | [`TokioClock`] (`tokio`) | one `tokio::time::Instant` read | nanoseconds; under paused time, exactly the runtime's time | limiters tested under tokio's paused time |
 //! | [`Nanos`] | none | frozen | explicit time (`check_n(state, n, &now)`) |
+//!
+//! The costs are ratios to a [`MonotonicClock`] reading, measured on x86-64 with an
+//! invariant TSC (BENCHMARKS.md has the figures and the machine). With the precise
+//! clocks the reading is most of what an uncontended check costs; that is what the
+//! coarse clock is for.
 //!
 //! Every limiter in weir is generic over its clock, so every behaviour can be tested
 //! without sleeping.
+//!
+//! (Clocks of a feature that is off link to their docs.rs pages.)
+//!
+#![cfg_attr(feature = "std", doc = "[`MonotonicClock`]: MonotonicClock")]
+#![cfg_attr(feature = "std", doc = "[`InstantClock`]: InstantClock")]
+#![cfg_attr(all(feature = "std", not(loom)), doc = "[`CoarseClock`]: CoarseClock")]
+#![cfg_attr(feature = "alloc", doc = "[`ManualClock`]: ManualClock")]
+#![cfg_attr(feature = "tokio", doc = "[`TokioClock`]: TokioClock")]
+#![cfg_attr(
+    not(feature = "std"),
+    doc = "[`MonotonicClock`]: https://docs.rs/weir-core/latest/weir_core/struct.MonotonicClock.html"
+)]
+#![cfg_attr(
+    not(feature = "std"),
+    doc = "[`InstantClock`]: https://docs.rs/weir-core/latest/weir_core/struct.InstantClock.html"
+)]
+#![cfg_attr(
+    not(all(feature = "std", not(loom))),
+    doc = "[`CoarseClock`]: https://docs.rs/weir-core/latest/weir_core/struct.CoarseClock.html"
+)]
+#![cfg_attr(
+    not(feature = "alloc"),
+    doc = "[`ManualClock`]: https://docs.rs/weir-core/latest/weir_core/struct.ManualClock.html"
+)]
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "[`TokioClock`]: https://docs.rs/weir-core/latest/weir_core/struct.TokioClock.html"
+)]
 
 use crate::Nanos;
 
@@ -159,10 +192,11 @@ mod os {
     /// counter, through [`quanta`](https://docs.rs/quanta), scaled by a calibration made
     /// once per process.
     ///
-    /// Chosen over [`InstantClock`] because it is cheaper to read on x86-64 with an
-    /// invariant TSC; the measurement is in BENCHMARKS.md ("Clocks"). Where the TSC
-    /// is unusable quanta falls back to the OS clock by itself. All `MonotonicClock`s
-    /// of a process share one origin, the first one's creation.
+    /// A reading costs about a third of an [`InstantClock`] reading on x86-64 with an
+    /// invariant TSC (the measurement behind the choice is in
+    /// [DESIGN.md](https://github.com/weir-rs/weir/blob/main/DESIGN.md#the-default-clock-the-tsc-through-quanta)).
+    /// Where the TSC is unusable quanta falls back to the OS clock by itself. All
+    /// `MonotonicClock`s of a process share one origin, the first one's creation.
     #[derive(Clone)]
     pub struct MonotonicClock {
         clock: quanta::Clock,
@@ -298,9 +332,9 @@ mod os {
         /// look up to `L` longer to the limiter than it was (lagging by `L` at its start
         /// and by nothing at its end): in any real interval the limiter admits at most
         /// what the precise clock would in an interval `L` longer, i.e. at most
-        /// `L × rate` more. Over long runs the rate is the same. (`weir-bench accuracy`
-        /// measured +0.76% over 0.5 s at 100 000/s on a VM whose upkeep thread was
-        /// delayed about 4 ms by load.) Readings never go backwards.
+        /// `L × rate` more. Over long runs the rate is the same. Readings never go
+        /// backwards.
+        ///
         /// Every `CoarseClock` in a process reads one cached time (so the read is a single
         /// load from a static, no pointer to follow); with several upkeep intervals asked
         /// for, the shortest is used. Its origin is [`MonotonicClock`]'s, so the two clocks'

@@ -1,5 +1,27 @@
 //! The shared contract of the weir rate limiters.
 //!
+//! **What to use when.** To limit requests, depend on the `weir` crate: it re-exports
+//! what a program needs from here (clocks, quotas, decisions, the traits) next to the
+//! algorithms. Depend on `weir-core` itself to write an algorithm, a per-key store or
+//! middleware that works with any weir limiter.
+//!
+//! ```
+//! use std::time::Duration;
+//! use weir_core::{Clock, ManualClock, Nanos, Quota, QuotaError};
+//!
+//! // "100 per minute, at most 20 at once". Invalid input is a typed error at
+//! // construction, never a panic later.
+//! let quota = Quota::per_minute(100)?.with_burst(20)?;
+//! assert_eq!((quota.count(), quota.burst()), (100, 20));
+//! assert_eq!(Quota::per_second(0), Err(QuotaError::ZeroCount));
+//!
+//! // Every limiter is generic over its clock; tests move time by hand.
+//! let clock = ManualClock::new();
+//! clock.advance(Duration::from_millis(600));
+//! assert_eq!(clock.now(), Nanos::new(600_000_000));
+//! # Ok::<(), QuotaError>(())
+//! ```
+//!
 //! Every weir algorithm crate builds on these pieces, so that per-key stores, HTTP
 //! middleware, the Redis back end and the benchmarks treat all algorithms alike:
 //!
@@ -15,14 +37,40 @@
 //! - [`AllOf`] (`alloc`): several quotas at once (per minute, per day, a burst), a
 //!   request denied by one consuming nothing from the others;
 //! - [`QuotaCell`]: a quota replaced at run time while checks read it lock-free;
-//! - [`sync`]: the one module weir's crates take atomics from (loom's under `cfg(loom)`).
+//! - [`sync`]: the one module weir's crates take atomics from (loom's under `cfg(loom)`);
+//!   for weir's own crates, not part of what the `weir` facade offers users.
 //!
 //! With the `tokio` feature, [`TokioClock`] reads tokio's (pausable) time, so any
 //! limiter can be tested under `#[tokio::test(start_paused = true)]`.
 //!
 //! `no_std`: without the default `std` feature the crate needs only `core` (and `alloc`
-//! with the `alloc` feature, for [`ManualClock`]). The OS clocks need `std`.
-
+//! with the `alloc` feature, for [`ManualClock`] and [`AllOf`]). The OS clocks need
+//! `std`.
+//!
+//! (Items of a feature that is off link to their docs.rs pages.)
+//!
+#![cfg_attr(feature = "std", doc = "[`MonotonicClock`]: MonotonicClock")]
+#![cfg_attr(all(feature = "std", not(loom)), doc = "[`CoarseClock`]: CoarseClock")]
+#![cfg_attr(feature = "alloc", doc = "[`ManualClock`]: ManualClock")]
+#![cfg_attr(feature = "alloc", doc = "[`AllOf`]: AllOf")]
+#![cfg_attr(feature = "tokio", doc = "[`TokioClock`]: TokioClock")]
+#![cfg_attr(
+    not(feature = "std"),
+    doc = "[`MonotonicClock`]: https://docs.rs/weir-core/latest/weir_core/struct.MonotonicClock.html"
+)]
+#![cfg_attr(
+    not(all(feature = "std", not(loom))),
+    doc = "[`CoarseClock`]: https://docs.rs/weir-core/latest/weir_core/struct.CoarseClock.html"
+)]
+#![cfg_attr(
+    not(feature = "alloc"),
+    doc = "[`ManualClock`]: https://docs.rs/weir-core/latest/weir_core/struct.ManualClock.html"
+)]
+#![cfg_attr(not(feature = "alloc"), doc = "[`AllOf`]: https://docs.rs/weir-core/latest/weir_core/struct.AllOf.html")]
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "[`TokioClock`]: https://docs.rs/weir-core/latest/weir_core/struct.TokioClock.html"
+)]
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -51,12 +51,11 @@
 //!   request comes for it before its time has passed (the throttle was idle then) is
 //!   it dropped, unused.
 //!
-//! Why not the bucket's lock-free ring for the line? A waiting request can be cancelled
-//! at any moment, and a ring cannot remove an entry from its middle: a cancelled entry
-//! would keep its place (and the capacity it holds) until the line reached it. tokio's
-//! waiter list removes a cancelled waiter in O(1), under a lock that lives off the check
-//! path (waiting is, by definition, not the hot path). A request that finds the line
-//! empty and its slot due takes the uncontended lock and returns without waiting.
+//! **Cost.** The line's lock lives off the check path (waiting is, by definition, not
+//! the hot path): a request that finds the line empty and its slot due takes the
+//! uncontended lock and returns without waiting. Why the line is a lock and not the
+//! bucket's lock-free ring is in
+//! [DESIGN.md](https://github.com/weir-rs/weir/blob/main/DESIGN.md#the-throttles-line-a-lock-not-the-ring).
 
 use core::fmt;
 use core::time::Duration;
