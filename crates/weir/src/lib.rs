@@ -115,3 +115,30 @@ pub mod keyed {
 #[doc = include_str!("../../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// What weir's crates share among themselves is not part of the facade: each of
+/// these fails to compile.
+///
+/// ```compile_fail
+/// use weir::sync::Backoff; // the atomics facade
+/// ```
+///
+/// ```compile_fail
+/// use weir::single_limiter; // the macro that declares a limiter type
+/// ```
+///
+/// ```compile_fail
+/// use weir::ticks; // fixed-point time arithmetic
+/// ```
+///
+/// ```compile_fail
+/// use weir::QuotaCell; // the lock-free quota slot of the algorithms
+/// ```
+///
+/// What a user names does compile:
+///
+/// ```
+/// use weir::{AllOf, Clock, Decision, Error, KeyedLimiter, Limiter, ManualClock, Nanos, Quota, Snapshot};
+/// ```
+#[cfg(doctest)]
+pub struct InternalsAreNotExported;
