@@ -264,14 +264,15 @@ impl GcraAlgorithm {
     }
 
     /// Gives back `n` units of capacity taken from `state` but not used, never beyond
-    /// a full bucket. `n` greater than the burst is an error: no single check could
-    /// have taken it.
+    /// a full bucket: `n × T` rounded down ([`Quota::credit_ticks`]), so that a call
+    /// given back in pieces never credits more than it was charged. `n` greater than
+    /// the burst is an error: no single check could have taken it.
     pub fn refund<C: Clock + ?Sized>(&self, state: &GcraState, n: u64, clock: &C) -> Result<(), InsufficientCapacity> {
         let quota = self.quota.load();
         if n > quota.burst() {
             return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
         }
-        self.refund_ticks(state, quota.cost_ticks(n), clock);
+        self.refund_ticks(state, quota.credit_ticks(n), clock);
         Ok(())
     }
 

@@ -119,3 +119,23 @@ fn small_calls_at_one_instant_stay_within_a_tenth_of_a_percent_of_the_burst() {
         }
     }
 }
+
+/// Above one unit per tick a call is charged a whole number of ticks, rounded up
+/// (7 bytes at 100 GB/s: 1.12 ticks, charged 2); a refund of part of it credits its
+/// units rounded down, so giving back a call in pieces never credits more than the
+/// call was charged, and the refunded units are all that can come back.
+#[test]
+fn refunds_in_small_pieces_never_create_capacity() {
+    let quota = Quota::per_second(100_000_000_000).unwrap().with_burst(6_250).unwrap();
+    let limiter = Gcra::with_clock(quota, ManualClock::new());
+    let admission = limiter.check_n(6_250).unwrap();
+    assert!(admission.is_allowed());
+    for _ in 0..1_000 {
+        limiter.refund(1).unwrap();
+    }
+    let mut admitted = 0;
+    while admitted <= 6_250 && limiter.check_n(100).unwrap().is_allowed() {
+        admitted += 100;
+    }
+    assert!(admitted <= 1_000, "1000 bytes refunded one at a time, then {admitted} admitted in calls of 100");
+}

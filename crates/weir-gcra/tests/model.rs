@@ -46,6 +46,12 @@ impl Model {
         let (period, count, whole) = self.charging();
         if whole { n as i128 * ((period + count - 1) / count) } else { (n as i128 * period + count - 1) / count }
     }
+    /// What a refund of `n` credits: as charged for whole ticks; rounded down
+    /// (never more than any call was charged for the units) for exact charging.
+    fn credit(&self, n: u64) -> i128 {
+        let (period, count, whole) = self.charging();
+        if whole { n as i128 * ((period + count - 1) / count) } else { n as i128 * period / count }
+    }
     fn tolerance(&self) -> i128 {
         self.cost(self.quota.burst())
     }
@@ -80,7 +86,7 @@ impl Model {
         if n > self.quota.burst() {
             return false;
         }
-        self.used = (self.used - self.cost(n)).max(0);
+        self.used = (self.used - self.credit(n)).max(0);
         true
     }
 }
