@@ -40,11 +40,18 @@ fn quota(burst: u64) -> Quota {
     }
 }
 
-fn run(algorithm: &GcraAlgorithm, state: &GcraState, op: Op) -> Outcome {
+/// Runs `op`; a refund gives back `n` of the thread's `last` decision (through
+/// [`Algorithm::refund`]: nothing if that decision was a denial).
+fn run(algorithm: &GcraAlgorithm, state: &GcraState, op: Op, last: &mut Option<Decision>) -> Outcome {
     match op {
-        Op::Check { n, at } => Outcome::Decided(algorithm.check_n(state, n, &Nanos::new(at)).unwrap()),
+        Op::Check { n, at } => {
+            let decision = algorithm.check_n(state, n, &Nanos::new(at)).unwrap();
+            *last = Some(decision);
+            Outcome::Decided(decision)
+        }
         Op::Refund { n, at } => {
-            algorithm.refund(state, n, &Nanos::new(at)).unwrap();
+            let admission = last.expect("a refund follows a check");
+            Algorithm::refund(algorithm, state, n, &admission, &Nanos::new(at)).unwrap();
             Outcome::Done
         }
         Op::SetQuota { burst } => {
@@ -94,9 +101,14 @@ fn assert_linearizable(burst: u64, threads: Vec<Vec<Op>>) {
         let clock = Arc::new(RealTime::new());
         let handles: Vec<_> = (0..threads.len())
             .map(|t| {
-                let (algorithm, state, threads, clock) = (algorithm.clone(), state.clone(), threads.clone(), clock.clone());
+                let (algorithm, state, threads, clock) =
+                    (algorithm.clone(), state.clone(), threads.clone(), clock.clone());
                 thread::spawn(move || {
-                    threads[t].iter().map(|&op| clock.time(|| run(&algorithm, &state, op))).collect::<Vec<_>>()
+                    let mut last = None;
+                    threads[t]
+                        .iter()
+                        .map(|&op| clock.time(|| run(&algorithm, &state, op, &mut last)))
+                        .collect::<Vec<_>>()
                 })
             })
             .collect();
@@ -109,13 +121,20 @@ fn assert_linearizable(burst: u64, threads: Vec<Vec<Op>>) {
             let mut reference = Reference { tat: 0 };
             let mut next = vec![0; threads.len()];
             let mut current = quota(burst);
+            // Whether each thread's last check was admitted (what its refund gives back).
+            let mut admitted = vec![false; threads.len()];
             for (t, op) in history {
                 let observed = seen[t][next[t]];
                 next[t] += 1;
                 let ok = match (op, observed) {
-                    (Op::Check { n, at }, Outcome::Decided(d)) => reference.check(quota(d.limit()), n, at) == d,
+                    (Op::Check { n, at }, Outcome::Decided(d)) => {
+                        admitted[t] = d.is_allowed();
+                        reference.check(quota(d.limit()), n, at) == d
+                    }
                     (Op::Refund { n, at }, Outcome::Done) => {
-                        reference.refund(current, n, at);
+                        if admitted[t] {
+                            reference.refund(current, n, at);
+                        }
                         true
                     }
                     (Op::SetQuota { burst }, Outcome::Done) => {
@@ -161,12 +180,15 @@ fn concurrent_checks_at_different_times() {
 
 #[test]
 fn refund_racing_with_checks() {
+    // The refunding thread is spawned last, so that loom interleaves the others'
+    // checks between its check and its refund. Its refund gives back 2 if its check
+    // was admitted, nothing if it was denied.
     assert_linearizable(
         3,
         vec![
-            vec![Op::Check { n: 2, at: 0 }, Op::Refund { n: 2, at: 0 }],
             vec![Op::Check { n: 2, at: 0 }],
             vec![Op::Check { n: 1, at: 0 }],
+            vec![Op::Check { n: 2, at: 0 }, Op::Refund { n: 2, at: 0 }],
         ],
     );
 }

@@ -4,7 +4,8 @@
 //! burst); with a manual clock moving during the checks (loom sees its every read),
 //! every window of time admits within the documented bound; a quota change revokes
 //! the leases granted before it, so nothing priced under the old quota is spent
-//! after it.
+//! after it; a refund racing with checks at a frozen clock gives back exactly what
+//! it took.
 #![cfg(loom)]
 
 use loom::sync::Arc;
@@ -53,6 +54,35 @@ fn two_threads_on_one_stripe_race_to_claim_and_install() {
 fn near_the_limit_the_stripes_share_the_last_permits_exactly() {
     // Burst 3, leases shrink to 1: exactly 3 of the 4 checks are admitted.
     frozen(3, 2, 4, &[&[0, 0], &[1, 1]]);
+}
+
+#[test]
+fn a_refund_racing_with_checks_on_its_stripe_creates_and_loses_nothing() {
+    // Burst 4 on one stripe, leases of up to 2; the clock is frozen, so a refund
+    // gives back all it is asked for. The refunding thread is spawned last, so that
+    // loom interleaves the other's checks (claims, refills, spends) with its steps.
+    loom::model(|| {
+        let l = Arc::new(LeasedGcra::with_clock(quota(4), config(1, 2), Nanos::new(0)));
+        let other = {
+            let l = l.clone();
+            thread::spawn(move || (0..2).filter(|_| l.check_on(0, 1).unwrap().is_allowed()).count() as u64)
+        };
+        let refunder = {
+            let l = l.clone();
+            thread::spawn(move || {
+                let d = l.check_on(0, 2).unwrap();
+                let refunded = if d.is_allowed() { 2 } else { 0 };
+                l.refund(2, &d).unwrap();
+                let again = l.check_on(0, 1).unwrap().is_allowed() as u64;
+                (refunded + again, refunded)
+            })
+        };
+        let (mine, refunded) = refunder.join().unwrap();
+        let admitted = other.join().unwrap() + mine;
+        assert!(admitted <= 4 + refunded, "admitted {admitted}, refunded {refunded}");
+        l.release_leases();
+        assert_eq!(l.snapshot().remaining() + admitted - refunded, 4, "a permit was created or lost");
+    });
 }
 
 /// One admission: the clock readings taken just before and just after its check

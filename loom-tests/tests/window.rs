@@ -3,8 +3,9 @@
 //! sliding window's fast path (spending a lease), slow path (granting, shrinking and
 //! reclaiming leases) and rollover (closing, opening, returning leases).
 //!
-//! Each model runs a few operations per thread at explicit times and checks what
-//! the threads saw against an independent sequential reference (plain integers):
+//! Each model runs a few operations per thread at explicit times (checks, and refunds
+//! of a thread's last admission) and checks what the threads saw against an
+//! independent sequential reference (plain integers):
 //!
 //! - the fixed window, the sliding counter and the log are linearizable: every field
 //!   of every decision, and the final state, equal those of running the same
@@ -46,53 +47,114 @@ struct Check {
     stripe: usize,
 }
 
-fn check(n: u64, at: u64) -> Check {
-    Check { n, at, stripe: 0 }
+fn check(n: u64, at: u64) -> Step {
+    Step::Check(Check { n, at, stripe: 0 })
 }
 
-fn on(stripe: usize, n: u64, at: u64) -> Check {
-    Check { n, at, stripe }
+fn on(stripe: usize, n: u64, at: u64) -> Step {
+    Step::Check(Check { n, at, stripe })
 }
 
-/// Runs `threads` concurrently under loom, each thread's checks through `run`, and
-/// hands what they saw to `judge` along with the shared limiter.
+/// A refund of `n` of the thread's last decision, at the reading `at`.
+fn refund(n: u64, at: u64) -> Step {
+    Step::Refund { n, at }
+}
+
+/// One operation of a model thread.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Step {
+    Check(Check),
+    /// Gives back `n` of what the thread's last check took (nothing if it was denied).
+    Refund {
+        n: u64,
+        at: u64,
+    },
+}
+
+/// What a step returned: a check's decision, or a refund's completion.
+type Seen = Option<Decision>;
+
+/// Runs `threads` concurrently under loom, each thread's steps through `run` (which
+/// is handed the thread's last decision, for refunds), and hands what they saw to
+/// `judge` along with the shared limiter.
 fn model<L: Send + Sync + 'static>(
-    threads: Vec<Vec<Check>>,
+    threads: Vec<Vec<Step>>,
     make: impl Fn() -> L + Send + Sync + 'static,
     run: impl Fn(&L, Check) -> Decision + Send + Sync + 'static,
-    judge: impl Fn(&L, &[Vec<Check>], &[Vec<Decision>]) + Send + Sync + 'static,
+    give_back: impl Fn(&L, u64, &Decision, u64) + Send + Sync + 'static,
+    judge: impl Fn(&L, &[Vec<Step>], &[Vec<Seen>]) + Send + Sync + 'static,
 ) {
     let threads = std::sync::Arc::new(threads);
     let run = std::sync::Arc::new(run);
+    let give_back = std::sync::Arc::new(give_back);
     loom::model(move || {
         let limiter = Arc::new(make());
         let handles: Vec<_> = (0..threads.len())
             .map(|t| {
-                let (limiter, threads, run) = (limiter.clone(), threads.clone(), run.clone());
-                thread::spawn(move || threads[t].iter().map(|&c| run(&limiter, c)).collect::<Vec<_>>())
+                let (limiter, threads, run, give_back) =
+                    (limiter.clone(), threads.clone(), run.clone(), give_back.clone());
+                thread::spawn(move || {
+                    let mut last = None;
+                    let mut seen = Vec::new();
+                    for &step in &threads[t] {
+                        seen.push(match step {
+                            Step::Check(c) => {
+                                let d = run(&limiter, c);
+                                last = Some(d);
+                                Some(d)
+                            }
+                            Step::Refund { n, at } => {
+                                give_back(&limiter, n, &last.expect("a refund follows a check"), at);
+                                None
+                            }
+                        });
+                    }
+                    seen
+                })
             })
             .collect();
-        let seen: Vec<Vec<Decision>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let seen: Vec<Vec<Seen>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         judge(&limiter, &threads, &seen);
     });
 }
 
+/// A sequential reference that takes refunds: `check` returns the decision and,
+/// when admitted, where the admission was counted (its window, or for the log its
+/// effective time), which `refund` is handed back.
+trait Reference {
+    fn check(&mut self, c: Check) -> (Decision, u64);
+    fn refund(&mut self, n: u64, counted_in: u64, at: u64);
+}
+
 /// Whether some interleaving of `threads` (keeping each thread's order) makes a
 /// fresh `R` answer exactly `seen` and end in the state `accept` approves.
-fn linearizable<R>(
-    threads: &[Vec<Check>],
-    seen: &[Vec<Decision>],
+fn linearizable<R: Reference>(
+    threads: &[Vec<Step>],
+    seen: &[Vec<Seen>],
     fresh: impl Fn() -> R,
-    decide: impl Fn(&mut R, Check) -> Decision,
     accept: impl Fn(&R) -> bool,
 ) -> bool {
     interleavings(threads).into_iter().any(|history| {
         let mut reference = fresh();
         let mut next = vec![0; threads.len()];
-        history.into_iter().all(|(t, c)| {
+        // Each thread's last admission: where it was counted.
+        let mut last: Vec<Option<u64>> = vec![None; threads.len()];
+        history.into_iter().all(|(t, step)| {
             let observed = seen[t][next[t]];
             next[t] += 1;
-            decide(&mut reference, c) == observed
+            match step {
+                Step::Check(c) => {
+                    let (decision, counted_in) = reference.check(c);
+                    last[t] = decision.is_allowed().then_some(counted_in);
+                    Some(decision) == observed
+                }
+                Step::Refund { n, at } => {
+                    if let Some(counted_in) = last[t] {
+                        reference.refund(n, counted_in, at);
+                    }
+                    observed.is_none()
+                }
+            }
         }) && accept(&reference)
     })
 }
@@ -114,15 +176,25 @@ impl FixedRef {
         let count = if w == self.window { self.count } else { 0 };
         Snapshot::new(self.limit, self.limit - count, if count > 0 { (w + 1) * P - at } else { 0 })
     }
-    fn check(&mut self, c: Check) -> Decision {
+}
+
+impl Reference for FixedRef {
+    fn check(&mut self, c: Check) -> (Decision, u64) {
         let w = (c.at / P).max(self.window);
         let count = if w == self.window { self.count } else { 0 };
         let end = (w + 1) * P - c.at;
-        if count + c.n <= self.limit {
+        let decision = if count + c.n <= self.limit {
             (self.window, self.count) = (w, count + c.n);
             Decision::allowed(Snapshot::new(self.limit, self.limit - count - c.n, end))
         } else {
             Decision::denied(Snapshot::new(self.limit, self.limit - count, if count > 0 { end } else { 0 }), end)
+        };
+        (decision, w)
+    }
+    /// Only to the admission's window, while it is the current one.
+    fn refund(&mut self, n: u64, window: u64, at: u64) {
+        if (at / P).max(self.window) == window && self.window == window {
+            self.count -= n.min(self.count);
         }
     }
 }
@@ -184,6 +256,20 @@ impl SlidingRef {
             .unwrap();
         Decision::denied(self.snapshot(c.at), first - c.at)
     }
+    /// Takes `n` off the count of window `window` if it is the current one or the
+    /// previous one at `at`, moving to `at`'s window (as the limiter's CAS does)
+    /// only if something was taken.
+    fn give_back(&mut self, n: u64, window: u64, at: u64) {
+        let (w, _, prev, curr) = self.view(at);
+        let (prev2, curr2) = match w.checked_sub(window) {
+            Some(0) => (prev, curr - n.min(curr)),
+            Some(1) => (prev - n.min(prev), curr),
+            _ => return,
+        };
+        if (prev2, curr2) != (prev, curr) {
+            (self.window, self.prev, self.curr) = (w, prev2, curr2);
+        }
+    }
     /// Replays a check the limiter decided: an admitted one must fit (and is
     /// counted); a denied one only moves time forward (its reading was used).
     fn replay(&mut self, c: Check, admitted: bool) -> bool {
@@ -199,33 +285,59 @@ impl SlidingRef {
     }
 }
 
+impl Reference for SlidingRef {
+    fn check(&mut self, c: Check) -> (Decision, u64) {
+        let window = (c.at / P).max(self.window);
+        (SlidingRef::check(self, c), window)
+    }
+    fn refund(&mut self, n: u64, window: u64, at: u64) {
+        self.give_back(n, window, at);
+    }
+}
+
 #[derive(Debug, Default)]
 struct LogRef {
     limit: u64,
     entries: Vec<u64>,
+    /// The latest admission's effective time: the floor of later readings (kept
+    /// when a refund removes that admission's entries).
+    newest: u64,
 }
 
-impl LogRef {
-    fn check(&mut self, c: Check) -> Decision {
-        let at = c.at.max(self.entries.last().copied().unwrap_or(0));
+impl Reference for LogRef {
+    fn check(&mut self, c: Check) -> (Decision, u64) {
+        let at = c.at.max(self.newest);
         let live: Vec<u64> = self.entries.iter().copied().filter(|&s| s + P > at).collect();
         let snapshot = |live: &[u64]| {
             Snapshot::new(self.limit, self.limit - live.len() as u64, live.last().map_or(0, |s| s + P - c.at))
         };
         if live.len() as u64 + c.n <= self.limit {
             self.entries.extend(std::iter::repeat_n(at, c.n as usize));
+            self.newest = at;
             let live: Vec<u64> = self.entries.iter().copied().filter(|&s| s + P > at).collect();
-            return Decision::allowed(snapshot(&live));
+            return (Decision::allowed(snapshot(&live)), at);
         }
         let must_leave = (live.len() as u64 + c.n - self.limit) as usize;
-        Decision::denied(snapshot(&live), live[must_leave - 1] + P - c.at)
+        (Decision::denied(snapshot(&live), live[must_leave - 1] + P - c.at), at)
+    }
+    /// Removes up to `n` of the latest live entries stamped at or before `admitted`.
+    fn refund(&mut self, n: u64, admitted: u64, at: u64) {
+        let at = at.max(self.newest);
+        for _ in 0..n {
+            match self.entries.iter().rposition(|&s| s <= admitted && s + P > at) {
+                Some(i) => {
+                    self.entries.remove(i);
+                }
+                None => break,
+            }
+        }
     }
 }
 
 // ---------------------------------------------------------------------------------
 // Fixed window: the rollover is the same CAS as an admission.
 
-fn fixed_model(limit: u64, threads: Vec<Vec<Check>>) {
+fn fixed_model(limit: u64, threads: Vec<Vec<Step>>) {
     model(
         threads,
         move || {
@@ -234,6 +346,7 @@ fn fixed_model(limit: u64, threads: Vec<Vec<Check>>) {
             (algorithm, state)
         },
         |(a, s), c| a.check_n(s, c.n, &Nanos::new(c.at)).unwrap(),
+        |(a, s), n, d, at| a.refund(s, n, d, &Nanos::new(at)).unwrap(),
         move |(a, s), threads, seen| {
             let end = Nanos::new(3 * P - 1);
             let final_snapshot = a.snapshot(s, end);
@@ -241,7 +354,6 @@ fn fixed_model(limit: u64, threads: Vec<Vec<Check>>) {
                 threads,
                 seen,
                 || FixedRef { limit, ..FixedRef::default() },
-                |r, c| r.check(c),
                 |r| r.snapshot(end.as_u64()) == final_snapshot,
             );
             assert!(ok, "no sequential order explains {seen:?}");
@@ -261,10 +373,20 @@ fn fixed_window_rollover_races_with_late_checks() {
     fixed_model(2, vec![vec![check(2, 50), check(1, 150)], vec![check(1, 120), check(1, 60)], vec![check(1, 90)]]);
 }
 
+#[test]
+fn fixed_window_refund_races_with_checks_and_a_rollover() {
+    // Thread 1 takes the whole of window 1 and gives 1 back in it (thread 0's check
+    // there is admitted if it comes after); its second refund, read in window 2,
+    // must not land in window 2's count, which thread 0 fills (the final snapshot,
+    // at 299, shows that count). The refunding thread is spawned last, so that loom
+    // interleaves the other thread's checks between its steps.
+    fixed_model(2, vec![vec![check(1, 130), check(2, 220)], vec![check(2, 110), refund(1, 120), refund(1, 210)]]);
+}
+
 // ---------------------------------------------------------------------------------
 // Sliding counter: rollover (curr → prev) in the admission CAS, and on denial.
 
-fn sliding_model(limit: u64, threads: Vec<Vec<Check>>) {
+fn sliding_model(limit: u64, threads: Vec<Vec<Step>>) {
     model(
         threads,
         move || {
@@ -273,6 +395,7 @@ fn sliding_model(limit: u64, threads: Vec<Vec<Check>>) {
             (algorithm, state)
         },
         |(a, s), c| a.check_n(s, c.n, &Nanos::new(c.at)).unwrap(),
+        |(a, s), n, d, at| a.refund(s, n, d, &Nanos::new(at)).unwrap(),
         move |(a, s), threads, seen| {
             let end = 3 * P + 50;
             let final_snapshot = a.snapshot(s, Nanos::new(end));
@@ -280,7 +403,6 @@ fn sliding_model(limit: u64, threads: Vec<Vec<Check>>) {
                 threads,
                 seen,
                 || SlidingRef { limit, ..SlidingRef::default() },
-                |r, c| r.check(c),
                 |r| r.snapshot(end) == final_snapshot,
             );
             assert!(ok, "no sequential order explains {seen:?}");
@@ -303,10 +425,21 @@ fn sliding_window_denial_records_the_rollover() {
     sliding_model(3, vec![vec![check(2, 50), check(3, 190), check(1, 60)], vec![check(2, 195)]]);
 }
 
+#[test]
+fn sliding_window_refund_races_with_a_rollover() {
+    // Thread 1's admission in window 1 is refunded from window 2: to the previous
+    // count, whether or not thread 0's check has rolled the word into window 2
+    // already; never to window 2's own count (which the final snapshot, at 350,
+    // weighs as the previous window). If thread 0 comes first, thread 1's lagging
+    // check is decided in window 2, where it is denied. (The refunding thread is
+    // spawned last, as in the fixed window's model.)
+    sliding_model(3, vec![vec![check(1, 290)], vec![check(3, 150), refund(2, 230)]]);
+}
+
 // ---------------------------------------------------------------------------------
 // Sliding log: the sequence lock.
 
-fn log_model(limit: u64, threads: Vec<Vec<Check>>) {
+fn log_model(limit: u64, end: u64, threads: Vec<Vec<Step>>) {
     model(
         threads,
         move || {
@@ -315,14 +448,13 @@ fn log_model(limit: u64, threads: Vec<Vec<Check>>) {
             (algorithm, state)
         },
         |(a, s), c| a.check_n(s, c.n, &Nanos::new(c.at)).unwrap(),
+        |(a, s), n, d, at| a.refund(s, n, d, &Nanos::new(at)).unwrap(),
         move |(a, s), threads, seen| {
-            let end = 150;
             let final_snapshot = a.snapshot(s, Nanos::new(end));
             let ok = linearizable(
                 threads,
                 seen,
-                || LogRef { limit, entries: Vec::new() },
-                |r, c| r.check(c),
+                || LogRef { limit, ..LogRef::default() },
                 |r| {
                     let live: Vec<u64> = r.entries.iter().copied().filter(|&s| s + P > end).collect();
                     let expected =
@@ -337,12 +469,20 @@ fn log_model(limit: u64, threads: Vec<Vec<Check>>) {
 
 #[test]
 fn sliding_log_writers_race() {
-    log_model(2, vec![vec![check(1, 10)], vec![check(1, 20), check(1, 30)]]);
+    log_model(2, 150, vec![vec![check(1, 10)], vec![check(1, 20), check(1, 30)]]);
 }
 
 #[test]
 fn sliding_log_expiry_races_with_a_writer() {
-    log_model(2, vec![vec![check(2, 10), check(1, 115)], vec![check(1, 105)]]);
+    log_model(2, 150, vec![vec![check(2, 10), check(1, 115)], vec![check(1, 105)]]);
+}
+
+#[test]
+fn sliding_log_refund_races_with_a_writer() {
+    // The refund removes thread 1's entry at 10, not thread 0's at 15 (moving that
+    // one down if it landed first), while thread 0 writes and checks; at 112 the
+    // final snapshot tells the two apart (10 has expired, 15 has not).
+    log_model(2, 112, vec![vec![check(1, 15), check(1, 30)], vec![check(1, 10), refund(1, 20)]]);
 }
 
 // ---------------------------------------------------------------------------------
@@ -364,18 +504,26 @@ fn striped(limit: u64, stripes: usize, batch: u64, mode: StripedMode) -> Striped
 /// must be decided exactly as the reference decides them after the threads' checks.
 /// A denial there while capacity is left anywhere (a lease on some stripe that a
 /// denial skipped) fails the model.
-fn striped_model(limit: u64, stripes: usize, batch: u64, mode: StripedMode, end: u64, threads: Vec<Vec<Check>>) {
+fn striped_model(limit: u64, stripes: usize, batch: u64, mode: StripedMode, end: u64, threads: Vec<Vec<Step>>) {
     let slack = match mode {
         StripedMode::Exact => 0,
         StripedMode::Approximate => batch - 1,
     };
-    assert!(threads.iter().flatten().all(|c| c.stripe < stripes), "threads use stripes 0..{stripes}");
+    let at_of = |step: &Step| match *step {
+        Step::Check(c) => c.at,
+        Step::Refund { at, .. } => at,
+    };
+    assert!(
+        threads.iter().flatten().all(|s| !matches!(s, Step::Check(c) if c.stripe >= stripes)),
+        "threads use stripes 0..{stripes}"
+    );
     let idle = stripes;
-    let probe_at = threads.iter().flatten().map(|c| c.at).max().unwrap_or(0);
+    let probe_at = threads.iter().flatten().map(at_of).max().unwrap_or(0);
     model(
         threads,
         move || striped(limit, stripes + 1, batch, mode),
         |l, c| l.check_n_on_at(c.stripe, c.n, Nanos::new(c.at)).unwrap(),
+        |l, n, d, _| l.refund(n, d).unwrap(),
         move |l, threads, seen| {
             let final_snapshot = l.snapshot_at(Nanos::new(end));
             // Quiescence: every thread has finished. Probe the idle stripe.
@@ -389,19 +537,35 @@ fn striped_model(limit: u64, stripes: usize, batch: u64, mode: StripedMode, end:
                     }
                 }
             }
-            let decided: Vec<Vec<(Check, bool)>> = threads
+            let decided: Vec<Vec<(Step, bool)>> = threads
                 .iter()
                 .zip(seen)
-                .map(|(checks, decisions)| checks.iter().zip(decisions).map(|(&c, d)| (c, d.is_allowed())).collect())
+                .map(|(steps, seen)| {
+                    steps.iter().zip(seen).map(|(&s, d)| (s, d.is_some_and(|d| d.is_allowed()))).collect()
+                })
                 .collect();
             let ok = interleavings(&decided).into_iter().any(|history| {
                 let mut reference = SlidingRef { limit: limit + slack, ..SlidingRef::default() };
-                history.into_iter().all(|(_, (c, admitted))| reference.replay(c, admitted)) && {
+                // Each thread's last admission: the window it was counted in.
+                let mut last: Vec<Option<u64>> = vec![None; decided.len()];
+                history.into_iter().all(|(t, (step, admitted))| match step {
+                    Step::Check(c) => {
+                        last[t] = admitted.then_some((c.at / P).max(reference.window));
+                        reference.replay(c, admitted)
+                    }
+                    Step::Refund { n, at } => {
+                        if let Some(window) = last[t] {
+                            reference.give_back(n, window, at);
+                        }
+                        true
+                    }
+                }) && {
                     // The state must match with the true limit (slack only loosens admission).
                     let mut exact = SlidingRef { limit, ..reference.clone() };
+                    let probe = Check { n: 1, at: probe_at, stripe: idle };
                     exact.snapshot(end).remaining() == final_snapshot.remaining()
                         && exact.snapshot(end).reset_after() == final_snapshot.reset_after()
-                        && probes.iter().all(|&allowed| exact.check(on(idle, 1, probe_at)).is_allowed() == allowed)
+                        && probes.iter().all(|&allowed| exact.check(probe).is_allowed() == allowed)
                 }
             });
             assert!(
@@ -523,4 +687,12 @@ fn striped_approximate_over_admits_less_than_one_batch() {
         50,
         vec![vec![on(0, 1, 10), on(0, 1, 10)], vec![on(1, 2, 10)], vec![on(1, 1, 10)]],
     );
+}
+
+#[test]
+fn striped_refund_races_with_a_rollover() {
+    // Thread 1's admission in window 0 is refunded in window 1: to `current` if
+    // window 0 is still open, to `previous` once thread 0 has closed and copied it,
+    // never to window 1's count.
+    striped_model(2, 2, 2, StripedMode::Exact, 150, vec![vec![on(0, 2, 130)], vec![on(1, 2, 10), refund(1, 120)]]);
 }

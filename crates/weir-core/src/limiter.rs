@@ -11,8 +11,14 @@ use crate::{Clock, Decision, InsufficientCapacity, Nanos, Snapshot};
 /// ```
 /// use weir_core::{Decision, InsufficientCapacity, Limiter, Snapshot};
 ///
-/// fn admit(limiter: &dyn Limiter, cost: u64) -> Result<bool, InsufficientCapacity> {
-///     Ok(limiter.check_n(cost)?.is_allowed())
+/// /// Admits a request of `cost`, and gives back what the work did not use.
+/// fn serve(limiter: &dyn Limiter, cost: u64, work: impl FnOnce() -> u64) -> Result<bool, InsufficientCapacity> {
+///     let decision = limiter.check_n(cost)?;
+///     if decision.is_allowed() {
+///         let used = work().min(cost);
+///         limiter.refund(cost - used, &decision)?;
+///     }
+///     Ok(decision.is_allowed())
 /// }
 /// ```
 pub trait Limiter {
@@ -24,6 +30,13 @@ pub trait Limiter {
     /// never be admitted and is an error; `n == 0` is always admitted and consumes
     /// nothing.
     fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity>;
+
+    /// Gives back `n` units that `admission` (a decision this limiter returned)
+    /// consumed and the caller did not use. See [`Algorithm::refund`] for what each
+    /// kind of algorithm gives back and when; in short, never more than was taken,
+    /// never beyond a full limiter, and nothing for a denial. `n` above the limit is
+    /// an error (no single check could have taken it).
+    fn refund(&self, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity>;
 
     /// The current state, without consuming anything.
     fn snapshot(&self) -> Snapshot;
@@ -37,6 +50,10 @@ impl<L: Limiter + ?Sized> Limiter for &L {
     #[inline]
     fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
         (**self).check_n(n)
+    }
+    #[inline]
+    fn refund(&self, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+        (**self).refund(n, admission)
     }
     #[inline]
     fn snapshot(&self) -> Snapshot {
@@ -55,6 +72,10 @@ impl<L: Limiter + ?Sized> Limiter for alloc::sync::Arc<L> {
         (**self).check_n(n)
     }
     #[inline]
+    fn refund(&self, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+        (**self).refund(n, admission)
+    }
+    #[inline]
     fn snapshot(&self) -> Snapshot {
         (**self).snapshot()
     }
@@ -69,6 +90,10 @@ impl<L: Limiter + ?Sized> Limiter for alloc::boxed::Box<L> {
     #[inline]
     fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
         (**self).check_n(n)
+    }
+    #[inline]
+    fn refund(&self, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+        (**self).refund(n, admission)
     }
     #[inline]
     fn snapshot(&self) -> Snapshot {
@@ -102,6 +127,42 @@ pub trait Algorithm {
 
     /// Checks one request against `state` (see [`Limiter::check`]).
     fn check<C: Clock + ?Sized>(&self, state: &Self::State, clock: &C) -> Decision;
+
+    /// Gives back `n` units that `admission` consumed from `state` and the caller
+    /// did not use: an all-of check that a later quota denied, a request the server
+    /// chose not to count, or work that cost less than was asked for.
+    ///
+    /// `admission` must be a decision this algorithm returned for this `state`; its
+    /// [`decided_at`](Decision::decided_at) (every algorithm stamps its decisions
+    /// with [`Decision::at`]) says where the units were counted. The rules, the same
+    /// for every algorithm:
+    ///
+    /// - **Never over-admission.** A refund gives back at most what the admission
+    ///   took, to where it took it from, and never beyond an empty state (a full
+    ///   bucket). Passing an `n` larger than the admission's cost, or a decision of
+    ///   another state, is the caller's error: it may give back other admissions'
+    ///   units, but never more than the state holds.
+    /// - **Nothing for a denial**: a denied decision consumed nothing.
+    /// - **Per-window algorithms give back to the admission's window**, and nothing
+    ///   once that window no longer weighs on any decision: a fixed window only while
+    ///   the admission's window is the current one; a sliding window counter to the
+    ///   current count while in the same window, to the previous count once the
+    ///   admission's window is the previous one; a sliding log removes `n` of the
+    ///   entries recorded at the admission's time (the latest ones at or before it
+    ///   that are still in the window). A token bucket credits `n` units' time,
+    ///   never below a full bucket.
+    /// - `n` above [`limit`](Self::limit) is [`InsufficientCapacity`]; `n == 0`
+    ///   does nothing.
+    ///
+    /// A refund may race with checks of the same state: each is atomic, and a check
+    /// sees the state before the refund or after it.
+    fn refund<C: Clock + ?Sized>(
+        &self,
+        state: &Self::State,
+        n: u64,
+        admission: &Decision,
+        clock: &C,
+    ) -> Result<(), InsufficientCapacity>;
 
     /// `state` at `now`, without consuming anything.
     fn snapshot(&self, state: &Self::State, now: Nanos) -> Snapshot;

@@ -4,8 +4,8 @@
 /// Declares a single limiter over an [`Algorithm`](crate::Algorithm): a struct
 /// holding the algorithm, one cache-padded state and a clock (generic `C`, defaulting
 /// to [`MonotonicClock`](crate::MonotonicClock) when the *calling* crate's `std`
-/// feature is on), with `check`, `check_n`, `snapshot`, `clock`, `algorithm` and
-/// `state`, and its [`Limiter`](crate::Limiter) impl. The calling crate writes the
+/// feature is on), with `check`, `check_n`, `refund`, `snapshot`, `clock`,
+/// `algorithm` and `state`, and its [`Limiter`](crate::Limiter) impl. The calling crate writes the
 /// constructors and whatever is specific to its algorithm. Usage, as weir-gcra
 /// declares `Gcra` (the macro reads the calling crate's `std` feature, so it is
 /// shown here, not compiled):
@@ -55,6 +55,17 @@ macro_rules! single_limiter {
                 <$algorithm as $crate::Algorithm>::check_n(&self.algorithm, &self.state, n, &self.clock)
             }
 
+            /// Gives back `n` units that `admission` (a decision of this limiter)
+            /// consumed and the caller did not use; nothing for a denial, never
+            /// beyond a full limiter, and for a window limiter only to the window
+            /// the admission was counted in (see
+            /// [`Algorithm::refund`]($crate::Algorithm::refund)). `n` above the limit
+            /// is an error.
+            #[inline]
+            pub fn refund(&self, n: u64, admission: &$crate::Decision) -> Result<(), $crate::InsufficientCapacity> {
+                <$algorithm as $crate::Algorithm>::refund(&self.algorithm, &self.state, n, admission, &self.clock)
+            }
+
             /// The current state, without consuming anything.
             pub fn snapshot(&self) -> $crate::Snapshot {
                 <$algorithm as $crate::Algorithm>::snapshot(&self.algorithm, &self.state, $crate::Clock::now(&self.clock))
@@ -85,6 +96,10 @@ macro_rules! single_limiter {
             #[inline]
             fn check_n(&self, n: u64) -> Result<$crate::Decision, $crate::InsufficientCapacity> {
                 $name::check_n(self, n)
+            }
+            #[inline]
+            fn refund(&self, n: u64, admission: &$crate::Decision) -> Result<(), $crate::InsufficientCapacity> {
+                $name::refund(self, n, admission)
             }
             fn snapshot(&self) -> $crate::Snapshot {
                 $name::snapshot(self)

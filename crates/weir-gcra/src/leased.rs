@@ -71,7 +71,11 @@
 //! in its own permits, which are more of them when the new `T` is shorter.
 //!
 //! Capacity is never created: a give-back credits at most the lease's remaining
-//! share of the bucket's debt. It can be *lost* for a while instead: the part of an
+//! share of the bucket's debt. A refund ([`LeasedGcra::refund`]) follows the same
+//! rule for the units an admission took: their debt less the time since they were
+//! charged (the grant of the lease they came from, which each admission is stamped
+//! with), so refunding an admission soon after it gives nearly all of it back, and
+//! one a lease lifetime later may give back nothing. It can be *lost* for a while instead: the part of an
 //! unused lease's debt that the give-back does not credit (at most `elapsed` since
 //! the grant) stays in the bucket until the bucket is next full, at most
 //! `burst × T` later. With a clock that steps backwards, a give-back still measures
@@ -373,9 +377,19 @@ impl LeaseStripes {
             if n == 0 || permits < n || !valid {
                 break;
             }
-            // Ordering: Relaxed; see the load above.
-            match stripe.lease.compare_exchange_weak(word, word - n, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Ok(Self::leased_decision(stripe, permits - n, now)),
+            // The grant time, read before the CAS: the decision is stamped with it (a
+            // refund measures the time since the permits were charged from it).
+            // Ordering: Relaxed; the Release CAS below keeps it from being a later
+            // lease's.
+            let granted_at = stripe.granted_at_ns.load(Ordering::Relaxed);
+            // Ordering: Release on success: a refill that claims the stripe after this
+            // CAS Acquires the word it wrote (or a later one of its release sequence),
+            // so the refill's writes of the next grant's fields happen after the read
+            // above, which therefore sees this lease's grant time or an earlier one,
+            // never a later one (an earlier one only makes a refund credit less).
+            // Relaxed on failure; see the load above.
+            match stripe.lease.compare_exchange_weak(word, word - n, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return Ok(Self::leased_decision(stripe, permits - n, granted_at, now)),
                 Err(actual) => word = actual,
             }
         }
@@ -401,7 +415,7 @@ impl LeaseStripes {
             return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
         }
         if n == 0 {
-            return Ok(Decision::allowed(algorithm.snapshot_with(&quota, &self.state, now)));
+            return Ok(Decision::allowed(algorithm.snapshot_with(&quota, &self.state, now)).at(now));
         }
         // The denied path: with nothing of the stripe's lease to give back (or the
         // stripe claimed by a refill), a bucket that denies `n` now is the decision,
@@ -468,7 +482,9 @@ impl LeaseStripes {
         if decision.is_denied() {
             return Ok(decision);
         }
-        Ok(Decision::allowed(Snapshot::new(quota.burst(), left, decision.reset_after().as_nanos() as u64)))
+        // Stamped with the grant's reading, which is at or before the bucket's own
+        // (`refund` measures the time since the charge from it).
+        Ok(Decision::allowed(Snapshot::new(quota.burst(), left, decision.reset_after().as_nanos() as u64)).at(now))
     }
 
     /// Ends this thread's ownership of a stripe it claimed by installing `lease` (a
@@ -490,13 +506,46 @@ impl LeaseStripes {
         }
     }
 
-    fn leased_decision(stripe: &Stripe, left: u64, now: Nanos) -> Decision {
-        // Ordering: Relaxed (all three); approximate by design (see the module docs).
+    /// An admission from a lease granted at `granted_at` (ns), stamped with that
+    /// time: when its permits were charged to the bucket.
+    fn leased_decision(stripe: &Stripe, left: u64, granted_at: u64, now: Nanos) -> Decision {
+        // Ordering: Relaxed (both); approximate by design (see the module docs).
         let limit = stripe.granted_limit.load(Ordering::Relaxed);
         let reset = stripe.granted_reset_ns.load(Ordering::Relaxed);
-        let at = stripe.granted_at_ns.load(Ordering::Relaxed);
-        let reset = reset.saturating_sub(now.as_u64().saturating_sub(at));
-        Decision::allowed(Snapshot::new(limit, left, reset))
+        let reset = reset.saturating_sub(now.as_u64().saturating_sub(granted_at));
+        Decision::allowed(Snapshot::new(limit, left, reset)).at(Nanos::new(granted_at))
+    }
+
+    /// Gives back `n` units that `admission` (a decision of these stripes) took and
+    /// the caller did not use: credits the bucket with their debt, at the quota in
+    /// force, less the time since they were charged, as a lease's give-back does (the
+    /// bucket has been refilling since, and may have repaid part of that debt
+    /// already; crediting all of it could credit other stripes' debt). An admission
+    /// is stamped with the time its permits were charged: its lease's grant, or the
+    /// bucket check that decided it. Nothing for a denial; `n` above the burst is an
+    /// error.
+    pub fn refund<C: Clock + ?Sized>(
+        &self,
+        algorithm: &GcraAlgorithm,
+        n: u64,
+        admission: &Decision,
+        clock: &C,
+    ) -> Result<(), InsufficientCapacity> {
+        let quota = algorithm.quota();
+        if n > quota.burst() {
+            return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
+        }
+        if n == 0 || admission.is_denied() {
+            return Ok(());
+        }
+        let owed = credit_of(n, charge_of(&quota));
+        let charged_at = admission.decided_at().as_u64();
+        algorithm.refund_ticks_with(&self.state, clock, |now| {
+            // Ordering: Relaxed; a monotone hint (see `latest_ns`).
+            let latest = self.latest_ns.fetch_max(now.as_u64(), Ordering::Relaxed).max(now.as_u64());
+            owed.saturating_sub(weir_core::ticks::from_nanos(latest.saturating_sub(charged_at)))
+        });
+        Ok(())
     }
 
     /// Gives back to the bucket what is left of the lease `word` of a stripe this
@@ -651,6 +700,29 @@ impl<C: Clock> LeasedGcra<C> {
         self.stripes.check_on(&self.algorithm, stripe, n, &self.clock)
     }
 
+    /// Gives back `n` units that `admission` (a decision of this limiter) took and
+    /// the caller did not use: their debt, less the time since they were charged
+    /// (a lease's grant, up to its lifetime before the admission), is credited to
+    /// the bucket, never beyond full; nothing for a denial. Capacity is never
+    /// created (see the module docs); with a lease's grant long past, little or
+    /// nothing comes back. `n` above the burst is an error.
+    ///
+    /// ```
+    /// use weir_core::{ManualClock, Quota};
+    /// use weir_gcra::{LeaseConfig, LeasedGcra};
+    ///
+    /// let config = LeaseConfig::new(1)?.with_max_lease(4)?;
+    /// let limiter = LeasedGcra::with_clock(Quota::per_second(10)?, config, ManualClock::new());
+    /// let admission = limiter.check_on(0, 3)?;
+    /// limiter.refund(3, &admission)?; // the clock has not moved: all 3 come back
+    /// limiter.release_leases();
+    /// assert_eq!(limiter.snapshot().remaining(), 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund(&self, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+        self.stripes.refund(&self.algorithm, n, admission, &self.clock)
+    }
+
     /// Gives every unused leased permit back to the bucket (what is left of its debt;
     /// see the module docs), e.g. before a quiet period. A refill in progress gives
     /// back the lease it takes as well, so when this returns no lease granted before
@@ -726,6 +798,10 @@ impl<C: Clock> Limiter for LeasedGcra<C> {
     #[inline]
     fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
         LeasedGcra::check_n(self, n)
+    }
+    #[inline]
+    fn refund(&self, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+        LeasedGcra::refund(self, n, admission)
     }
     fn snapshot(&self) -> Snapshot {
         LeasedGcra::snapshot(self)

@@ -71,6 +71,30 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Giving back what was not used
+//!
+//! [`Gcra::refund`] (and [`Limiter::refund`](weir_core::Limiter::refund),
+//! [`Algorithm::refund`] for per-key states) gives back units an admission took and
+//! the caller did not use, e.g. a request that failed before doing any work, or the
+//! earlier quotas of an all-of check that a later one denied. It credits `n × T`
+//! (rounded down, so that a call given back in pieces never credits more than it was
+//! charged: [`Quota::credit_ticks`]), never beyond a full bucket, and nothing for a
+//! denial:
+//!
+//! ```
+//! use weir_core::{ManualClock, Quota};
+//! use weir_gcra::Gcra;
+//!
+//! let limiter = Gcra::with_clock(Quota::per_minute(10)?, ManualClock::new());
+//! let admission = limiter.check_n(3)?;
+//! limiter.refund(2, &admission)?;
+//! assert_eq!(limiter.snapshot().remaining(), 9);
+//! limiter.refund(5, &admission)?; // never beyond full
+//! assert_eq!(limiter.snapshot().remaining(), 10);
+//! assert!(limiter.refund(11, &admission).is_err()); // more than any check can take
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Changing the quota at run time
 //!
 //! [`Gcra::set_quota`] replaces the quota without losing state: the TAT is kept, so
@@ -209,20 +233,21 @@ impl GcraAlgorithm {
             // The clock is read inside the loop: a retry decides with a fresh reading,
             // never more strictly than it must. (A stale reading could never move the
             // TAT backwards anyway: `new_tat ≥ tat` always.)
-            let now = self.ticks_at(clock.now());
+            let reading = clock.now();
+            let now = self.ticks_at(reading);
             let start = tat.max(now);
             let used = start - now;
             // ≤ 2^63 for a live state (a TAT is never set more than 2^62 ahead);
             // saturates for a retired one (TAT = RETIRED), which is then denied.
             let debt = match Self::debt_or_denial(quota, used, increment, tolerance) {
                 Ok(debt) => debt,
-                Err(denied) => return (denied, lost), // nothing is written
+                Err(denied) => return (denied.at(reading), lost), // nothing is written
             };
             let new_tat = now + debt; // now ≤ 2^63 − 1, debt ≤ 2^62: no overflow
             // Ordering: Relaxed on success and failure; see the load above. The CAS
             // admits only if no other admission landed since `tat` was read.
             match state.tat.compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return (Decision::allowed(Self::snapshot_of(quota, debt)), lost),
+                Ok(_) => return (Decision::allowed(Self::snapshot_of(quota, debt)).at(reading), lost),
                 // Retry with the value the failed CAS returned (the failed `lock
                 // cmpxchg` left the line in this core's cache), after a short
                 // exponential backoff so contenders stop stealing the line from the
@@ -258,15 +283,21 @@ impl GcraAlgorithm {
     ) -> Option<Decision> {
         // Ordering: Relaxed; see `acquire`.
         let tat = state.tat.load(Ordering::Relaxed);
-        let now = self.ticks_at(clock.now());
+        let reading = clock.now();
+        let now = self.ticks_at(reading);
         let used = tat.max(now) - now;
-        Self::debt_or_denial(quota, used, quota.cost_ticks(n), quota.tolerance_ticks()).err()
+        Self::debt_or_denial(quota, used, quota.cost_ticks(n), quota.tolerance_ticks()).err().map(|d| d.at(reading))
     }
 
     /// Gives back `n` units of capacity taken from `state` but not used, never beyond
-    /// a full bucket: `n × T` rounded down ([`Quota::credit_ticks`]), so that a call
-    /// given back in pieces never credits more than it was charged. `n` greater than
-    /// the burst is an error: no single check could have taken it.
+    /// a full bucket. `n` greater than the burst is an error: no single check could
+    /// have taken it.
+    ///
+    /// The same as [`Algorithm::refund`] given an admission, for callers that do not
+    /// keep it: a token bucket credits `n` units' time whenever they were taken.
+    /// (Called on a `GcraAlgorithm`, `algorithm.refund(state, n, clock)` is this
+    /// method; the trait's is `Algorithm::refund(&algorithm, state, n, &admission,
+    /// clock)`.)
     pub fn refund<C: Clock + ?Sized>(&self, state: &GcraState, n: u64, clock: &C) -> Result<(), InsufficientCapacity> {
         let quota = self.quota.load();
         if n > quota.burst() {
@@ -345,7 +376,8 @@ impl GcraAlgorithm {
             return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
         }
         if n == 0 {
-            return Ok((Decision::allowed(self.snapshot(state, clock.now())), 0));
+            let now = clock.now();
+            return Ok((Decision::allowed(self.snapshot(state, now)).at(now), 0));
         }
         Ok(self.acquire_counting(&quota, state, n, clock))
     }
@@ -436,7 +468,8 @@ impl Algorithm for GcraAlgorithm {
             return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
         }
         if n == 0 {
-            return Ok(Decision::allowed(self.snapshot(state, clock.now())));
+            let now = clock.now();
+            return Ok(Decision::allowed(self.snapshot(state, now)).at(now));
         }
         Ok(self.acquire(&quota, state, n, clock))
     }
@@ -445,6 +478,29 @@ impl Algorithm for GcraAlgorithm {
     fn check<C: Clock + ?Sized>(&self, state: &GcraState, clock: &C) -> Decision {
         let quota = self.quota.load();
         self.acquire(&quota, state, 1, clock) // 1 ≤ burst, always
+    }
+
+    /// Credits `n` units' time (`n × T` under the quota in force, rounded down:
+    /// [`Quota::credit_ticks`]), never below a full bucket; nothing for a denied
+    /// `admission`. When the admission was made
+    /// does not matter to a token bucket: its debt is repaid in order, and what the
+    /// refill has already repaid is not credited twice (the TAT never goes below
+    /// now).
+    fn refund<C: Clock + ?Sized>(
+        &self,
+        state: &GcraState,
+        n: u64,
+        admission: &Decision,
+        clock: &C,
+    ) -> Result<(), InsufficientCapacity> {
+        let quota = self.quota.load();
+        if n > quota.burst() {
+            return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
+        }
+        if admission.is_allowed() {
+            self.refund_ticks(state, quota.credit_ticks(n), clock);
+        }
+        Ok(())
     }
 
     fn snapshot(&self, state: &GcraState, now: Nanos) -> Snapshot {
@@ -510,26 +566,6 @@ impl<C: Clock> Gcra<C> {
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         let algorithm = GcraAlgorithm::new(quota, clock.now());
         Self { algorithm, state: CachePadded::new(GcraState::new()), clock }
-    }
-
-    /// Gives back `n` units of capacity that were admitted but not used (the request
-    /// failed before doing any work, say). Never fills beyond a full bucket; `n`
-    /// above the burst is an error.
-    ///
-    /// ```
-    /// use weir_core::{ManualClock, Quota};
-    /// use weir_gcra::Gcra;
-    ///
-    /// let limiter = Gcra::with_clock(Quota::per_minute(10)?, ManualClock::new());
-    /// assert!(limiter.check_n(3)?.is_allowed());
-    /// limiter.refund(2)?;
-    /// assert_eq!(limiter.snapshot().remaining(), 9);
-    /// limiter.refund(5)?; // never beyond full
-    /// assert_eq!(limiter.snapshot().remaining(), 10);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn refund(&self, n: u64) -> Result<(), InsufficientCapacity> {
-        self.algorithm.refund(&self.state, n, &self.clock)
     }
 
     /// The quota in force.

@@ -109,17 +109,48 @@ fn zero_cost_is_admitted_and_consumes_nothing() {
 #[test]
 fn refund_gives_back_capacity_but_never_beyond_full() {
     let (limiter, clock) = limiter(Quota::per_second(10).unwrap());
-    assert!(limiter.check_n(6).unwrap().is_allowed());
-    limiter.refund(2).unwrap();
+    let admission = limiter.check_n(6).unwrap();
+    assert!(admission.is_allowed());
+    limiter.refund(2, &admission).unwrap();
     assert_eq!(limiter.snapshot().remaining(), 6);
-    limiter.refund(10).unwrap();
+    limiter.refund(10, &admission).unwrap();
     assert_eq!(limiter.snapshot().remaining(), 10);
     assert_eq!(admitted(&limiter, 100), 10, "a refund past full adds nothing");
-    assert_eq!(limiter.refund(11), Err(InsufficientCapacity { requested: 11, capacity: 10 }));
+    assert_eq!(limiter.refund(11, &admission), Err(InsufficientCapacity { requested: 11, capacity: 10 }));
 
     clock.advance(Duration::from_secs(5));
-    limiter.refund(3).unwrap(); // already full: no effect
+    limiter.refund(3, &admission).unwrap(); // already full: no effect
     assert_eq!(admitted(&limiter, 100), 10);
+}
+
+#[test]
+fn a_denial_consumed_nothing_and_refunds_nothing() {
+    let (limiter, _) = limiter(Quota::per_second(10).unwrap());
+    assert!(limiter.check_n(10).unwrap().is_allowed());
+    let denied = limiter.check();
+    assert!(denied.is_denied());
+    limiter.refund(5, &denied).unwrap();
+    assert_eq!(limiter.snapshot().remaining(), 0);
+}
+
+#[test]
+fn decisions_are_stamped_with_the_reading_they_were_made_at() {
+    let (limiter, clock) = limiter(Quota::per_second(10).unwrap());
+    clock.advance(Duration::from_millis(7));
+    let now = weir_core::Clock::now(&clock);
+    assert_eq!(limiter.check().decided_at(), now);
+    assert_eq!(limiter.check_n(0).unwrap().decided_at(), now);
+    assert!(limiter.check_n(9).unwrap().is_allowed());
+    assert_eq!(limiter.check().decided_at(), now, "denials too");
+}
+
+#[test]
+fn the_limiter_trait_refunds_as_the_limiter_does() {
+    let (limiter, _) = limiter(Quota::per_second(10).unwrap());
+    let dyn_limiter: &dyn weir_core::Limiter = &limiter;
+    let admission = dyn_limiter.check_n(4).unwrap();
+    dyn_limiter.refund(3, &admission).unwrap();
+    assert_eq!(dyn_limiter.snapshot().remaining(), 9);
 }
 
 #[test]

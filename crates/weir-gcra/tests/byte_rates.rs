@@ -131,7 +131,7 @@ fn refunds_in_small_pieces_never_create_capacity() {
     let admission = limiter.check_n(6_250).unwrap();
     assert!(admission.is_allowed());
     for _ in 0..1_000 {
-        limiter.refund(1).unwrap();
+        limiter.refund(1, &admission).unwrap();
     }
     let mut admitted = 0;
     while admitted <= 6_250 && limiter.check_n(100).unwrap().is_allowed() {

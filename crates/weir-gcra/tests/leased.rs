@@ -372,3 +372,56 @@ fn after_a_quota_change_a_request_above_the_new_burst_is_an_error() {
     assert_eq!(leased.check_on(0, 20), Err(weir_core::InsufficientCapacity { requested: 20, capacity: 10 }));
     assert_eq!(leased.snapshot().remaining(), 9, "the lease's 63 unused permits went back");
 }
+
+// Refunds: the units an admission took go back to the bucket, less the time since
+// they were charged (the lease's grant), as an unused lease's give-back does.
+
+#[test]
+fn a_refund_at_the_grant_instant_gives_everything_back() {
+    let clock = ManualClock::new();
+    let config = LeaseConfig::new(2).unwrap().with_max_lease(16).unwrap();
+    let l = LeasedGcra::with_clock(quota(1_000, 100), config, clock.clone());
+    let from_bucket = l.check_on(0, 5).unwrap(); // decided on the bucket: a lease of 16, 5 taken
+    let from_lease = l.check_on(0, 1).unwrap();
+    assert!(from_bucket.is_allowed() && from_lease.is_allowed());
+    l.refund(5, &from_bucket).unwrap();
+    l.refund(1, &from_lease).unwrap();
+    l.release_leases();
+    assert_eq!(l.snapshot().remaining(), 100, "nothing spent, nothing lost");
+}
+
+#[test]
+fn a_refund_credits_the_debt_less_the_time_since_the_grant() {
+    let clock = ManualClock::new();
+    let config =
+        LeaseConfig::new(1).unwrap().with_max_lease(8).unwrap().with_lifetime(Duration::from_millis(10)).unwrap();
+    let l = LeasedGcra::with_clock(quota(1_000, 100), config, clock.clone()); // T = 1 ms
+    assert!(l.check_on(0, 1).unwrap().is_allowed()); // a lease of 8 at t = 0: 92 left
+    clock.advance(Duration::from_millis(3));
+    let spent = l.check_on(0, 5).unwrap(); // from the lease granted at 0
+    assert!(spent.is_allowed());
+    assert_eq!(spent.decided_at(), weir_core::Nanos::ZERO, "stamped with its lease's grant");
+    let before = l.snapshot().remaining(); // 92 + 3 refilled
+    l.refund(5, &spent).unwrap(); // 5 ms of debt less the 3 ms since the grant
+    assert_eq!(l.snapshot().remaining(), before + 2);
+    clock.advance(Duration::from_millis(20));
+    let late = l.check_on(0, 1).unwrap();
+    clock.advance(Duration::from_millis(5));
+    let before = l.snapshot().remaining();
+    l.refund(1, &late).unwrap(); // 1 ms of debt, 5 ms since its lease's grant: nothing credited
+    assert_eq!(l.snapshot().remaining(), before);
+}
+
+#[test]
+fn a_leased_refund_of_a_denial_gives_nothing_and_too_much_is_an_error() {
+    let l = LeasedGcra::with_clock(quota(1, 5), LeaseConfig::new(1).unwrap(), ManualClock::new());
+    assert!(l.check_on(0, 5).unwrap().is_allowed());
+    let denied = l.check_on(0, 1).unwrap();
+    assert!(denied.is_denied());
+    l.refund(5, &denied).unwrap();
+    assert_eq!(l.snapshot().remaining(), 0);
+    assert_eq!(l.refund(6, &denied), Err(weir_core::InsufficientCapacity { requested: 6, capacity: 5 }));
+    let as_limiter: &dyn weir_core::Limiter = &l;
+    let d = as_limiter.check_n(0).unwrap();
+    as_limiter.refund(0, &d).unwrap();
+}

@@ -1,5 +1,5 @@
 //! The leased GCRA against the exact one, on random schedules with real leases,
-//! give-backs, quota changes and a clock that steps backwards: over every prefix of a
+//! give-backs, refunds, quota changes and a clock that steps backwards: over every prefix of a
 //! schedule it admits at most the exact limiter's admissions plus the documented
 //! over-admission bound, and it never admits a request the exact limiter calls
 //! `InsufficientCapacity` (both err on exactly the same requests).
@@ -17,8 +17,9 @@
 //!   re-reads the whole bucket) as many cheaper permits.
 
 use proptest::prelude::*;
+use std::cell::Cell;
 use std::time::Duration;
-use weir_core::{Clock, ManualClock, Nanos, Quota};
+use weir_core::{Clock, Decision, ManualClock, Nanos, Quota};
 use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};
 
 #[derive(Debug, Clone)]
@@ -36,6 +37,9 @@ enum Op {
     Release,
     /// A quota change to `quotas(burst)[i]`.
     SetQuota(usize),
+    /// Both limiters refund up to this many units of their last decisions (never
+    /// more than a check took in all, and not across a quota change).
+    Refund(u64),
 }
 
 /// The quotas a schedule switches between: T = 1 µs, 4 µs and 250 ns, with bursts
@@ -58,6 +62,7 @@ fn ops(step_back: bool, quota_changes: bool) -> impl Strategy<Value = Vec<Op>> {
             1 => (1usize..400).prop_map(Op::Burst),
             1 => Just(Op::Release),
             u32::from(quota_changes) => (0usize..3).prop_map(Op::SetQuota),
+            2 => (1u64..8).prop_map(Op::Refund),
         ],
         1..300,
     )
@@ -85,21 +90,28 @@ fn run(
         .unwrap();
     let leased = LeasedGcra::with_clock(quotas[0], config, clock.clone());
     let exact = Gcra::with_clock(quotas[0], latest.clone());
-    // Admitted cost in ticks of time, and what the leased limiter may exceed by.
-    let (mut by_leased, mut by_exact) = (0u64, 0u64);
+    // Admitted cost in ticks of time, less what was refunded, and what the leased
+    // limiter may exceed by.
+    let (by_leased, by_exact) = (Cell::new(0u64), Cell::new(0u64));
     let mut allowed_over = bound(&leased) * quotas[0].emission_interval_ticks();
-    let mut check = |stripe: usize, n: u64, allowed_over: u64| -> Result<(), TestCaseError> {
+    // The last check's decisions, what is left of it to refund, and one unit's price.
+    let last: Cell<Option<(Decision, Decision, u64, u64)>> = Cell::new(None);
+    let check = |stripe: usize, n: u64, allowed_over: u64| -> Result<(), TestCaseError> {
         latest.set(clock.now().max(latest.now()));
         let (a, b) = (leased.check_on(stripe, n), exact.check_n(n));
         prop_assert_eq!(a.is_err(), b.is_err(), "n = {}: leased {:?}, exact {:?}", n, a, b);
-        let price = n * leased.quota().emission_interval_ticks();
-        by_leased += a.is_ok_and(|d| d.is_allowed()) as u64 * price;
-        by_exact += b.is_ok_and(|d| d.is_allowed()) as u64 * price;
+        let unit = leased.quota().emission_interval_ticks();
+        let price = n * unit;
+        by_leased.set(by_leased.get() + a.is_ok_and(|d| d.is_allowed()) as u64 * price);
+        by_exact.set(by_exact.get() + b.is_ok_and(|d| d.is_allowed()) as u64 * price);
+        if let (Ok(a), Ok(b)) = (a, b) {
+            last.set(Some((a, b, n, unit)));
+        }
         prop_assert!(
-            by_leased <= by_exact + allowed_over,
+            by_leased.get() <= by_exact.get() + allowed_over,
             "leased admitted {} ticks' worth where the exact limiter admitted {} (bound {} ticks) at {:?}",
-            by_leased,
-            by_exact,
+            by_leased.get(),
+            by_exact.get(),
             allowed_over,
             clock.now()
         );
@@ -122,6 +134,19 @@ fn run(
                 leased.set_quota(quotas[i]);
                 exact.set_quota(quotas[i]);
                 allowed_over += bound(&leased) * quotas[i].emission_interval_ticks();
+                last.set(None);
+            }
+            Op::Refund(k) => {
+                if let Some((a, b, left, unit)) = last.get() {
+                    // The exact limiter refunds at the latest time a check has read
+                    // (a refund's own reading is not a check's).
+                    let k = k.min(left);
+                    leased.refund(k, &a).unwrap();
+                    exact.refund(k, &b).unwrap();
+                    by_leased.set(by_leased.get() - a.is_allowed() as u64 * k * unit);
+                    by_exact.set(by_exact.get() - b.is_allowed() as u64 * k * unit);
+                    last.set(Some((a, b, left - k, unit)));
+                }
             }
         }
     }

@@ -82,11 +82,14 @@ impl Model {
             Some(Decision::denied(self.snapshot(), ceil_ns(self.used + cost - self.tolerance())))
         }
     }
-    fn refund(&mut self, n: u64) -> bool {
+    /// Refunds `n` of an admission (`allowed`) or of a denial (nothing).
+    fn refund(&mut self, n: u64, allowed: bool) -> bool {
         if n > self.quota.burst() {
             return false;
         }
-        self.used = (self.used - self.credit(n)).max(0);
+        if allowed {
+            self.used = (self.used - self.credit(n)).max(0);
+        }
         true
     }
 }
@@ -118,6 +121,7 @@ proptest! {
         let limiter = Gcra::with_clock(q, clock.clone());
         let mut model = Model { quota: q, used: 0, last: 0 };
         let mut elapsed = 0u64;
+        let mut last = limiter.check_n(0).unwrap(); // the decision a refund gives back
         for op in ops {
             match op {
                 Op::Advance(ns) => {
@@ -128,6 +132,9 @@ proptest! {
                     model.drain(elapsed);
                     let expected = model.check(n);
                     let actual = limiter.check_n(n);
+                    if let Ok(d) = actual {
+                        last = d;
+                    }
                     match expected {
                         None => prop_assert!(actual.is_err()),
                         Some(d) if n == 0 => prop_assert_eq!(actual.unwrap(), Decision::allowed(d.snapshot())),
@@ -136,7 +143,7 @@ proptest! {
                 }
                 Op::Refund(n) => {
                     model.drain(elapsed);
-                    prop_assert_eq!(limiter.refund(n).is_ok(), model.refund(n));
+                    prop_assert_eq!(limiter.refund(n, &last).is_ok(), model.refund(n, last.is_allowed()));
                 }
                 Op::SetQuota(q) => {
                     model.drain(elapsed);

@@ -33,6 +33,9 @@
 //! - **Allowed path**: one CAS on one word. **Denied path**: one load, nothing written.
 //! - **Exact times**: a denial's `retry_after` is the start of the next window, to the
 //!   nanosecond; `reset_after` is the same instant (or zero when nothing is counted).
+//! - **Refunds** ([`FixedWindow::refund`]) take `n` off the admission's window's
+//!   count while that window is still the current one, with one CAS; once the
+//!   window has ended they give nothing (its count no longer matters).
 //! - **No panic** on any input. A reading earlier than the window already counted in
 //!   is treated as a reading in that window (no time passing). Window numbers count
 //!   from the limiter's creation and last at least 2⁶³ emission intervals (18 years
@@ -181,19 +184,21 @@ impl FixedWindowAlgorithm {
         loop {
             // Read inside the loop: a retry decides with a fresh reading.
             let now = clock.now();
-            let (window, count) = self.effective(word, f.rel(now));
+            let rel = f.rel(now);
+            let (window, count) = self.effective(word, rel);
             let end = f.start(window).saturating_add(f.period);
+            let at = f.stamp(window, rel, now);
             if count.saturating_add(n) > f.limit {
                 // Denied: nothing is written. A fresh window admits any n ≤ limit, so
                 // the wait is exactly the time to the next window's start.
-                return Decision::denied(self.snapshot_of(window, count, now), f.delay(end, now));
+                return Decision::denied(self.snapshot_of(window, count, now), f.delay(end, now)).at(at);
             }
             let new = self.pack(window, count + n);
             // Ordering: Relaxed on success and failure; see the load above. The CAS
             // admits only if nothing was admitted (and no rollover happened) since
             // `word` was read; a rollover is this same CAS writing a new window number.
             match state.word.compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Decision::allowed(self.snapshot_of(window, count + n, now)),
+                Ok(_) => return Decision::allowed(self.snapshot_of(window, count + n, now)).at(at),
                 Err(actual) => word = actual,
             }
             backoff.spin();
@@ -224,7 +229,8 @@ impl Algorithm for FixedWindowAlgorithm {
             return Err(InsufficientCapacity { requested: n, capacity: self.frame.limit });
         }
         if n == 0 {
-            return Ok(Decision::allowed(self.snapshot(state, clock.now())));
+            let now = clock.now();
+            return Ok(Decision::allowed(self.snapshot(state, now)).at(now));
         }
         Ok(self.acquire(state, n, clock))
     }
@@ -232,6 +238,43 @@ impl Algorithm for FixedWindowAlgorithm {
     #[inline]
     fn check<C: Clock + ?Sized>(&self, state: &FixedWindowState, clock: &C) -> Decision {
         self.acquire(state, 1, clock) // 1 ≤ limit, always
+    }
+
+    /// Takes `n` off the count of the admission's window if that window is still
+    /// the current one at the clock's reading; otherwise nothing (a fixed window's
+    /// past windows no longer matter). One CAS, like an admission.
+    fn refund<C: Clock + ?Sized>(
+        &self,
+        state: &FixedWindowState,
+        n: u64,
+        admission: &Decision,
+        clock: &C,
+    ) -> Result<(), InsufficientCapacity> {
+        let f = &self.frame;
+        if n > f.limit {
+            return Err(InsufficientCapacity { requested: n, capacity: f.limit });
+        }
+        if n == 0 || admission.is_denied() {
+            return Ok(());
+        }
+        let counted_in = f.window_at(admission.decided_at());
+        // Ordering: Relaxed; see `acquire`.
+        let mut word = state.word.load(Ordering::Relaxed);
+        loop {
+            // Read after the word, as in `acquire`: a reading that lags the word's
+            // window is in that window (no time passing).
+            let (window, count) = self.effective(word, f.rel(clock.now()));
+            if window != counted_in || count == 0 || word == RETIRED {
+                return Ok(()); // a later window, or a retired (idle) state: nothing to give back
+            }
+            let new = self.pack(window, count - n.min(count));
+            // Ordering: Relaxed on success and failure; see `acquire`. Lands only if
+            // the word (window and count) is unchanged since it was read.
+            match state.word.compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(actual) => word = actual,
+            }
+        }
     }
 
     fn snapshot(&self, state: &FixedWindowState, now: Nanos) -> Snapshot {

@@ -106,6 +106,29 @@ impl Frame {
         window.saturating_mul(self.period)
     }
 
+    /// The reading at which relative time `rel` is (saturating at zero: relative 0
+    /// may be before the clock's origin).
+    #[inline]
+    pub(crate) fn reading_at(&self, rel: u64) -> Nanos {
+        Nanos::new(self.base.saturating_add(rel).saturating_sub(self.shift))
+    }
+
+    /// What a decision in `window` made from the reading `now` (relative `rel`) is
+    /// stamped with ([`Decision::at`](weir_core::Decision::at)): `now`, or the
+    /// window's start if the reading is earlier (a reading stepping back is decided
+    /// there), so that the stamp's window is the one the decision counted in.
+    #[inline]
+    pub(crate) fn stamp(&self, window: u64, rel: u64, now: Nanos) -> Nanos {
+        let start = self.start(window);
+        if rel >= start { now } else { self.reading_at(start) }
+    }
+
+    /// The window a decision stamped `at` (see [`stamp`](Self::stamp)) was counted in.
+    #[inline]
+    pub(crate) fn window_at(&self, at: Nanos) -> u64 {
+        self.window_of(self.rel(at)).0
+    }
+
     /// Nanoseconds from the reading `now` to the relative time `target` (0 if
     /// `target` is not later). Computed from the unclamped reading, so a reading
     /// before the limiter's first window still gets the true wait.

@@ -5,7 +5,7 @@
 //! from a [`Quota`](weir_core::Quota) (`limit = quota.count()`, `P =
 //! quota.period()`; a quota whose burst differs from its count is refused with
 //! [`WindowError::BurstIsNotCount`]), implements weir's [`Limiter`](weir_core::Limiter)
-//! contract (`check`, `check_n`, `snapshot`, with `limit`, `remaining`,
+//! contract (`check`, `check_n`, `refund`, `snapshot`, with `limit`, `remaining`,
 //! `reset_after` and `retry_after` in every [`Decision`](weir_core::Decision)), and
 //! all but the striped one implement [`Algorithm`](weir_core::Algorithm) and
 //! [`Retire`](weir_core::Retire), so `weir-keyed` can keep one per key and drop idle
@@ -56,6 +56,30 @@
 //! is [`InsufficientCapacity`](weir_core::InsufficientCapacity), readings near
 //! [`Nanos::MAX`](weir_core::Nanos::MAX) saturate.
 //!
+//! # Refunds
+//!
+//! `refund(n, &admission)` gives back `n` units an admission took and the caller
+//! did not use, to the window the admission was counted in (every decision is
+//! stamped with the reading it was decided at, [`Decision::decided_at`](weir_core::Decision::decided_at)),
+//! and only while that window still weighs on decisions: the fixed window while it
+//! is the current window; the sliding counters (one-word and striped) to the current
+//! count while in the same window, to the previous count once it is the previous
+//! window; the log removes `n` of the entries recorded at the admission's time.
+//! Nothing for a denial; never more than the window holds. A refund is one CAS on
+//! the state word (the striped limiter's global line; the log's write side when it
+//! has entries to remove) and may race with checks: each decides before or after it.
+//!
+//! ```
+//! use weir_core::{Limiter, ManualClock, Quota};
+//! use weir_window::SlidingWindow;
+//!
+//! let limiter = SlidingWindow::with_clock(Quota::per_minute(10)?, ManualClock::new())?;
+//! let admission = limiter.check_n(10)?;
+//! limiter.refund(3, &admission)?; // the work took 7
+//! assert_eq!(limiter.snapshot().remaining(), 3);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Progress
 //!
 //! | operation | fixed / sliding | sliding log | striped |
@@ -63,6 +87,7 @@
 //! | allowed check | lock-free, one CAS | blocking (sequence lock, `n` + 3 stores) | lock-free, one CAS on the thread's stripe (plus one on the global line per lease) |
 //! | denied check | one load, no write (the sliding counter's first denial in a new window records the rollover: one CAS) | lock-free read, no write (waits out a write under way) | two cache lines read, no write (in exact mode the first denial once capacity runs out reclaims leases and records it) |
 //! | snapshot | one load | as a denied check | one load per stripe |
+//! | refund | lock-free, one CAS | blocking (sequence lock; moves the entries admitted after the refunded ones) | lock-free, one CAS on the global line |
 //!
 //! No check allocates, locks (except the log's sequence lock) or makes a syscall;
 //! the clock read is the caller's choice (weir-core's `CoarseClock`

@@ -27,7 +27,7 @@
 //! # Concurrency and guarantees
 //!
 //! The entries are timestamps in a ring, in admission order; because a clock reading
-//! earlier than the newest entry is stamped as the newest entry (no time passing),
+//! earlier than the latest admission is stamped as that admission (no time passing),
 //! they never decrease, so `live(t)` is a binary search and admitting `n` only has
 //! to look at one entry (the `n`-th oldest of the last `limit`). Admitting writes
 //! `n` entries, the count and the newest time together, which one atomic word
@@ -46,6 +46,11 @@
 //! preempted inside that write delays every check of the log. It is the reference
 //! for accuracy, not for throughput; for hot limits use
 //! [`StripedSlidingWindow`](crate::StripedSlidingWindow).
+//!
+//! A refund ([`SlidingLog::refund`]) removes `n` of the refunded admission's entries
+//! (the latest live ones at or before its time) under the write side, moving the
+//! entries admitted after them down; the latest admission's time stays the floor of
+//! later readings.
 //!
 //! Times are exact: a denial's `retry_after` is the instant the entry that must
 //! expire leaves the window; `reset_after` is when the newest one does. No panic on
@@ -125,7 +130,9 @@ pub struct SlidingLogState {
     /// Requests ever admitted: the ring position of the next entry. Written only
     /// under the write side of `seq`.
     head: AtomicU64,
-    /// The newest entry's timestamp (0 before any). Written only under `seq`.
+    /// The latest admission's effective time (0 before any): the newest entry's
+    /// timestamp, unless a refund removed that entry; never lowered, it is the floor
+    /// of later readings (entries never decrease). Written only under `seq`.
     newest: AtomicU64,
     /// Entry `p` (the `p`-th admitted request) is `ring[p % ring.len()]`. Written
     /// only under `seq`.
@@ -182,10 +189,8 @@ struct Reading {
     seq: u64,
     /// Requests ever admitted.
     head: u64,
-    /// The effective time: the reading, or the newest entry if that is later.
+    /// The effective time: the reading, or the latest admission's if that is later.
     at: u64,
-    /// The newest entry's timestamp.
-    newest: u64,
     /// The oldest position whose entry is still in the window at `at`.
     first_live: u64,
 }
@@ -246,6 +251,20 @@ impl SlidingLogAlgorithm {
         self.base.saturating_add(target).saturating_sub(now.as_u64())
     }
 
+    /// The reading at relative time `rel`: what a decision made at the effective
+    /// time `rel` is stamped with.
+    #[inline]
+    fn reading_at(&self, rel: u64) -> Nanos {
+        Nanos::new(self.base.saturating_add(rel))
+    }
+
+    /// The newest entry's timestamp in a read section (0 with nothing live, when it
+    /// is not used). Validated with the section.
+    #[inline]
+    fn newest_entry(state: &SlidingLogState, reading: &Reading) -> u64 {
+        if reading.live() == 0 { 0 } else { state.timestamp(reading.head - 1) }
+    }
+
     /// One read section: waits out a write under way, then reads the log at `now`.
     /// The result is consistent only if `seq` is unchanged afterwards (the caller
     /// validates, by CAS to admit or by `still_valid` to deny).
@@ -275,7 +294,7 @@ impl SlidingLogAlgorithm {
                 lo = mid + 1;
             }
         }
-        Reading { seq, head, at, newest, first_live: lo }
+        Reading { seq, head, at, first_live: lo }
     }
 
     /// Whether nothing was written since `reading` began: its values are a
@@ -340,18 +359,19 @@ impl SlidingLogAlgorithm {
                 // Ordering: Release publishes the write; pairs with the Acquire load in
                 // `read` and the Acquire CAS of the next writer.
                 state.seq.store(reading.seq.wrapping_add(2), Ordering::Release);
-                return Decision::allowed(self.snapshot_of(live + n, reading.at, now));
+                return Decision::allowed(self.snapshot_of(live + n, reading.at, now)).at(self.reading_at(reading.at));
             }
             // Denied: the entry that must expire first is the (live + n − limit)-th
             // live one; the request fits the instant it leaves the window.
             let blocking = reading.first_live + (live + n - self.limit) - 1;
             let expires = state.timestamp(blocking).saturating_add(self.period);
+            let newest = Self::newest_entry(state, &reading);
             if !Self::still_valid(state, &reading) {
                 backoff.spin();
                 continue;
             }
-            let snapshot = self.snapshot_of(live, reading.newest, now);
-            return Decision::denied(snapshot, self.delay(expires, now));
+            let snapshot = self.snapshot_of(live, newest, now);
+            return Decision::denied(snapshot, self.delay(expires, now)).at(self.reading_at(reading.at));
         }
     }
 
@@ -364,6 +384,78 @@ impl SlidingLogAlgorithm {
                 return reading;
             }
             backoff.spin();
+        }
+    }
+
+    /// Removes up to `n` live entries stamped at or before `at` (relative), the
+    /// latest of them: the entries after them move down by that many, and the
+    /// ring positions that become the oldest get a stand-in timestamp of 0.
+    ///
+    /// Why the stand-ins are right: the ring holds positions `head − limit ..
+    /// head`; after removing `k`, it holds `head − k − limit .. head − k`, whose
+    /// first `k` positions were overwritten long ago. Every admission checked that
+    /// all positions below `head − limit` (its new head) had expired at its
+    /// effective time, and `newest` (the latest such time, never lowered) is at
+    /// least `period` once any position has left the ring; so those positions are
+    /// expired at every reading from now on, as a stand-in of 0 is.
+    fn remove_entries(&self, state: &SlidingLogState, n: u64, at: u64, clock: &(impl Clock + ?Sized)) {
+        let mut backoff = Backoff::new();
+        loop {
+            let reading = self.read(state, clock.now(), &mut backoff);
+            if reading.seq == RETIRED_SEQ {
+                return; // retired while idle: nothing to remove
+            }
+            // The end of the live entries at or before `at` (entries never decrease).
+            let (mut lo, mut hi) = (reading.first_live, reading.head);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if state.timestamp(mid) > at {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            let end = lo;
+            let k = n.min(end - reading.first_live);
+            if k == 0 {
+                if Self::still_valid(state, &reading) {
+                    return; // nothing of the admission's time is live
+                }
+                backoff.spin();
+                continue;
+            }
+            // Ordering: Acquire on success, as in `acquire`: the write side, taken
+            // only if nothing was written since the reading.
+            if state
+                .seq
+                .compare_exchange(reading.seq, reading.seq.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                backoff.spin();
+                continue;
+            }
+            // Ordering: Release fence before the entry stores; see `acquire`.
+            fence(Ordering::Release);
+            for position in end..reading.head {
+                if let Some(entry) = state.entry(position - k) {
+                    // Ordering: Relaxed (both); this thread holds the write side, and
+                    // the stores are published by the Release store of `seq`.
+                    entry.store(state.timestamp(position), Ordering::Relaxed);
+                }
+            }
+            for position in reading.head - k..reading.head {
+                if let Some(entry) = state.entry(position) {
+                    // Ordering: Relaxed; published by the Release store of `seq`.
+                    entry.store(0, Ordering::Relaxed);
+                }
+            }
+            // Ordering: Relaxed; published by the Release store of `seq`. `newest`
+            // is kept: it is the latest effective time, and stays the floor of later
+            // readings (entries never decrease, stand-ins stay expired).
+            state.head.store(reading.head - k, Ordering::Relaxed);
+            // Ordering: Release publishes the write; see `acquire`.
+            state.seq.store(reading.seq.wrapping_add(2), Ordering::Release);
+            return;
         }
     }
 }
@@ -401,7 +493,8 @@ impl Algorithm for SlidingLogAlgorithm {
             return Err(InsufficientCapacity { requested: n, capacity: self.limit });
         }
         if n == 0 {
-            return Ok(Decision::allowed(self.snapshot(state, clock.now())));
+            let now = clock.now();
+            return Ok(Decision::allowed(self.snapshot(state, now)).at(now));
         }
         Ok(self.acquire(state, n, clock))
     }
@@ -410,9 +503,37 @@ impl Algorithm for SlidingLogAlgorithm {
         self.acquire(state, 1, clock) // 1 ≤ limit, always
     }
 
+    /// Removes `n` of the entries recorded at the admission's time: the latest live
+    /// entries at or before it (an admission's entries are all stamped with its
+    /// effective time, the time it is stamped with). Takes the write side of the
+    /// sequence lock, like an admission, only if there is something to remove;
+    /// moves the entries admitted after it down (at most `limit − 1` stores).
+    fn refund<C: Clock + ?Sized>(
+        &self,
+        state: &SlidingLogState,
+        n: u64,
+        admission: &Decision,
+        clock: &C,
+    ) -> Result<(), InsufficientCapacity> {
+        if n > self.limit {
+            return Err(InsufficientCapacity { requested: n, capacity: self.limit });
+        }
+        if n > 0 && admission.is_allowed() {
+            self.remove_entries(state, n, self.rel(admission.decided_at()), clock);
+        }
+        Ok(())
+    }
+
     fn snapshot(&self, state: &SlidingLogState, now: Nanos) -> Snapshot {
-        let reading = self.read_consistent(state, now);
-        self.snapshot_of(reading.live(), reading.newest, now)
+        let mut backoff = Backoff::new();
+        loop {
+            let reading = self.read(state, now, &mut backoff);
+            let newest = Self::newest_entry(state, &reading);
+            if Self::still_valid(state, &reading) {
+                return self.snapshot_of(reading.live(), newest, now);
+            }
+            backoff.spin();
+        }
     }
 
     fn is_idle(&self, state: &SlidingLogState, now: Nanos) -> bool {

@@ -47,6 +47,10 @@
 //!   nothing is admitted, so that instant is well defined); `reset_after` is the time
 //!   until the estimate is zero (the end of the next window if anything is counted in
 //!   this one).
+//! - **Refunds** ([`SlidingWindow::refund`]) take `n` off the count the admission
+//!   was counted in: the current count in the same window, the previous count once
+//!   the admission's window is the previous one, nothing after that. One CAS, which
+//!   records the rollover like an admission's.
 //! - **No panic.** A reading earlier than the stored window is decided at that
 //!   window's start (its strictest point), never more loosely than the latest reading.
 //! - **Limit range**: three fields share 64 bits, so the limit is bounded by the
@@ -218,7 +222,9 @@ impl SlidingWindowAlgorithm {
         let mut word = state.word.load(Ordering::Relaxed);
         loop {
             let now = clock.now();
-            let view = self.view(word, f.rel(now));
+            let rel = f.rel(now);
+            let view = self.view(word, rel);
+            let at = f.stamp(view.window, rel, now);
             if !frame::fits(f.limit, f.period, view.prev, view.curr, view.elapsed, n) {
                 if view.window != self.window_of(word) {
                     // Denied in a later window than the stored one: record the rollover
@@ -237,14 +243,14 @@ impl SlidingWindowAlgorithm {
                 // Denied: no count is written.
                 let wait = frame::sliding_wait(f.limit, f.period, view.prev, view.curr, n);
                 let retry = f.delay(f.start(view.window).saturating_add(wait), now);
-                return Decision::denied(self.snapshot_of(&view, view.curr, now), retry);
+                return Decision::denied(self.snapshot_of(&view, view.curr, now), retry).at(at);
             }
             let new = self.pack(view.window, view.prev, view.curr + n);
             // Ordering: Relaxed on success and failure; see the load above. The CAS
             // admits only if the word (window and both counts) is unchanged since it
             // was read; a rollover is this same CAS writing the rolled counts.
             match state.word.compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Decision::allowed(self.snapshot_of(&view, view.curr + n, now)),
+                Ok(_) => return Decision::allowed(self.snapshot_of(&view, view.curr + n, now)).at(at),
                 Err(actual) => word = actual,
             }
             backoff.spin();
@@ -275,7 +281,8 @@ impl Algorithm for SlidingWindowAlgorithm {
             return Err(InsufficientCapacity { requested: n, capacity: self.frame.limit });
         }
         if n == 0 {
-            return Ok(Decision::allowed(self.snapshot(state, clock.now())));
+            let now = clock.now();
+            return Ok(Decision::allowed(self.snapshot(state, now)).at(now));
         }
         Ok(self.acquire(state, n, clock))
     }
@@ -283,6 +290,55 @@ impl Algorithm for SlidingWindowAlgorithm {
     #[inline]
     fn check<C: Clock + ?Sized>(&self, state: &SlidingWindowState, clock: &C) -> Decision {
         self.acquire(state, 1, clock) // 1 ≤ limit, always
+    }
+
+    /// Takes `n` off the count the admission was counted in, as seen at the clock's
+    /// reading: the current count if the admission's window is the current one, the
+    /// previous count if it is the previous one, nothing if it is older. One CAS,
+    /// which also records a rollover, as an admission's does.
+    fn refund<C: Clock + ?Sized>(
+        &self,
+        state: &SlidingWindowState,
+        n: u64,
+        admission: &Decision,
+        clock: &C,
+    ) -> Result<(), InsufficientCapacity> {
+        let f = &self.frame;
+        if n > f.limit {
+            return Err(InsufficientCapacity { requested: n, capacity: f.limit });
+        }
+        if n == 0 || admission.is_denied() {
+            return Ok(());
+        }
+        let counted_in = f.window_at(admission.decided_at());
+        // Ordering: Relaxed; see `acquire`.
+        let mut word = state.word.load(Ordering::Relaxed);
+        loop {
+            if word == RETIRED {
+                return Ok(()); // retired while idle: nothing to give back
+            }
+            // Read after the word, as in `acquire`.
+            let view = self.view(word, f.rel(clock.now()));
+            let (prev, curr) = match view.window.checked_sub(counted_in) {
+                Some(0) => (view.prev, view.curr - n.min(view.curr)),
+                Some(1) => (view.prev - n.min(view.prev), view.curr),
+                _ => return Ok(()), // no longer weighs on any estimate
+            };
+            if (prev, curr) == (view.prev, view.curr) {
+                return Ok(()); // nothing counted there
+            }
+            // Ordering: Relaxed on success and failure; see `acquire`. Lands only if
+            // the word (window and both counts) is unchanged since it was read.
+            match state.word.compare_exchange_weak(
+                word,
+                self.pack(view.window, prev, curr),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(actual) => word = actual,
+            }
+        }
     }
 
     fn snapshot(&self, state: &SlidingWindowState, now: Nanos) -> Snapshot {

@@ -127,6 +127,16 @@
 //! per window parity; loom found two windows open at once when a rollover by two
 //! windows raced with one by one window.)
 //!
+//! # Refunds
+//!
+//! [`StripedSlidingWindow::refund`] gives an admission's tokens back the way a
+//! returned lease is given back: to the window they were counted in (every decision
+//! is stamped with its reading, the lease's window for a reading that lags it), in
+//! `current` while that window is open, in `previous` once it is closed, nowhere once
+//! it is older. The count it lowers includes capacity leased to stripes, so a refund
+//! of more than the admission took can give back leased capacity too: refund at
+//! most what the admission took.
+//!
 //! # Picking a stripe
 //!
 //! With `std`, [`check`](StripedSlidingWindow::check) uses the calling thread's
@@ -440,7 +450,7 @@ impl Core {
             && (l.count(lease) == 0 || l.window(lease) != view.window)
             && (self.mode == StripedMode::Approximate || l.drained(view.word))
             && !frame::fits(self.frame.limit, self.frame.period, view.prev, view.count, elapsed, n);
-        settled.then(|| self.denial(&view, view.count, elapsed, n, now))
+        settled.then(|| self.denial(&view, view.count, elapsed, n, rel, now))
     }
 
     /// The denial of `n` in the view's window with `used` counted, `elapsed` into it.
@@ -448,7 +458,7 @@ impl Core {
     /// through one more call, its copy stalled on store forwarding and cost more than
     /// the rest of the denied path; measured with `perf`).
     #[inline(always)]
-    fn denial(&self, view: &GlobalView, used: u64, elapsed: u64, n: u64, now: Nanos) -> Decision {
+    fn denial(&self, view: &GlobalView, used: u64, elapsed: u64, n: u64, rel: u64, now: Nanos) -> Decision {
         let f = &self.frame;
         let wait = frame::sliding_wait(f.limit, f.period, view.prev, used, n);
         let start = self.start(view.window);
@@ -457,7 +467,14 @@ impl Core {
             None => 0,
         };
         let snapshot = frame::sliding_snapshot(f.limit, f.period, view.prev, used, elapsed, reset);
-        Decision::denied(snapshot, f.delay(start.saturating_add(wait), now))
+        Decision::denied(snapshot, f.delay(start.saturating_add(wait), now)).at(self.stamp(view.window, rel, now))
+    }
+
+    /// What a decision in `window` (from 1) at the reading `now` is stamped with:
+    /// see [`Frame::stamp`].
+    #[inline(always)]
+    fn stamp(&self, window: u64, rel: u64, now: Nanos) -> Nanos {
+        self.frame.stamp(window.saturating_sub(1), rel, now)
     }
 
     /// Spends `n` from the lease word `lease` if it holds `n` and belongs to the
@@ -477,7 +494,8 @@ impl Core {
                 // Ordering: Relaxed; an estimate for the decision, published by nothing.
                 let hint = stripe.hint.load(Ordering::Relaxed);
                 let reset = self.frame.delay(start.saturating_add(self.frame.period.saturating_mul(2)), now);
-                Ok(Decision::allowed(Snapshot::new(self.frame.limit, (tokens - n).saturating_add(hint), reset)))
+                let at = if rel >= start { now } else { self.frame.reading_at(start) }; // see `stamp`
+                Ok(Decision::allowed(Snapshot::new(self.frame.limit, (tokens - n).saturating_add(hint), reset)).at(at))
             }
             Err(actual) => Err(Some(actual)),
         }
@@ -530,7 +548,7 @@ impl Core {
                 if target <= window {
                     // Only past the horizon (the last window never closes): fail closed.
                     self.give_back(pocket);
-                    return Decision::denied(self.snapshot_at(now), 0);
+                    return Decision::denied(self.snapshot_at(now), 0).at(now);
                 }
                 self.advance(&view, target);
                 continue;
@@ -569,7 +587,8 @@ impl Core {
                 // Ordering: Relaxed; an estimate, published by nothing.
                 stripe.hint.store(hint, Ordering::Relaxed);
                 let reset = f.delay(self.start(window).saturating_add(f.period.saturating_mul(2)), now);
-                return Decision::allowed(Snapshot::new(f.limit, leased.saturating_add(hint), reset));
+                let snapshot = Snapshot::new(f.limit, leased.saturating_add(hint), reset);
+                return Decision::allowed(snapshot).at(self.stamp(window, rel, now));
             }
             if pocket.count > 0 {
                 // Not enough even with the stripe's leftover: return it before looking
@@ -621,7 +640,7 @@ impl Core {
             // reclaimed (the `drained` flag; a lease installed since clears it), so
             // once racing checks have finished, `used` is what was admitted and the
             // wait is exact.
-            return self.denial(&view, used, elapsed, n, now);
+            return self.denial(&view, used, elapsed, n, rel, now);
         }
     }
 
@@ -845,6 +864,15 @@ impl Core {
             }
         }
         taken
+    }
+
+    /// Gives back `n` tokens that an admission stamped `at` spent: to the window it
+    /// was counted in, where that window's count is kept (`current` while it is
+    /// open, `previous` once closed), and nowhere once it is older than the previous
+    /// window (see `give_back`).
+    fn refund(&self, n: u64, at: Nanos) {
+        let window = self.frame.window_at(at).saturating_add(1);
+        self.give_back(Tokens { window, count: n });
     }
 
     /// The state at `now`: the global words less every stripe's unused lease.
@@ -1083,9 +1111,36 @@ impl<C: Clock> StripedSlidingWindow<C> {
             return Err(InsufficientCapacity { requested: n, capacity: limit });
         }
         if n == 0 {
-            return Ok(Decision::allowed(self.core.snapshot_at(now)));
+            return Ok(Decision::allowed(self.core.snapshot_at(now)).at(now));
         }
         Ok(self.core.check(stripe, n, now))
+    }
+
+    /// Gives back `n` tokens that `admission` (a decision of this limiter) spent and
+    /// the caller did not use, to the window it was counted in: that window's count
+    /// while it is the current or the previous window, nothing once it is older (it
+    /// no longer weighs on any estimate), as a returned lease is. Nothing for a
+    /// denial; `n` above the limit is an error.
+    ///
+    /// ```
+    /// use weir_core::{Nanos, Quota};
+    /// use weir_window::StripedBuilder;
+    ///
+    /// let limiter = StripedBuilder::new(Quota::per_second(10)?).stripes(2).build_with_clock(Nanos::ZERO)?;
+    /// let admission = limiter.check_n_on_at(0, 10, Nanos::new(5))?;
+    /// limiter.refund(4, &admission)?;
+    /// assert_eq!(limiter.snapshot_at(Nanos::new(6)).remaining(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund(&self, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+        let limit = self.core.frame.limit;
+        if n > limit {
+            return Err(InsufficientCapacity { requested: n, capacity: limit });
+        }
+        if n > 0 && admission.is_allowed() {
+            self.core.refund(n, admission.decided_at());
+        }
+        Ok(())
     }
 
     /// The current state, summing every stripe's unused lease: exact when no check
@@ -1138,6 +1193,10 @@ impl<C: Clock> Limiter for StripedSlidingWindow<C> {
     #[inline]
     fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
         StripedSlidingWindow::check_n(self, n)
+    }
+    #[inline]
+    fn refund(&self, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+        StripedSlidingWindow::refund(self, n, admission)
     }
     fn snapshot(&self) -> Snapshot {
         StripedSlidingWindow::snapshot(self)

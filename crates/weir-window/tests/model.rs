@@ -8,7 +8,10 @@
 //! deque of timestamps. For any sequence of operations at non-decreasing times:
 //!
 //! - the fixed window, the sliding counter and the sliding log decide exactly as
-//!   their references, down to every field of every decision and snapshot;
+//!   their references, down to every field of every decision and snapshot, with
+//!   refunds of the last admission among the operations (the fixed window's to its
+//!   window while it is current, the counter's to its window while it is the
+//!   current or the previous one, the log's as removed entries);
 //! - the striped limiter in exact mode, used from one thread on any stripes, admits
 //!   and denies exactly as the sliding reference, with the same `retry_after` and
 //!   denial snapshot, and `snapshot()` equal to the reference's after every step
@@ -28,8 +31,38 @@ use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedBuilder, Stripe
 #[derive(Debug, Clone)]
 enum Op {
     Advance(u64),
-    Check { n: u64, stripe: usize },
+    Check {
+        n: u64,
+        stripe: usize,
+    },
+    /// A refund of up to this many of the last admission's units (never more than it
+    /// took in all, as the contract asks).
+    Refund(u64),
     Snapshot,
+}
+
+/// The last admission: its decision, when it was made, and how much of it can still
+/// be refunded.
+#[derive(Debug, Clone, Copy)]
+struct Admission {
+    decision: Decision,
+    t: u64,
+    left: u64,
+}
+
+impl Admission {
+    /// Records a decision of cost `n` made at `t` (a denial leaves nothing to refund).
+    fn of(decision: Decision, t: u64, n: u64) -> Self {
+        Self { decision, t, left: if decision.is_allowed() { n } else { 0 } }
+    }
+
+    /// Takes up to `n` of what is left to refund.
+    fn take(last: &mut Option<Admission>, n: u64) -> Option<(Admission, u64)> {
+        let a = last.as_mut()?;
+        let k = n.min(a.left);
+        a.left -= k;
+        Some((*a, k))
+    }
 }
 
 /// A quota with a small limit and a period from 97 ns to a minute.
@@ -52,6 +85,7 @@ fn ops(q: Quota, len: usize) -> impl Strategy<Value = Vec<Op>> {
             2 => (0..2 * p + 2).prop_map(Op::Advance),
             1 => Just(Op::Advance(p)),
             8 => (0..limit + 2, 0usize..8).prop_map(move |(n, stripe)| Op::Check { n: n.min(limit + 1), stripe }),
+            2 => (0..limit + 1).prop_map(Op::Refund),
             1 => Just(Op::Snapshot),
         ],
         1..len,
@@ -89,6 +123,15 @@ impl Windows {
         let used = self.count(w);
         let reset = if used == 0 { 0 } else { (w + 1) * self.period - t };
         Snapshot::new(self.limit, self.limit - used, reset)
+    }
+    /// A refund of `n` units admitted at `ta`, at `t`: to the admission's window if
+    /// it is the current one (fixed), or the current or previous one (sliding).
+    fn refund(&mut self, ta: u64, t: u64, n: u64, windows_that_count: u64) {
+        let (wa, w) = (ta / self.period, t / self.period);
+        if w - wa < windows_that_count {
+            let count = self.counts.entry(wa).or_default();
+            *count -= n.min(*count);
+        }
     }
     fn fixed_check(&mut self, t: u64, n: u64) -> Decision {
         let w = t / self.period;
@@ -159,6 +202,17 @@ impl Log {
         let reset = live.last().map_or(0, |newest| newest + self.period - t);
         Snapshot::new(self.limit, self.limit - live.len() as u64, reset)
     }
+    /// Removes up to `n` of the latest entries at or before `ta` that are live at `t`.
+    fn refund(&mut self, ta: u64, t: u64, n: u64) {
+        for _ in 0..n {
+            match self.entries.iter().rposition(|&s| s <= ta && s + self.period > t) {
+                Some(i) => {
+                    self.entries.remove(i);
+                }
+                None => break,
+            }
+        }
+    }
     fn check(&mut self, t: u64, n: u64) -> Decision {
         let live = self.live(t);
         if live.len() as u64 + n <= self.limit {
@@ -185,6 +239,7 @@ proptest! {
         let clock = ManualClock::starting_at(Nanos::new(start));
         let limiter = FixedWindow::with_clock(q, clock.clone()).unwrap();
         let mut reference = Windows::new(&q);
+        let mut last = None;
         for op in ops {
             let t = clock.now_u64();
             match op {
@@ -192,7 +247,14 @@ proptest! {
                 Op::Check { n, .. } if n > q.count() => prop_assert!(limiter.check_n(n).is_err()),
                 Op::Check { n, .. } => {
                     let expected = if n == 0 { Decision::allowed(reference.fixed_snapshot(t)) } else { reference.fixed_check(t, n) };
-                    prop_assert_eq!(limiter.check_n(n).unwrap(), expected);
+                    let actual = limiter.check_n(n).unwrap();
+                    prop_assert_eq!(actual, expected);
+                    last = Some(Admission::of(actual, t, n));
+                }
+                Op::Refund(n) => if let Some((a, k)) = Admission::take(&mut last, n) {
+                    limiter.refund(k, &a.decision).unwrap();
+                    reference.refund(a.t, t, k, 1);
+                    prop_assert_eq!(limiter.snapshot(), reference.fixed_snapshot(t));
                 }
                 Op::Snapshot => prop_assert_eq!(limiter.snapshot(), reference.fixed_snapshot(t)),
             }
@@ -204,6 +266,7 @@ proptest! {
         let clock = ManualClock::starting_at(Nanos::new(start));
         let limiter = SlidingWindow::with_clock(q, clock.clone()).unwrap();
         let mut reference = Windows::new(&q);
+        let mut last = None;
         for op in ops {
             let t = clock.now_u64();
             match op {
@@ -211,7 +274,14 @@ proptest! {
                 Op::Check { n, .. } if n > q.count() => prop_assert!(limiter.check_n(n).is_err()),
                 Op::Check { n, .. } => {
                     let expected = if n == 0 { Decision::allowed(reference.sliding_snapshot(t)) } else { reference.sliding_check(t, n) };
-                    prop_assert_eq!(limiter.check_n(n).unwrap(), expected);
+                    let actual = limiter.check_n(n).unwrap();
+                    prop_assert_eq!(actual, expected);
+                    last = Some(Admission::of(actual, t, n));
+                }
+                Op::Refund(n) => if let Some((a, k)) = Admission::take(&mut last, n) {
+                    limiter.refund(k, &a.decision).unwrap();
+                    reference.refund(a.t, t, k, 2);
+                    prop_assert_eq!(limiter.snapshot(), reference.sliding_snapshot(t));
                 }
                 Op::Snapshot => prop_assert_eq!(limiter.snapshot(), reference.sliding_snapshot(t)),
             }
@@ -223,6 +293,7 @@ proptest! {
         let clock = ManualClock::starting_at(Nanos::new(start));
         let limiter = SlidingLog::with_clock(q, clock.clone()).unwrap();
         let mut reference = Log { limit: q.count(), period: period(&q), entries: VecDeque::new() };
+        let mut last = None;
         for op in ops {
             let t = clock.now_u64();
             match op {
@@ -230,7 +301,14 @@ proptest! {
                 Op::Check { n, .. } if n > q.count() => prop_assert!(limiter.check_n(n).is_err()),
                 Op::Check { n, .. } => {
                     let expected = if n == 0 { Decision::allowed(reference.snapshot(t)) } else { reference.check(t, n) };
-                    prop_assert_eq!(limiter.check_n(n).unwrap(), expected);
+                    let actual = limiter.check_n(n).unwrap();
+                    prop_assert_eq!(actual, expected);
+                    last = Some(Admission::of(actual, t, n));
+                }
+                Op::Refund(n) => if let Some((a, k)) = Admission::take(&mut last, n) {
+                    limiter.refund(k, &a.decision).unwrap();
+                    reference.refund(a.t, t, k);
+                    prop_assert_eq!(limiter.snapshot(), reference.snapshot(t));
                 }
                 Op::Snapshot => prop_assert_eq!(limiter.snapshot(), reference.snapshot(t)),
             }
@@ -255,13 +333,20 @@ proptest! {
         let clock = ManualClock::starting_at(Nanos::new(start));
         let limiter = StripedBuilder::new(q).stripes(stripes).batch(batch).mode(mode).build_with_clock(clock.clone()).unwrap();
         let mut reference = Windows::new(&q);
+        let mut last = None;
         for op in ops {
             let t = clock.now_u64();
             match op {
                 Op::Advance(ns) => { clock.advance(Duration::from_nanos(ns)); }
                 Op::Check { n, stripe } if n > q.count() => prop_assert!(limiter.check_n_on(stripe, n).is_err()),
+                Op::Refund(n) => if let Some((a, k)) = Admission::take(&mut last, n) {
+                    limiter.refund(k, &a.decision).unwrap();
+                    reference.refund(a.t, t, k, 2);
+                    prop_assert_eq!(limiter.snapshot(), reference.sliding_snapshot(t));
+                }
                 Op::Check { n, stripe } => {
                     let actual = limiter.check_n_on(stripe, n).unwrap();
+                    last = Some(Admission::of(actual, t, n));
                     let expected = as_decision(if n == 0 { Decision::allowed(reference.sliding_snapshot(t)) } else { reference.sliding_check(t, n) }, n);
                     prop_assert_eq!(actual.is_allowed(), expected.is_allowed(), "{:?} vs {:?}", actual, expected);
                     if actual.is_denied() || n == 0 {
@@ -290,13 +375,20 @@ proptest! {
         let clock = ManualClock::starting_at(Nanos::new(start));
         let limiter = StripedBuilder::new(q).stripes(stripes).batch(batch).mode(StripedMode::Approximate).build_with_clock(clock.clone()).unwrap();
         let mut admitted = Windows::new(&q);
+        let mut last = None;
         for op in ops {
             let t = clock.now_u64();
             match op {
                 Op::Advance(ns) => { clock.advance(Duration::from_nanos(ns)); }
                 Op::Check { n, stripe } if n > q.count() => prop_assert!(limiter.check_n_on(stripe, n).is_err()),
+                Op::Refund(n) => if let Some((a, k)) = Admission::take(&mut last, n) {
+                    limiter.refund(k, &a.decision).unwrap();
+                    admitted.refund(a.t, t, k, 2);
+                }
                 Op::Check { n, stripe } => {
-                    if limiter.check_n_on(stripe, n).unwrap().is_allowed() && n > 0 {
+                    let decision = limiter.check_n_on(stripe, n).unwrap();
+                    last = Some(Admission::of(decision, t, n));
+                    if decision.is_allowed() && n > 0 {
                         *admitted.counts.entry(t / admitted.period).or_default() += n;
                         let bound = (q.count() + batch - 1) as u128 * admitted.period as u128;
                         prop_assert!(admitted.estimate_times_period(t) <= bound,
