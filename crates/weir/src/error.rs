@@ -96,6 +96,30 @@ pub enum Error {
     /// A per-key store's background sweeper could not be started.
     #[cfg(feature = "keyed")]
     Sweeper(weir_keyed::SweeperError),
+    /// A rate-limiting layer could not be built.
+    #[cfg(feature = "tower")]
+    TowerBuild(weir_tower::BuildError),
+    /// A rate-limiting layer's configuration (TOML) is invalid.
+    #[cfg(feature = "tower")]
+    TowerConfig(weir_tower::ConfigError),
+    /// A trusted-proxy network could not be parsed.
+    #[cfg(feature = "tower")]
+    Cidr(weir_tower::CidrError),
+    /// A client-address setting was refused.
+    #[cfg(feature = "tower")]
+    ClientIp(weir_tower::ClientIpError),
+    /// A store behind the middleware failed.
+    #[cfg(feature = "tower")]
+    Store(weir_tower::StoreError),
+    /// A tier lookup failed.
+    #[cfg(feature = "tower")]
+    TierLookup(weir_tower::LookupFailed),
+    /// A Redis-backed check, refund or snapshot has no answer.
+    #[cfg(feature = "redis")]
+    Redis(weir_redis::Error),
+    /// A Redis limiter, connection or policy cannot be built as asked.
+    #[cfg(feature = "redis")]
+    RedisConfig(weir_redis::ConfigError),
 }
 
 /// For each variant: `Display` as its error, `source` as its error's source, and
@@ -172,6 +196,22 @@ wrapped! {
     KeyedConfig(weir_keyed::KeyedConfigError),
     #[cfg(feature = "keyed")]
     Sweeper(weir_keyed::SweeperError),
+    #[cfg(feature = "tower")]
+    TowerBuild(weir_tower::BuildError),
+    #[cfg(feature = "tower")]
+    TowerConfig(weir_tower::ConfigError),
+    #[cfg(feature = "tower")]
+    Cidr(weir_tower::CidrError),
+    #[cfg(feature = "tower")]
+    ClientIp(weir_tower::ClientIpError),
+    #[cfg(feature = "tower")]
+    Store(weir_tower::StoreError),
+    #[cfg(feature = "tower")]
+    TierLookup(weir_tower::LookupFailed),
+    #[cfg(feature = "redis")]
+    Redis(weir_redis::Error),
+    #[cfg(feature = "redis")]
+    RedisConfig(weir_redis::ConfigError),
 }
 
 /// An offer's error without its item (dropped): the item may be of any type, and

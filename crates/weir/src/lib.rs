@@ -12,6 +12,8 @@
 //! | `keyed` (default) | [`keyed`] | per-key limiting: bounded memory, exact idle eviction, hot keys |
 //! | `std` (default) | | OS clocks ([`MonotonicClock`], [`InstantClock`], [`CoarseClock`]), `std::error::Error` impls; without it the crate is `no_std` + `alloc` |
 //! | `tokio` | [`leaky`] | the leaky bucket's async consumers, the request throttle, and [`TokioClock`] |
+//! | `tower` | [`tower`] | rate-limiting middleware for tower, axum and hyper servers (`axum`: the client address from axum's `ConnectInfo`) |
+//! | `redis` | [`redis`] | limits kept in Redis, shared by every instance of a service (`redis-tls`: `rediss://` URLs) |
 //!
 //! ```
 //! use weir::{Quota, gcra::Gcra};
@@ -57,6 +59,10 @@
 #![cfg_attr(not(feature = "std"), doc = "[`InstantClock`]: https://docs.rs/weir/latest/weir/struct.InstantClock.html")]
 #![cfg_attr(feature = "std", doc = "[`CoarseClock`]: CoarseClock")]
 #![cfg_attr(not(feature = "std"), doc = "[`CoarseClock`]: https://docs.rs/weir/latest/weir/struct.CoarseClock.html")]
+#![cfg_attr(feature = "tower", doc = "[`tower`]: tower")]
+#![cfg_attr(not(feature = "tower"), doc = "[`tower`]: https://docs.rs/weir/latest/weir/tower/index.html")]
+#![cfg_attr(feature = "redis", doc = "[`redis`]: redis")]
+#![cfg_attr(not(feature = "redis"), doc = "[`redis`]: https://docs.rs/weir/latest/weir/redis/index.html")]
 #![cfg_attr(feature = "tokio", doc = "[`TokioClock`]: TokioClock")]
 #![cfg_attr(not(feature = "tokio"), doc = "[`TokioClock`]: https://docs.rs/weir/latest/weir/struct.TokioClock.html")]
 
@@ -109,6 +115,18 @@ pub mod leaky {
 #[cfg(feature = "keyed")]
 pub mod keyed {
     pub use weir_keyed::*;
+}
+
+/// Rate-limiting middleware for tower, axum and hyper (the `weir-tower` crate).
+#[cfg(feature = "tower")]
+pub mod tower {
+    pub use weir_tower::*;
+}
+
+/// Limits kept in Redis, for a fleet of instances (the `weir-redis` crate).
+#[cfg(feature = "redis")]
+pub mod redis {
+    pub use weir_redis::*;
 }
 
 /// The README's Rust example, compiled and run as a doc test.

@@ -102,3 +102,33 @@ fn it_is_a_thread_safe_static_error() {
     let boxed: Box<dyn std::error::Error + Send + Sync> = Error::from(weir::QuotaError::ZeroBurst).into();
     assert_eq!(boxed.to_string(), weir::QuotaError::ZeroBurst.to_string());
 }
+
+#[cfg(feature = "tower")]
+#[test]
+fn the_middlewares_errors_convert() {
+    use weir::tower::{Cidr, ClientIp, Config, LookupFailed, StoreError};
+
+    let e = "not a network".parse::<Cidr>().unwrap_err();
+    assert!(matches!(converted(e.clone()), Error::Cidr(got) if got == e));
+    let e = ClientIp::peer().ipv4_prefix(33).unwrap_err();
+    assert!(matches!(converted(e.clone()), Error::ClientIp(got) if got == e));
+    let e = Config::from_toml("[[[").unwrap_err();
+    assert!(matches!(converted(e.clone()), Error::TowerConfig(got) if got == e));
+    let e = LookupFailed("the tier service timed out".into());
+    assert!(matches!(converted(e.clone()), Error::TierLookup(got) if got == e));
+    assert!(matches!(converted(StoreError::new("connection reset")), Error::Store(_)));
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn the_redis_errors_convert() {
+    use weir::redis::ConfigError;
+
+    let e = ConfigError::Zero { what: "max_lease" };
+    assert!(matches!(converted(e.clone()), Error::RedisConfig(got) if got == e));
+    let timeout = Duration::from_millis(50);
+    assert!(matches!(
+        converted(weir::redis::Error::Timeout { after: timeout }),
+        Error::Redis(weir::redis::Error::Timeout { after }) if after == timeout
+    ));
+}
