@@ -485,3 +485,11 @@ async fn a_request_that_goes_away_while_waiting_consumes_nothing() {
     until(|| throttle.waiting(&key) == 0).await;
     assert_eq!(store.used(&key), 1, "the admission was given back");
 }
+
+#[test]
+fn the_layer_and_its_service_are_clone_send_and_sync() {
+    fn shareable<T: Clone + Send + Sync + 'static>() {}
+    shareable::<RateLimitLayer>();
+    shareable::<weir_tower::RateLimit<axum::routing::Route>>();
+    shareable::<weir_tower::RateLimit<Router>>();
+}
