@@ -7,12 +7,12 @@
 //! consistency, a weaker property; (2) is what lets a caller reason about a limiter
 //! as one object ("my check returned before yours began, so mine was counted first").
 //!
-//! Models record real time with a [`RealTime`] counter that every thread stamps
+//! Models record real time with a `RealTime` counter (built under `cfg(loom)`) that every thread stamps
 //! before invoking and after the operation returns; the stamps are `SeqCst`
 //! read-modify-writes of one atomic, so their order is the execution's real-time
 //! order, and [`linearizations`] enumerates only the orders that respect it.
 
-/// When one operation of a model ran, in stamps of the model's [`RealTime`] counter.
+/// When one operation of a model ran, in stamps of the model's `RealTime` counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
     /// The stamp taken just before the operation was invoked.
