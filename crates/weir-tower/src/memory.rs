@@ -5,7 +5,7 @@ use crate::key::Key;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use weir_core::{Clock, Decision, InsufficientCapacity, KeyedLimiter, Policy, Snapshot};
-use weir_gcra::{GcraAlgorithm, GcraState};
+use weir_gcra::GcraAlgorithm;
 use weir_window::fixed::FixedWindowAlgorithm;
 use weir_window::log::SlidingLogAlgorithm;
 use weir_window::sliding::SlidingWindowAlgorithm;
@@ -56,33 +56,17 @@ impl<A: weir_core::Algorithm, C: Clock> Interim<A, C> {
     }
 }
 
-trait Refund: weir_core::Algorithm {
-    fn refund_state<C: Clock>(&self, _state: &Self::State, _n: u64, _clock: &C) -> Result<(), InsufficientCapacity> {
-        Ok(())
-    }
-}
-
-impl Refund for GcraAlgorithm {
-    fn refund_state<C: Clock>(&self, state: &GcraState, n: u64, clock: &C) -> Result<(), InsufficientCapacity> {
-        self.refund(state, n, clock)
-    }
-}
-impl Refund for SlidingWindowAlgorithm {}
-impl Refund for FixedWindowAlgorithm {}
-impl Refund for SlidingLogAlgorithm {}
-
 impl<A, C> KeyedLimiter<Key> for Interim<A, C>
 where
-    A: Refund,
+    A: weir_core::Algorithm,
     C: Clock,
 {
     fn check_n(&self, key: &Key, n: u64) -> Result<Decision, InsufficientCapacity> {
-        let now = self.clock.now();
-        Ok(self.algorithm.check_n(&*self.state(key), n, &now)?.at(now))
+        self.algorithm.check_n(&*self.state(key), n, &self.clock)
     }
 
-    fn refund(&self, key: &Key, n: u64, _admission: &Decision) -> Result<(), InsufficientCapacity> {
-        self.algorithm.refund_state(&*self.state(key), n, &self.clock)
+    fn refund(&self, key: &Key, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+        self.algorithm.refund(&*self.state(key), n, admission, &self.clock)
     }
 
     fn snapshot(&self, key: &Key) -> Snapshot {

@@ -81,7 +81,6 @@ fn recording(
 }
 
 #[tokio::test]
-#[ignore = "needs refunds on the window stores"]
 async fn a_tier_denied_by_its_day_quota_leaves_its_minute_quota_untouched() {
     const TOML: &str = r#"
 [[policy]]
