@@ -84,48 +84,52 @@ impl Shared {
     /// The middleware's own answer to a refused request, after telling the hook.
     fn refuse(&self, policy: usize, parts: &Parts, refusal: Refusal) -> Response<Bytes> {
         let policy = self.policies.get(policy).map_or("", |p| &*p.name);
-        let (rejection, quota, key, decision, retry_after, headers) = match &refusal {
+        let path = parts.uri.path();
+        match refusal {
             Refusal::Denied { decision, quota, key, headers } => {
-                (Rejection::RateLimited, &**quota, Some(key), Some(decision), decision.retry_after(), Some(headers))
+                let retry_after = decision.retry_after();
+                tracing::debug!(
+                    target: "weir_tower", policy, quota = &*quota, key = %key, path,
+                    retry_after_s = retry_after.map(retry_after_secs), "rate limited"
+                );
+                let why = (Rejection::RateLimited, &*quota, Some(&key), Some(&decision), retry_after);
+                self.respond(parts, policy, why, Some(headers))
             }
             Refusal::TurnedAway { retry_after, key } => {
-                (Rejection::RateLimited, "throttle", Some(key), None, Some(*retry_after), None)
-            }
-            Refusal::Unavailable { key, .. } => (Rejection::Unavailable, "", Some(key), None, None, None),
-        };
-        match &refusal {
-            Refusal::Unavailable { error, key } => {
-                tracing::warn!(target: "weir_tower", policy, key = %key, path = parts.uri.path(), %error, "rate limiter unavailable");
-            }
-            _ => {
-                let retry_after_s = retry_after.map(retry_after_secs);
                 tracing::debug!(
-                    target: "weir_tower", policy, quota, key = ?key.map(ToString::to_string),
-                    path = parts.uri.path(), retry_after_s, "rate limited"
+                    target: "weir_tower", policy, key = %key, path,
+                    retry_after_s = retry_after_secs(retry_after), "turned away by the throttle"
                 );
+                self.respond(
+                    parts,
+                    policy,
+                    (Rejection::RateLimited, "throttle", Some(&key), None, Some(retry_after)),
+                    None,
+                )
+            }
+            Refusal::Unavailable { error, key } => {
+                tracing::warn!(target: "weir_tower", policy, key = %key, path, %error, "rate limiter unavailable");
+                self.respond(parts, policy, (Rejection::Unavailable, "", Some(&key), None, None), None)
             }
         }
-        self.respond(parts, rejection, policy, quota, key, decision, retry_after, headers.cloned())
     }
 
     fn unidentified(&self, policy: usize, parts: &Parts) -> Response<Bytes> {
         let policy = self.policies.get(policy).map_or("", |p| &*p.name);
         tracing::debug!(target: "weir_tower", policy, path = parts.uri.path(), "client not identified");
-        self.respond(parts, Rejection::Unidentified, policy, "", None, None, None, None)
+        self.respond(parts, policy, (Rejection::Unidentified, "", None, None, None), None)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Tells the hook, then builds the response: `why` is the rejection, the
+    /// deciding quota, the key, the decision and the retry time.
     fn respond(
         &self,
         parts: &Parts,
-        rejection: Rejection,
         policy: &str,
-        quota: &str,
-        key: Option<&Key>,
-        decision: Option<&Decision>,
-        retry_after: Option<Duration>,
+        why: (Rejection, &str, Option<&Key>, Option<&Decision>, Option<Duration>),
         headers: Option<RateLimitHeaders>,
     ) -> Response<Bytes> {
+        let (rejection, quota, key, decision, retry_after) = why;
         if let Some(hook) = &self.on_limit {
             hook(&LimitEvent { request: parts, policy, rejection, quota, key, decision, retry_after });
         }
