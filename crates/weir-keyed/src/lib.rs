@@ -174,6 +174,8 @@
 //! stripes it finds then belong to the key's current state. Only a promotion of
 //! the key's current, live state drops stripes left by an earlier state.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
@@ -181,8 +183,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 use weir_core::sync::{AtomicBool, AtomicU64, AtomicUsize, CachePadded, Ordering};
 use weir_core::{
-    Algorithm, Clock, Decision, DenyReason, InsufficientCapacity, Limiter, MonotonicClock, Nanos, Quota, Retire,
-    Snapshot,
+    Algorithm, AsyncKeyedLimiter, Clock, Decision, DenyReason, InsufficientCapacity, KeyedLimiter, Limiter,
+    MonotonicClock, Nanos, Policy, Quota, Retire, Snapshot,
 };
 use weir_gcra::leased::stripe_of_this_thread;
 use weir_gcra::{GcraAlgorithm, GcraState, LeaseConfig, LeaseStripes, StateKind};
@@ -264,6 +266,22 @@ pub trait KeyedAlgorithm: Retire {
         now
     }
 
+    /// The quota every key gets, as a client sees it ([`KeyedLimiter::policies`], the
+    /// `RateLimit-Policy` header): for GCRA its burst per refill time
+    /// ([`Policy::of`]), for a window its limit per window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_core::{Nanos, Policy, Quota};
+    /// use weir_gcra::GcraAlgorithm;
+    /// use weir_keyed::KeyedAlgorithm;
+    ///
+    /// let gcra = GcraAlgorithm::new(Quota::per_minute(100)?, Nanos::ZERO);
+    /// assert_eq!(gcra.policy(), Policy::new(100, Duration::from_secs(60)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn policy(&self) -> Policy;
+
     /// This algorithm as GCRA, if it is.
     fn as_gcra(&self) -> Option<&GcraAlgorithm> {
         None
@@ -291,6 +309,9 @@ impl KeyedAlgorithm for GcraAlgorithm {
     fn earliest_idle(&self, state: &GcraState, now: Nanos) -> Nanos {
         idle_after_reset(self, state, now)
     }
+    fn policy(&self) -> Policy {
+        Policy::of(&self.quota())
+    }
     #[inline]
     fn as_gcra(&self) -> Option<&GcraAlgorithm> {
         Some(self)
@@ -304,7 +325,7 @@ impl KeyedAlgorithm for GcraAlgorithm {
 #[cfg(feature = "window")]
 mod window {
     use super::{KeyedAlgorithm, idle_after_reset};
-    use weir_core::Nanos;
+    use weir_core::{Nanos, Policy};
     use weir_window::fixed::{FixedWindowAlgorithm, FixedWindowState};
     use weir_window::log::{SlidingLogAlgorithm, SlidingLogState};
     use weir_window::sliding::{SlidingWindowAlgorithm, SlidingWindowState};
@@ -314,17 +335,26 @@ mod window {
         fn earliest_idle(&self, state: &FixedWindowState, now: Nanos) -> Nanos {
             idle_after_reset(self, state, now)
         }
+        fn policy(&self) -> Policy {
+            Policy::new(self.limit(), self.window())
+        }
     }
     /// Per-key sliding-window counters (no hot mode).
     impl KeyedAlgorithm for SlidingWindowAlgorithm {
         fn earliest_idle(&self, state: &SlidingWindowState, now: Nanos) -> Nanos {
             idle_after_reset(self, state, now)
         }
+        fn policy(&self) -> Policy {
+            Policy::new(self.limit(), self.window())
+        }
     }
     /// Per-key sliding logs (no hot mode; each key costs `8 × limit` bytes).
     impl KeyedAlgorithm for SlidingLogAlgorithm {
         fn earliest_idle(&self, state: &SlidingLogState, now: Nanos) -> Nanos {
             idle_after_reset(self, state, now)
+        }
+        fn policy(&self) -> Policy {
+            Policy::new(self.limit(), self.window())
         }
     }
 }
@@ -477,6 +507,8 @@ pub struct Keyed<K, A: KeyedAlgorithm, C = MonotonicClock, S = RandomState> {
     shard_hasher: foldhash::fast::RandomState,
     collector: Arc<Collector>,
     algorithm: A,
+    /// The algorithm's quota as a client sees it, read once at construction.
+    policies: [Policy; 1],
     clock: C,
     config: KeyedConfig,
     /// Keys stored; never above `max_keys`. Written only when a key is inserted or
@@ -562,11 +594,47 @@ impl<K, A: KeyedAlgorithm, C, S> fmt::Debug for Keyed<K, A, C, S> {
     }
 }
 
+/// A per-key GCRA store ([`Keyed::gcra`]): the type of a field holding one.
+///
+/// ```
+/// use weir_core::Quota;
+/// use weir_keyed::{KeyedConfig, KeyedGcra};
+///
+/// struct Server {
+///     per_ip: KeyedGcra<std::net::IpAddr>,
+/// }
+/// let server = Server { per_ip: KeyedGcra::gcra(Quota::per_second(10)?, KeyedConfig::new(100_000)?) };
+/// assert!(server.per_ip.check(&"203.0.113.7".parse()?).is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub type KeyedGcra<K, C = MonotonicClock> = Keyed<K, GcraAlgorithm, C>;
+
+/// A per-key fixed-window store ([`Keyed::fixed_window`]).
+#[cfg(feature = "window")]
+pub type KeyedFixedWindow<K, C = MonotonicClock> = Keyed<K, weir_window::fixed::FixedWindowAlgorithm, C>;
+
+/// A per-key sliding-window-counter store ([`Keyed::sliding_window`]).
+#[cfg(feature = "window")]
+pub type KeyedSlidingWindow<K, C = MonotonicClock> = Keyed<K, weir_window::sliding::SlidingWindowAlgorithm, C>;
+
+/// A per-key sliding-log store ([`Keyed::sliding_log`]).
+#[cfg(feature = "window")]
+pub type KeyedSlidingLog<K, C = MonotonicClock> = Keyed<K, weir_window::log::SlidingLogAlgorithm, C>;
+
 impl<K> Keyed<K, GcraAlgorithm>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
     /// A per-key GCRA limiter enforcing `quota` for each key, on the default clock.
+    ///
+    /// ```
+    /// use weir_core::Quota;
+    /// use weir_keyed::{KeyedConfig, KeyedGcra};
+    ///
+    /// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_minute(100)?, KeyedConfig::new(10_000)?);
+    /// assert!(per_user.check("alice").is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn gcra(quota: Quota, config: KeyedConfig) -> Self {
         Self::gcra_with_clock(quota, config, MonotonicClock::new())
     }
@@ -577,10 +645,105 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
 {
-    /// A per-key GCRA limiter enforcing `quota` for each key, reading `clock`.
+    /// A per-key GCRA limiter enforcing `quota` for each key, reading `clock` (the
+    /// algorithm's time origin is the clock's reading now).
     pub fn gcra_with_clock(quota: Quota, config: KeyedConfig, clock: C) -> Self {
         let algorithm = GcraAlgorithm::new(quota, clock.now());
         Self::with_hasher(algorithm, config, clock, RandomState::new())
+    }
+}
+
+/// Per-key windows, on the default clock or one of the caller's. Each takes a
+/// limit per window (`Quota::per_minute(100)`: at most 100 in any minute's
+/// window); a quota with a burst other than its count is refused
+/// ([`WindowError::BurstIsNotCount`](weir_window::WindowError::BurstIsNotCount)).
+#[cfg(feature = "window")]
+mod window_constructors {
+    use super::{Keyed, KeyedConfig, MonotonicClock, RandomState};
+    use std::hash::Hash;
+    use weir_core::{Clock, Quota};
+    use weir_window::WindowError;
+    use weir_window::fixed::FixedWindowAlgorithm;
+    use weir_window::log::SlidingLogAlgorithm;
+    use weir_window::sliding::SlidingWindowAlgorithm;
+
+    impl<K: Hash + Eq + Clone + Send + Sync + 'static> Keyed<K, FixedWindowAlgorithm> {
+        /// A per-key fixed window enforcing `quota` for each key, on the default clock.
+        ///
+        /// ```
+        /// use weir_core::Quota;
+        /// use weir_keyed::{KeyedConfig, KeyedFixedWindow};
+        ///
+        /// let per_ip: KeyedFixedWindow<String> = KeyedFixedWindow::fixed_window(Quota::per_minute(2)?, KeyedConfig::new(1_000)?)?;
+        /// assert!(per_ip.check_n("203.0.113.7", 2)?.is_allowed());
+        /// assert!(per_ip.check("203.0.113.7").is_denied());
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn fixed_window(quota: Quota, config: KeyedConfig) -> Result<Self, WindowError> {
+            Self::fixed_window_with_clock(quota, config, MonotonicClock::new())
+        }
+    }
+
+    impl<K: Hash + Eq + Clone + Send + Sync + 'static, C: Clock> Keyed<K, FixedWindowAlgorithm, C> {
+        /// A per-key fixed window enforcing `quota` for each key, reading `clock`.
+        pub fn fixed_window_with_clock(quota: Quota, config: KeyedConfig, clock: C) -> Result<Self, WindowError> {
+            let algorithm = FixedWindowAlgorithm::new(quota, clock.now())?;
+            Ok(Self::with_hasher(algorithm, config, clock, RandomState::new()))
+        }
+    }
+
+    impl<K: Hash + Eq + Clone + Send + Sync + 'static> Keyed<K, SlidingWindowAlgorithm> {
+        /// A per-key sliding-window counter enforcing `quota` for each key, on the
+        /// default clock.
+        ///
+        /// ```
+        /// use weir_core::Quota;
+        /// use weir_keyed::{KeyedConfig, KeyedSlidingWindow};
+        ///
+        /// let per_user: KeyedSlidingWindow<String> =
+        ///     KeyedSlidingWindow::sliding_window(Quota::per_minute(100)?, KeyedConfig::new(10_000)?)?;
+        /// assert!(per_user.check_n("alice", 100)?.is_allowed());
+        /// assert!(per_user.check("alice").is_denied());
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn sliding_window(quota: Quota, config: KeyedConfig) -> Result<Self, WindowError> {
+            Self::sliding_window_with_clock(quota, config, MonotonicClock::new())
+        }
+    }
+
+    impl<K: Hash + Eq + Clone + Send + Sync + 'static, C: Clock> Keyed<K, SlidingWindowAlgorithm, C> {
+        /// A per-key sliding-window counter enforcing `quota` for each key, reading
+        /// `clock`.
+        pub fn sliding_window_with_clock(quota: Quota, config: KeyedConfig, clock: C) -> Result<Self, WindowError> {
+            let algorithm = SlidingWindowAlgorithm::new(quota, clock.now())?;
+            Ok(Self::with_hasher(algorithm, config, clock, RandomState::new()))
+        }
+    }
+
+    impl<K: Hash + Eq + Clone + Send + Sync + 'static> Keyed<K, SlidingLogAlgorithm> {
+        /// A per-key sliding log (exact; each key costs `8 × limit` bytes) enforcing
+        /// `quota` for each key, on the default clock.
+        ///
+        /// ```
+        /// use weir_core::Quota;
+        /// use weir_keyed::{KeyedConfig, KeyedSlidingLog};
+        ///
+        /// let per_user: KeyedSlidingLog<u64> = KeyedSlidingLog::sliding_log(Quota::per_minute(3)?, KeyedConfig::new(100)?)?;
+        /// assert!(per_user.check_n(&7, 3)?.is_allowed());
+        /// assert!(per_user.check(&7).is_denied());
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn sliding_log(quota: Quota, config: KeyedConfig) -> Result<Self, WindowError> {
+            Self::sliding_log_with_clock(quota, config, MonotonicClock::new())
+        }
+    }
+
+    impl<K: Hash + Eq + Clone + Send + Sync + 'static, C: Clock> Keyed<K, SlidingLogAlgorithm, C> {
+        /// A per-key sliding log enforcing `quota` for each key, reading `clock`.
+        pub fn sliding_log_with_clock(quota: Quota, config: KeyedConfig, clock: C) -> Result<Self, WindowError> {
+            let algorithm = SlidingLogAlgorithm::new(quota, clock.now())?;
+            Ok(Self::with_hasher(algorithm, config, clock, RandomState::new()))
+        }
     }
 }
 
@@ -627,7 +790,7 @@ where
             None => match self.insert(shard, key, &guard) {
                 Ok((state, inserted)) => {
                     if inserted {
-                        self.note_new_key(index, state);
+                        self.note_new_key(index, state, self.clock.now());
                     }
                     state
                 }
@@ -670,6 +833,7 @@ where
             shards: shards.into_boxed_slice(),
             shard_hasher: foldhash::fast::RandomState::default(),
             collector,
+            policies: [algorithm.policy()],
             algorithm,
             clock,
             config,
@@ -716,6 +880,10 @@ where
         let shard = &self.shards[index];
         let guard = self.collector.enter();
         loop {
+            // One clock reading decides the check (read again only on the rare retry
+            // after an eviction, so that the fresh state decides at a time after the
+            // retirement it replaces).
+            let now = self.clock.now();
             let (state, inserted) = match shard.get(key, &guard) {
                 Some(state) => (state, false),
                 None => {
@@ -732,13 +900,13 @@ where
             let gcra = self.algorithm.as_gcra().zip(self.algorithm.gcra_state(state));
             let hot = self.hot.and_then(|hot| Some((hot, gcra?)));
             let checked = match hot {
-                Some((_, (gcra, gcra_state))) => gcra.check_n_contended(gcra_state, n, &self.clock),
-                None => self.algorithm.check_n(state, n, &self.clock).map(|decision| (decision, 0)),
+                Some((_, (gcra, gcra_state))) => gcra.check_n_contended(gcra_state, n, &now),
+                None => self.algorithm.check_n(state, n, &now).map(|decision| (decision, 0)),
             };
             if inserted {
                 // After the new key's first check: from now on a sweep of its shard
                 // sees it busy, not idle (see `note_new_key`).
-                self.note_new_key(index, state);
+                self.note_new_key(index, state, now);
             }
             let (decision, lost_races) = checked?;
             if decision.is_denied() {
@@ -757,7 +925,7 @@ where
                     }
                     StateKind::Promoted => {
                         if let Some((gcra, gcra_state)) = gcra {
-                            match self.check_hot(shard, key, gcra, gcra_state, state, n, &guard) {
+                            match self.check_hot(shard, key, gcra, gcra_state, state, n, now, &guard) {
                                 Some(decision) => return decision,
                                 None => continue,
                             }
@@ -795,6 +963,46 @@ where
         }
     }
 
+    /// Gives back `n` units that `admission` (a decision this store returned for
+    /// `key`) consumed and the caller did not use (see [`KeyedLimiter::refund`]):
+    /// never more than the admission took, nor beyond a full state. A denied
+    /// admission took nothing; a key no longer stored was idle (full) when it was
+    /// evicted, or was reset by [`remove`](Self::remove), so nothing is given back to
+    /// either, nor to an admission of the overflow limiter
+    /// ([`AtCapacity::EvictIdleOrOverflow`]). `n` above the limit is an error: no
+    /// check could have taken it.
+    ///
+    /// ```
+    /// use weir_core::{ManualClock, Quota};
+    /// use weir_keyed::{KeyedConfig, KeyedGcra};
+    ///
+    /// let per_ip: KeyedGcra<String, _> =
+    ///     KeyedGcra::gcra_with_clock(Quota::per_minute(3)?, KeyedConfig::new(100)?, ManualClock::new());
+    /// let admission = per_ip.check_n("203.0.113.7", 3)?;
+    /// assert!(per_ip.check("203.0.113.7").is_denied());
+    /// per_ip.refund("203.0.113.7", 3, &admission)?; // the request was not served after all
+    /// assert_eq!(per_ip.snapshot("203.0.113.7").remaining(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund<Q>(&self, key: &Q, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let limit = self.algorithm.limit();
+        if n > limit {
+            return Err(InsufficientCapacity { requested: n, capacity: limit });
+        }
+        if n == 0 || admission.is_denied() {
+            return Ok(());
+        }
+        let guard = self.collector.enter();
+        let Some(state) = self.shard(key).get(key, &guard) else {
+            return Ok(());
+        };
+        self.refund_state(key, state, n, admission, &guard)
+    }
+
     /// Forgets `key` (its next check starts from a fresh state); returns whether it
     /// was stored. Unlike eviction this may change decisions: it is how an operator
     /// resets a client. A check racing with it may be decided on the removed state.
@@ -819,15 +1027,6 @@ where
             }
         }
         true
-    }
-
-    /// Resets `key` to a fresh state (the same as [`remove`](Self::remove)).
-    pub fn reset<Q>(&self, key: &Q) -> bool
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.remove(key)
     }
 
     /// Keys stored.
@@ -973,8 +1172,8 @@ where
     /// its first check (or right away, for a key inserted unchecked): lowers the
     /// shard's bound, then the store's, to the key's earliest idle time (see
     /// `publish_bound`).
-    fn note_new_key(&self, index: usize, state: &A::State) {
-        let at = self.earliest_idle(state, self.clock.now());
+    fn note_new_key(&self, index: usize, state: &A::State, now: Nanos) {
+        let at = self.earliest_idle(state, now);
         for bound in [&self.bounds[index], &*self.store_bound] {
             // Ordering: AcqRel: Release publishes the key's insertion and first check
             // (and the shard's lowering, to the store's searches) to a search that
@@ -1039,6 +1238,7 @@ where
         gcra_state: &GcraState,
         state: &A::State,
         n: u64,
+        now: Nanos,
         guard: &Guard<'_>,
     ) -> Option<Result<Decision, InsufficientCapacity>>
     where
@@ -1047,7 +1247,7 @@ where
     {
         match self.hot_keys.get(key, guard) {
             Some(stripes) if stripes.owner() == owner_of(gcra_state) => {
-                let decision = stripes.check_on(gcra, stripe_of_this_thread(), n, &self.clock);
+                let decision = stripes.check_on(gcra, stripe_of_this_thread(), n, &now);
                 match decision {
                     Ok(d) if d.is_denied() && gcra.is_retired(stripes.bucket()) => {
                         // A sweep retired the hot bucket (it was idle, every lease
@@ -1183,6 +1383,44 @@ where
             }
         }
         self.algorithm.snapshot(state, now)
+    }
+
+    /// Gives `n` units of `admission` back to `state` (the state `key` maps to), or
+    /// to its hot bucket if the key is hot.
+    fn refund_state<Q>(
+        &self,
+        key: &Q,
+        state: &A::State,
+        n: u64,
+        admission: &Decision,
+        guard: &Guard<'_>,
+    ) -> Result<(), InsufficientCapacity>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) {
+            match gcra.state_kind(gcra_state) {
+                StateKind::Live => {}
+                // Idle (full) when it was retired: nothing to give back.
+                StateKind::Retired => return Ok(()),
+                // A hot key: its bucket is the hot one, and the admission may have
+                // come from a lease, so the lease machinery credits it (the debt less
+                // the time since it was charged: never more than is still owed).
+                StateKind::Promoted => {
+                    return match self.hot_keys.get(key, guard) {
+                        Some(stripes) if stripes.owner() == owner_of(gcra_state) => {
+                            stripes.refund(gcra, n, admission, &self.clock)
+                        }
+                        // Being retired: idle, so full.
+                        _ => Ok(()),
+                    };
+                }
+            }
+        }
+        // A refund that races with a promotion of the key finds the state promoted
+        // and gives nothing back (less, never more, than was taken).
+        Algorithm::refund(&self.algorithm, state, n, admission, &self.clock)
     }
 
     /// Removes `key` if it still maps to `state`; returns whether this call removed it.
@@ -1347,6 +1585,91 @@ where
     }
 }
 
+/// The per-key contract, for middleware generic over stores: the same as the
+/// inherent methods, for every borrowed form `Q` of the key.
+impl<K, Q, A, C, S> KeyedLimiter<Q> for Keyed<K, A, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    A: KeyedAlgorithm,
+    A::State: Send + Sync + 'static,
+    C: Clock,
+    S: BuildHasher + Clone,
+{
+    #[inline]
+    fn check_n(&self, key: &Q, n: u64) -> Result<Decision, InsufficientCapacity> {
+        Keyed::check_n(self, key, n)
+    }
+
+    fn refund(&self, key: &Q, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+        Keyed::refund(self, key, n, admission)
+    }
+
+    fn snapshot(&self, key: &Q) -> Snapshot {
+        Keyed::snapshot(self, key)
+    }
+
+    fn policies(&self) -> &[Policy] {
+        &self.policies
+    }
+}
+
+/// The async form of the per-key contract, at no cost: every future is ready at
+/// once ([`core::future::Ready`]; nothing boxed, nothing allocated).
+///
+/// ```
+/// use std::future::Future;
+/// use std::pin::pin;
+/// use std::task::{Context, Poll, Waker};
+/// use weir_core::{AsyncKeyedLimiter, Quota};
+/// use weir_keyed::{KeyedConfig, KeyedGcra};
+///
+/// async fn admit<S: AsyncKeyedLimiter<str>>(store: &S, client: &str) -> Result<bool, S::Error> {
+///     Ok(store.check_n(client, 1).await?.is_allowed())
+/// }
+///
+/// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_minute(1)?, KeyedConfig::new(100)?);
+/// let mut first = pin!(admit(&per_user, "alice"));
+/// let mut cx = Context::from_waker(Waker::noop());
+/// assert!(matches!(first.as_mut().poll(&mut cx), Poll::Ready(Ok(true)))); // ready at the first poll
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+impl<K, Q, A, C, S> AsyncKeyedLimiter<Q> for Keyed<K, A, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
+    A: KeyedAlgorithm + Send + Sync,
+    A::State: Send + Sync + 'static,
+    C: Clock + Send + Sync,
+    S: BuildHasher + Clone + Send + Sync,
+{
+    type Error = InsufficientCapacity;
+
+    #[inline]
+    fn check_n(&self, key: &Q, n: u64) -> impl Future<Output = Result<Decision, InsufficientCapacity>> + Send {
+        std::future::ready(Keyed::check_n(self, key, n))
+    }
+
+    #[inline]
+    fn refund(
+        &self,
+        key: &Q,
+        n: u64,
+        admission: &Decision,
+    ) -> impl Future<Output = Result<(), InsufficientCapacity>> + Send {
+        std::future::ready(Keyed::refund(self, key, n, admission))
+    }
+
+    #[inline]
+    fn snapshot(&self, key: &Q) -> impl Future<Output = Result<Snapshot, InsufficientCapacity>> + Send {
+        std::future::ready(Ok(Keyed::snapshot(self, key)))
+    }
+
+    fn policies(&self) -> &[Policy] {
+        &self.policies
+    }
+}
+
 /// The identity a hot key's stripes record: the address of the key's state (stable
 /// while any guard that can reach the state is held).
 fn owner_of(state: &GcraState) -> usize {
@@ -1388,8 +1711,9 @@ impl std::error::Error for SweeperError {
 }
 
 /// A background thread sweeping a store for idle keys; stops when dropped, or when
-/// the store is dropped.
+/// the store is dropped. Keep it for as long as the sweeps should run.
 #[derive(Debug)]
+#[must_use = "the sweeper stops when dropped: keep it for as long as the sweeps should run"]
 pub struct Sweeper {
     stop: Arc<weir_core::sync::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,

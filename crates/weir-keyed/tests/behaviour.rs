@@ -109,10 +109,10 @@ fn a_full_store_can_send_new_keys_to_a_shared_overflow_limiter() {
 }
 
 #[test]
-fn remove_and_reset_forget_a_key() {
+fn remove_forgets_a_key() {
     let (s, _) = store(100, AtCapacity::EvictIdle);
     assert!(s.check_n("a", 2).unwrap().is_allowed());
-    assert!(s.reset("a"));
+    assert!(s.remove("a"));
     assert!(!s.remove("a"));
     assert!(s.check_n("a", 2).unwrap().is_allowed());
     assert_eq!(s.len(), 1);
