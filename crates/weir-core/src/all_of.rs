@@ -1,97 +1,4 @@
-//! [`AllOf`]: a request must pass several quotas at once (per minute, per day and a
-//! burst), and a request denied by one consumes nothing from the others.
-//!
-//! # How it decides
-//!
-//! The members are checked in order. Each admission is kept; when a later member
-//! denies the request (or reports [`InsufficientCapacity`]), the earlier admissions
-//! are refunded ([`KeyedLimiter::refund`], with each member's own decision, so a
-//! per-window member gives the capacity back to the window it was taken from), and
-//! the denial is the answer. When every member admits, the answer is the admission
-//! of the member with the least remaining (the first of them on a tie): the quota
-//! that binds next, whose numbers a client should see.
-//!
-//! Either way the [`Decision`] is tagged with [`Decision::for_policy`]: its index in
-//! [`AllOf::policies`], the members' policies one after the other (a member with two
-//! policies takes two indices).
-//!
-//! # Guarantees, and the one transient
-//!
-//! - **Never over-admits.** Every member admits or denies by its own exact protocol,
-//!   and an all-of admission holds an admission from every member. However checks
-//!   interleave, no member admits more than its quota.
-//! - **A denied request consumes nothing**, once its check returns: what it took
-//!   from earlier members is given back before `check_n` returns.
-//! - **The transient.** Between an earlier member's admission and its refund (the
-//!   time it takes to check the later members), the capacity is held. A concurrent
-//!   request checked in that window may be denied by that member although the
-//!   capacity comes back a moment later: a spurious denial, never an over-admission.
-//!   It only happens when the quotas are nearly exhausted and requests race for the
-//!   last units. Put the quota most likely to deny first (the daily quota before the
-//!   burst) and most denials take nothing from anyone.
-//! - **No allocation per check.** The members' admissions are held on the stack
-//!   (one frame per member); the policies are gathered once, at construction.
-//!
-//! # Members
-//!
-//! Any [`AllOfMembers`]: a tuple of up to eight limiters of different types (a GCRA
-//! burst, a sliding window per minute, a fixed window per day), an array, a `Vec` or
-//! a boxed slice of one type, or of boxed trait objects
-//! (`Vec<Box<dyn KeyedLimiter<K> + Send + Sync>>`). `AllOf` is itself a
-//! [`KeyedLimiter`], so it nests, and [`Local`](crate::Local) gives it the async form.
-//!
-//! ```
-//! use std::sync::Mutex;
-//! use std::time::Duration;
-//! use weir_core::{AllOf, Decision, InsufficientCapacity, KeyedLimiter, Policy, Snapshot};
-//!
-//! /// A toy store: `limit` per window for every key together, never refilled.
-//! struct Counter { policy: [Policy; 1], used: Mutex<u64> }
-//! # impl Counter {
-//! #     fn new(limit: u64, window: Duration) -> Self {
-//! #         Self { policy: [Policy::new(limit, window)], used: Mutex::new(0) }
-//! #     }
-//! # }
-//! impl KeyedLimiter<str> for Counter {
-//!     // ... check_n admits while `used + n <= limit`, refund subtracts ...
-//! #     fn check_n(&self, _: &str, n: u64) -> Result<Decision, InsufficientCapacity> {
-//! #         let limit = self.policy[0].limit();
-//! #         let mut used = self.used.lock().unwrap();
-//! #         if *used + n > limit {
-//! #             return Ok(Decision::denied(Snapshot::new(limit, limit - *used, 1), 1));
-//! #         }
-//! #         *used += n;
-//! #         Ok(Decision::allowed(Snapshot::new(limit, limit - *used, 1)))
-//! #     }
-//! #     fn refund(&self, _: &str, n: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
-//! #         let mut used = self.used.lock().unwrap();
-//! #         *used = used.saturating_sub(n);
-//! #         Ok(())
-//! #     }
-//! #     fn snapshot(&self, _: &str) -> Snapshot {
-//! #         let limit = self.policy[0].limit();
-//! #         Snapshot::new(limit, limit - *self.used.lock().unwrap(), 1)
-//! #     }
-//! #     fn policies(&self) -> &[Policy] {
-//! #         &self.policy
-//! #     }
-//! }
-//!
-//! let minute = Counter::new(30, Duration::from_secs(60));
-//! let day = Counter::new(2, Duration::from_secs(86_400));
-//! let tier = AllOf::new((minute, day))?;
-//!
-//! assert!(tier.check_n("alice", 1)?.is_allowed());
-//! let second = tier.check_n("alice", 1)?;
-//! assert!(second.is_allowed());
-//! assert_eq!((second.policy_index(), second.remaining()), (1, 0)); // the day binds
-//!
-//! let third = tier.check_n("alice", 1)?;
-//! assert!(third.is_denied());
-//! assert_eq!(third.policy_index(), 1); // denied by the day...
-//! assert_eq!(tier.members().0.snapshot("alice").remaining(), 28); // ...the minute is untouched
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! [`AllOf`]: several quotas checked all or nothing (documented on the type).
 
 use crate::{Decision, InsufficientCapacity, KeyedLimiter, Policy, Snapshot};
 use alloc::boxed::Box;
@@ -191,25 +98,6 @@ impl<K: ?Sized, L: KeyedLimiter<K>> AllOfMembers<K> for Box<[L]> {
     }
 }
 
-/// A boxed limiter (a trait object among an [`AllOf`]'s members, say) is a limiter.
-impl<K: ?Sized, L: KeyedLimiter<K> + ?Sized> KeyedLimiter<K> for Box<L> {
-    #[inline]
-    fn check_n(&self, key: &K, n: u64) -> Result<Decision, InsufficientCapacity> {
-        (**self).check_n(key, n)
-    }
-    #[inline]
-    fn refund(&self, key: &K, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
-        (**self).refund(key, n, admission)
-    }
-    #[inline]
-    fn snapshot(&self, key: &K) -> Snapshot {
-        (**self).snapshot(key)
-    }
-    fn policies(&self) -> &[Policy] {
-        (**self).policies()
-    }
-}
-
 /// Why an [`AllOf`] could not be built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -235,9 +123,100 @@ impl fmt::Display for AllOfError {
 #[cfg(feature = "std")]
 impl std::error::Error for AllOfError {}
 
-/// A request passes only if every member admits it; a request denied by one member
-/// consumes nothing from the others. See the [module docs](self) for the order,
-/// which decision is returned, and the transient under concurrency.
+/// [`AllOf`]: a request must pass several quotas at once (per minute, per day and a
+/// burst), and a request denied by one consumes nothing from the others.
+///
+/// # How it decides
+///
+/// The members are checked in order. Each admission is kept; when a later member
+/// denies the request (or reports [`InsufficientCapacity`]), the earlier admissions
+/// are refunded ([`KeyedLimiter::refund`], with each member's own decision, so a
+/// per-window member gives the capacity back to the window it was taken from), and
+/// the denial is the answer. When every member admits, the answer is the admission
+/// of the member with the least remaining (the first of them on a tie): the quota
+/// that binds next, whose numbers a client should see.
+///
+/// Either way the [`Decision`] is tagged with [`Decision::for_policy`]: its index in
+/// [`AllOf::policies`], the members' policies one after the other (a member with two
+/// policies takes two indices).
+///
+/// # Guarantees, and the one transient
+///
+/// - **Never over-admits.** Every member admits or denies by its own exact protocol,
+///   and an all-of admission holds an admission from every member. However checks
+///   interleave, no member admits more than its quota.
+/// - **A denied request consumes nothing**, once its check returns: what it took
+///   from earlier members is given back before `check_n` returns.
+/// - **The transient.** Between an earlier member's admission and its refund (the
+///   time it takes to check the later members), the capacity is held. A concurrent
+///   request checked in that window may be denied by that member although the
+///   capacity comes back a moment later: a spurious denial, never an over-admission.
+///   It only happens when the quotas are nearly exhausted and requests race for the
+///   last units. Put the quota most likely to deny first (the daily quota before the
+///   burst) and most denials take nothing from anyone.
+/// - **No allocation per check.** The members' admissions are held on the stack
+///   (one frame per member); the policies are gathered once, at construction.
+///
+/// # Members
+///
+/// Any [`AllOfMembers`]: a tuple of up to eight limiters of different types (a GCRA
+/// burst, a sliding window per minute, a fixed window per day), an array, a `Vec` or
+/// a boxed slice of one type, or of boxed trait objects
+/// (`Vec<Box<dyn KeyedLimiter<K> + Send + Sync>>`). `AllOf` is itself a
+/// [`KeyedLimiter`], so it nests, and [`Local`](crate::Local) gives it the async form.
+///
+/// ```
+/// use std::sync::Mutex;
+/// use std::time::Duration;
+/// use weir_core::{AllOf, Decision, InsufficientCapacity, KeyedLimiter, Policy, Snapshot};
+///
+/// /// A toy store: `limit` per window for every key together, never refilled.
+/// struct Counter { policy: [Policy; 1], used: Mutex<u64> }
+/// # impl Counter {
+/// #     fn new(limit: u64, window: Duration) -> Self {
+/// #         Self { policy: [Policy::new(limit, window)], used: Mutex::new(0) }
+/// #     }
+/// # }
+/// impl KeyedLimiter<str> for Counter {
+///     // ... check_n admits while `used + n <= limit`, refund subtracts ...
+/// #     fn check_n(&self, _: &str, n: u64) -> Result<Decision, InsufficientCapacity> {
+/// #         let limit = self.policy[0].limit();
+/// #         let mut used = self.used.lock().unwrap();
+/// #         if *used + n > limit {
+/// #             return Ok(Decision::denied(Snapshot::new(limit, limit - *used, 1), 1));
+/// #         }
+/// #         *used += n;
+/// #         Ok(Decision::allowed(Snapshot::new(limit, limit - *used, 1)))
+/// #     }
+/// #     fn refund(&self, _: &str, n: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
+/// #         let mut used = self.used.lock().unwrap();
+/// #         *used = used.saturating_sub(n);
+/// #         Ok(())
+/// #     }
+/// #     fn snapshot(&self, _: &str) -> Snapshot {
+/// #         let limit = self.policy[0].limit();
+/// #         Snapshot::new(limit, limit - *self.used.lock().unwrap(), 1)
+/// #     }
+/// #     fn policies(&self) -> &[Policy] {
+/// #         &self.policy
+/// #     }
+/// }
+///
+/// let minute = Counter::new(30, Duration::from_secs(60));
+/// let day = Counter::new(2, Duration::from_secs(86_400));
+/// let tier = AllOf::new((minute, day))?;
+///
+/// assert!(tier.check_n("alice", 1)?.is_allowed());
+/// let second = tier.check_n("alice", 1)?;
+/// assert!(second.is_allowed());
+/// assert_eq!((second.policy_index(), second.remaining()), (1, 0)); // the day binds
+///
+/// let third = tier.check_n("alice", 1)?;
+/// assert!(third.is_denied());
+/// assert_eq!(third.policy_index(), 1); // denied by the day...
+/// assert_eq!(tier.members().0.snapshot("alice").remaining(), 28); // ...the minute is untouched
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct AllOf<M> {
     members: M,
     /// Every member's policies, in member order.
@@ -317,7 +296,7 @@ impl<M> AllOf<M> {
 }
 
 impl<K: ?Sized, M: AllOfMembers<K>> KeyedLimiter<K> for AllOf<M> {
-    /// Checks every member in order (see the [module docs](self)). `n` more than a
+    /// Checks every member in order (see [`AllOf`]). `n` more than a
     /// member can ever admit is that member's [`InsufficientCapacity`], after the
     /// earlier members' admissions are refunded.
     fn check_n(&self, key: &K, n: u64) -> Result<Decision, InsufficientCapacity> {

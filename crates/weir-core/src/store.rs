@@ -155,42 +155,38 @@ impl<K: ?Sized + Sync, L: KeyedLimiter<K> + Send + Sync> AsyncKeyedLimiter<K> fo
     }
 }
 
-impl<K: ?Sized, L: KeyedLimiter<K> + ?Sized> KeyedLimiter<K> for &L {
-    #[inline]
-    fn check_n(&self, key: &K, n: u64) -> Result<Decision, InsufficientCapacity> {
-        (**self).check_n(key, n)
-    }
-    #[inline]
-    fn refund(&self, key: &K, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
-        (**self).refund(key, n, admission)
-    }
-    #[inline]
-    fn snapshot(&self, key: &K) -> Snapshot {
-        (**self).snapshot(key)
-    }
-    fn policies(&self) -> &[Policy] {
-        (**self).policies()
-    }
+/// A reference, a box (a trait object among an [`AllOf`](crate::AllOf)'s members,
+/// say) or an `Arc` of a limiter is that limiter.
+macro_rules! delegate_keyed_limiter {
+    ($($(#[$cfg:meta])* $wrapper:ty),+) => {$(
+        $(#[$cfg])*
+        impl<K: ?Sized, L: KeyedLimiter<K> + ?Sized> KeyedLimiter<K> for $wrapper {
+            #[inline]
+            fn check_n(&self, key: &K, n: u64) -> Result<Decision, InsufficientCapacity> {
+                (**self).check_n(key, n)
+            }
+            #[inline]
+            fn refund(&self, key: &K, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+                (**self).refund(key, n, admission)
+            }
+            #[inline]
+            fn snapshot(&self, key: &K) -> Snapshot {
+                (**self).snapshot(key)
+            }
+            fn policies(&self) -> &[Policy] {
+                (**self).policies()
+            }
+        }
+    )+};
 }
 
-#[cfg(feature = "alloc")]
-impl<K: ?Sized, L: KeyedLimiter<K> + ?Sized> KeyedLimiter<K> for alloc::sync::Arc<L> {
-    #[inline]
-    fn check_n(&self, key: &K, n: u64) -> Result<Decision, InsufficientCapacity> {
-        (**self).check_n(key, n)
-    }
-    #[inline]
-    fn refund(&self, key: &K, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
-        (**self).refund(key, n, admission)
-    }
-    #[inline]
-    fn snapshot(&self, key: &K) -> Snapshot {
-        (**self).snapshot(key)
-    }
-    fn policies(&self) -> &[Policy] {
-        (**self).policies()
-    }
-}
+delegate_keyed_limiter!(
+    &L,
+    #[cfg(feature = "alloc")]
+    alloc::boxed::Box<L>,
+    #[cfg(feature = "alloc")]
+    alloc::sync::Arc<L>
+);
 
 #[cfg(test)]
 mod tests {
