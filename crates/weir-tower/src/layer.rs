@@ -153,28 +153,24 @@ impl Shared {
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_tower::{Limit, Policy, RateLimitLayer};
-/// # use weir_core::{Decision, InsufficientCapacity, KeyedLimiter, Snapshot};
-/// # struct Open([weir_core::Policy; 1]);
-/// # impl KeyedLimiter<weir_tower::Key> for Open {
-/// #     fn check_n(&self, _: &weir_tower::Key, _: u64) -> Result<Decision, InsufficientCapacity> {
-/// #         Ok(Decision::allowed(Snapshot::new(1, 1, 0)))
-/// #     }
-/// #     fn refund(&self, _: &weir_tower::Key, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> { Ok(()) }
-/// #     fn snapshot(&self, _: &weir_tower::Key) -> Snapshot { Snapshot::new(1, 1, 0) }
-/// #     fn policies(&self) -> &[weir_core::Policy] { &self.0 }
-/// # }
-/// # let minute = Duration::from_secs(60);
-/// # let (api_store, auth_store) = (Open([weir_core::Policy::new(100, minute)]), Open([weir_core::Policy::new(5, minute * 5)]));
+/// use weir_core::Quota;
+/// use weir_keyed::{KeyedConfig, KeyedGcra, KeyedSlidingLog};
+/// use weir_tower::{Key, Limit, Policy, RateLimitLayer};
+///
+/// // The API: 100 per minute per client IP, 20 at once.
+/// let api: KeyedGcra<Key> = KeyedGcra::gcra(Quota::per_minute(100)?.with_burst(20)?, KeyedConfig::new(100_000)?);
+/// // Logging in: 5 in any 5 minutes per client IP, exactly.
+/// let five_minutes = Quota::new(5, Duration::from_secs(300))?;
+/// let auth: KeyedSlidingLog<Key> = KeyedSlidingLog::sliding_log(five_minutes, KeyedConfig::new(100_000)?)?;
 ///
 /// let layer = RateLimitLayer::builder()
-///     .policy(Policy::new("api").limit(Limit::per_ip(api_store)))
-///     .route("/auth", Policy::new("auth").limit(Limit::per_ip(auth_store)))
+///     .policy(Policy::new("api").limit(Limit::per_ip(api)))
+///     .route("/auth", Policy::new("auth").limit(Limit::per_ip(auth)))
 ///     .skip_path("/health")
-///     .on_limit(|event| eprintln!("{} hit {} on {}", event.key.map(ToString::to_string).unwrap_or_default(), event.quota, event.policy))
+///     .on_limit(|event| eprintln!("{} refused by {} ({})", event.request.uri, event.policy, event.quota))
 ///     .build()?;
 /// # let _ = layer;
-/// # Ok::<(), weir_tower::BuildError>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone)]
 pub struct RateLimitLayer {

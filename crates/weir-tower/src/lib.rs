@@ -4,17 +4,17 @@
 //! headers, a `Retry-After` in whole seconds, an RFC 9457 problem+json 429).
 //!
 //! ```
-//! # #[cfg(any())] {
 //! use axum::{Router, routing::get};
-//! use weir_keyed::{Keyed, KeyedConfig};
-//! use weir_tower::RateLimitLayer;
+//! use weir_core::Quota;
+//! use weir_keyed::{KeyedConfig, KeyedGcra};
+//! use weir_tower::{Key, RateLimitLayer};
 //!
 //! // 100 requests per minute per client IP, 20 at once; at most 100 000 clients kept.
-//! let per_ip = Keyed::gcra(weir_core::Quota::per_minute(100)?.with_burst(20)?, KeyedConfig::new(100_000)?);
+//! let per_ip: KeyedGcra<Key> = KeyedGcra::gcra(Quota::per_minute(100)?.with_burst(20)?, KeyedConfig::new(100_000)?);
 //! let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(RateLimitLayer::per_ip(per_ip));
-//! // Serve with `app.into_make_service_with_connect_info::<SocketAddr>()`: the peer
+//! // Serve it with `app.into_make_service_with_connect_info::<SocketAddr>()`: the peer
 //! // address is how clients are told apart.
-//! # }
+//! # let _ = app;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!

@@ -20,22 +20,18 @@ pub const MAX_LIMITS: usize = 8;
 /// each with its own store, or a throttle).
 ///
 /// ```
-/// use weir_tower::{KeySource, Limit, MissingKey};
-/// # use weir_core::{Decision, InsufficientCapacity, KeyedLimiter, Policy, Snapshot};
-/// # struct Open([Policy; 1]);
-/// # impl KeyedLimiter<weir_tower::Key> for Open {
-/// #     fn check_n(&self, _: &weir_tower::Key, _: u64) -> Result<Decision, InsufficientCapacity> {
-/// #         Ok(Decision::allowed(Snapshot::new(1, 1, 0)))
-/// #     }
-/// #     fn refund(&self, _: &weir_tower::Key, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> { Ok(()) }
-/// #     fn snapshot(&self, _: &weir_tower::Key) -> Snapshot { Snapshot::new(1, 1, 0) }
-/// #     fn policies(&self) -> &[Policy] { &self.0 }
-/// # }
-/// # let (per_ip, per_user) = (Open([Policy::new(1, std::time::Duration::from_secs(1))]), Open([Policy::new(1, std::time::Duration::from_secs(1))]));
+/// use weir_core::Quota;
+/// use weir_keyed::{KeyedConfig, KeyedGcra, KeyedSlidingWindow};
+/// use weir_tower::{Key, KeySource, Limit, MissingKey, Store};
+///
+/// let per_ip: KeyedGcra<Key> = KeyedGcra::gcra(Quota::per_second(10)?, KeyedConfig::new(100_000)?);
+/// let per_user: KeyedSlidingWindow<Key> = KeyedSlidingWindow::sliding_window(Quota::per_minute(300)?, KeyedConfig::new(10_000)?)?;
 ///
 /// let ip = Limit::per_ip(per_ip);
-/// let user = Limit::new(KeySource::user(), weir_tower::Store::local(per_user)).on_missing_key(MissingKey::Skip);
+/// // Requests with no authenticated user are limited by their IP alone.
+/// let user = Limit::new(KeySource::user(), Store::local(per_user)).on_missing_key(MissingKey::Skip);
 /// # let _ = (ip, user);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone)]
 pub struct Limit {
@@ -138,20 +134,16 @@ impl fmt::Debug for Limit {
 /// remaining goes in the headers.
 ///
 /// ```
-/// use weir_tower::{Limit, Policy};
-/// # use weir_core::{Decision, InsufficientCapacity, KeyedLimiter, Snapshot};
-/// # struct Open([weir_core::Policy; 1]);
-/// # impl KeyedLimiter<weir_tower::Key> for Open {
-/// #     fn check_n(&self, _: &weir_tower::Key, _: u64) -> Result<Decision, InsufficientCapacity> {
-/// #         Ok(Decision::allowed(Snapshot::new(1, 1, 0)))
-/// #     }
-/// #     fn refund(&self, _: &weir_tower::Key, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> { Ok(()) }
-/// #     fn snapshot(&self, _: &weir_tower::Key) -> Snapshot { Snapshot::new(1, 1, 0) }
-/// #     fn policies(&self) -> &[weir_core::Policy] { &self.0 }
-/// # }
-/// # let five_per_5_min = Open([weir_core::Policy::new(5, std::time::Duration::from_secs(300))]);
+/// use std::time::Duration;
+/// use weir_core::Quota;
+/// use weir_keyed::{KeyedConfig, KeyedSlidingLog};
+/// use weir_tower::{Key, Limit, Policy};
+///
+/// let five_per_5_min: KeyedSlidingLog<Key> =
+///     KeyedSlidingLog::sliding_log(Quota::new(5, Duration::from_secs(300))?, KeyedConfig::new(100_000)?)?;
 /// let auth = Policy::new("auth").limit(Limit::per_ip(five_per_5_min));
 /// # let _ = auth;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct Policy {

@@ -37,28 +37,29 @@ pub enum OnLookupError {
 /// misses for one key each run the lookup (no request coalescing).
 ///
 /// ```
-/// use weir_tower::{OnLookupError, Store, Tiers};
-/// # use weir_core::{Decision, InsufficientCapacity, KeyedLimiter, Policy, Snapshot};
-/// # struct Plan(u64, [Policy; 1]);
-/// # impl KeyedLimiter<weir_tower::Key> for Plan {
-/// #     fn check_n(&self, _: &weir_tower::Key, _: u64) -> Result<Decision, InsufficientCapacity> {
-/// #         Ok(Decision::allowed(Snapshot::new(self.0, self.0, 0)))
-/// #     }
-/// #     fn refund(&self, _: &weir_tower::Key, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> { Ok(()) }
-/// #     fn snapshot(&self, _: &weir_tower::Key) -> Snapshot { Snapshot::new(self.0, self.0, 0) }
-/// #     fn policies(&self) -> &[Policy] { &self.1 }
-/// # }
-/// # let minute = std::time::Duration::from_secs(60);
-/// # let (free_store, pro_store) = (Plan(30, [Policy::new(30, minute)]), Plan(300, [Policy::new(300, minute)]));
+/// use weir_core::{AllOf, Quota};
+/// use weir_keyed::{KeyedConfig, KeyedFixedWindow, KeyedGcra, KeyedSlidingWindow};
+/// use weir_tower::{Key, OnLookupError, Store, Tiers};
 ///
-/// let tiers = Tiers::new(|key: weir_tower::Key| async move {
+/// /// A plan: `per_minute` a minute and `per_day` a day, at most `burst` at once,
+/// /// all or nothing.
+/// fn plan(per_minute: u64, per_day: u64, burst: u64) -> Result<Store, Box<dyn std::error::Error>> {
+///     let keys = KeyedConfig::new(100_000)?;
+///     let burst: KeyedGcra<Key> = KeyedGcra::gcra(Quota::per_minute(per_minute)?.with_burst(burst)?, keys.clone());
+///     let minute: KeyedSlidingWindow<Key> = KeyedSlidingWindow::sliding_window(Quota::per_minute(per_minute)?, keys.clone())?;
+///     let day: KeyedFixedWindow<Key> = KeyedFixedWindow::fixed_window(Quota::per_day(per_day)?, keys)?;
+///     Ok(Store::local(AllOf::new((burst, minute, day))?).named(["burst", "minute", "day"]))
+/// }
+///
+/// let tiers = Tiers::new(|key: Key| async move {
 ///     // Ask your database which plan `key` is on.
 ///     Ok::<_, std::io::Error>(if key.payload().starts_with(b"pro-") { "pro" } else { "free" })
 /// })
-/// .tier("free", Store::local(free_store))
-/// .tier("pro", Store::local(pro_store))
+/// .tier("free", plan(30, 1_000, 10)?)
+/// .tier("pro", plan(300, 50_000, 50)?)
 /// .on_lookup_error(OnLookupError::Tier("free".into()));
 /// # let _ = tiers;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Tiers {
     tiers: Vec<(Arc<str>, Store)>,

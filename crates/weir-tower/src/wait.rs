@@ -137,25 +137,16 @@ where
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_core::{Local, Quota};
+/// use weir_core::Quota;
+/// use weir_keyed::{KeyedConfig, KeyedGcra};
 /// use weir_tower::wait::FifoWait;
-/// # use weir_core::{Decision, InsufficientCapacity, KeyedLimiter, Policy, Snapshot};
-/// # struct Open([Policy; 1]);
-/// # impl KeyedLimiter<str> for Open {
-/// #     fn check_n(&self, _: &str, _: u64) -> Result<Decision, InsufficientCapacity> {
-/// #         Ok(Decision::allowed(Snapshot::new(1, 1, 0)))
-/// #     }
-/// #     fn refund(&self, _: &str, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> { Ok(()) }
-/// #     fn snapshot(&self, _: &str) -> Snapshot { Snapshot::new(1, 1, 0) }
-/// #     fn policies(&self) -> &[Policy] { &self.0 }
-/// # }
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let store = Local(Open([Policy::new(1, Duration::from_secs(1))]));
+/// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_second(1)?, KeyedConfig::new(10_000)?);
 /// let lines: FifoWait<String> = FifoWait::new();
 /// let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-/// let admitted = lines.until_key_ready(&store, "alice", 1, deadline).await?;
+/// let admitted = lines.until_key_ready(&per_user, "alice", 1, deadline).await?;
 /// assert!(admitted.is_allowed());
 /// # Ok(())
 /// # }
@@ -267,48 +258,37 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use weir_core::{KeyedLimiter, Local, Policy, Quota, Snapshot, TokioClock};
-    use weir_gcra::{GcraAlgorithm, GcraState};
+    use weir_core::sync::{AtomicU64, Ordering};
+    use weir_core::{KeyedLimiter, Local, Quota, TokioClock};
+    use weir_keyed::{KeyedConfig, KeyedGcra};
 
-    /// One GCRA bucket per key, on tokio's clock.
+    /// A weir-keyed GCRA store on tokio's clock, counting its checks.
     struct PerKey {
-        algorithm: GcraAlgorithm,
-        clock: TokioClock,
-        states: Mutex<HashMap<String, Arc<GcraState>>>,
+        store: KeyedGcra<String, TokioClock>,
         checks: AtomicU64,
-        policy: [Policy; 1],
     }
 
     impl PerKey {
         fn new(quota: Quota) -> Self {
-            let clock = TokioClock::new();
-            Self {
-                algorithm: GcraAlgorithm::new(quota, weir_core::Clock::now(&clock)),
-                clock,
-                states: Mutex::new(HashMap::new()),
-                checks: AtomicU64::new(0),
-                policy: [Policy::of(&quota)],
-            }
-        }
-        fn state(&self, key: &str) -> Arc<GcraState> {
-            Arc::clone(self.states.lock().unwrap().entry(key.to_owned()).or_default())
+            let store = KeyedGcra::gcra_with_clock(quota, KeyedConfig::new(100).unwrap(), TokioClock::new());
+            Self { store, checks: AtomicU64::new(0) }
         }
     }
 
     impl KeyedLimiter<str> for PerKey {
         fn check_n(&self, key: &str, n: u64) -> Result<Decision, InsufficientCapacity> {
+            // Ordering: Relaxed; a count read after the tasks are joined.
             self.checks.fetch_add(1, Ordering::Relaxed);
-            weir_core::Algorithm::check_n(&self.algorithm, &*self.state(key), n, &self.clock)
+            KeyedLimiter::check_n(&self.store, key, n)
         }
-        fn refund(&self, key: &str, n: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
-            self.algorithm.refund(&self.state(key), n, &self.clock)
+        fn refund(&self, key: &str, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+            KeyedLimiter::refund(&self.store, key, n, admission)
         }
-        fn snapshot(&self, key: &str) -> Snapshot {
-            weir_core::Algorithm::snapshot(&self.algorithm, &*self.state(key), weir_core::Clock::now(&self.clock))
+        fn snapshot(&self, key: &str) -> weir_core::Snapshot {
+            KeyedLimiter::snapshot(&self.store, key)
         }
-        fn policies(&self) -> &[Policy] {
-            &self.policy
+        fn policies(&self) -> &[weir_core::Policy] {
+            KeyedLimiter::<str>::policies(&self.store)
         }
     }
 
@@ -352,6 +332,7 @@ mod tests {
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
         // Only heads check: one check per admission, plus the head's denials.
+        // Ordering: Relaxed; every task has been joined.
         assert!(store.0.checks.load(Ordering::Relaxed) <= 1 + 4 * 2);
         assert!(lines.is_empty(), "the last waiter dropped the line");
     }

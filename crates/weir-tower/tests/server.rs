@@ -1,17 +1,19 @@
 //! The middleware in a real axum server on a loopback port, called by a real HTTP
-//! client. Stores run on a manual clock, so nothing refills during a test.
+//! client. The stores are weir-keyed's (GCRA, fixed window, sliding window, sliding
+//! log) on a manual clock, so nothing refills during a test; throttle mode is
+//! weir-leaky's `Throttle`.
 
 mod common;
 
 use axum::Router;
 use axum::routing::get;
-use common::stores::{InTestCount, InTestGcra};
 use common::{HttpClient, serve};
 use http::StatusCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use weir_core::{AllOf, KeyedLimiter, ManualClock, Quota};
+use weir_keyed::{KeyedConfig, KeyedFixedWindow, KeyedGcra, KeyedSlidingLog, KeyedSlidingWindow};
 use weir_tower::{
     ClientIp, Key, KeySource, KeyedThrottle, Limit, MissingKey, Policy, RateLimitLayer, Store, Tiers, User,
 };
@@ -41,8 +43,37 @@ fn app(layer: RateLimitLayer) -> Router {
         }))
 }
 
-fn gcra(quota: Quota) -> InTestGcra {
-    InTestGcra::new(quota, ManualClock::new())
+fn config() -> KeyedConfig {
+    KeyedConfig::new(10_000).unwrap()
+}
+
+/// A per-key GCRA store on a clock that does not move.
+fn gcra(quota: Quota) -> KeyedGcra<Key, ManualClock> {
+    KeyedGcra::gcra_with_clock(quota, config(), ManualClock::new())
+}
+
+/// A per-key fixed window of `limit` per `window`, on a clock that does not move.
+fn fixed(limit: u64, window: Duration) -> KeyedFixedWindow<Key, ManualClock> {
+    let quota = Quota::new(limit, window).unwrap();
+    KeyedFixedWindow::fixed_window_with_clock(quota, config(), ManualClock::new()).unwrap()
+}
+
+/// A per-key sliding-window counter.
+fn sliding(limit: u64, window: Duration) -> KeyedSlidingWindow<Key, ManualClock> {
+    let quota = Quota::new(limit, window).unwrap();
+    KeyedSlidingWindow::sliding_window_with_clock(quota, config(), ManualClock::new()).unwrap()
+}
+
+/// A per-key sliding log.
+fn log(limit: u64, window: Duration) -> KeyedSlidingLog<Key, ManualClock> {
+    let quota = Quota::new(limit, window).unwrap();
+    KeyedSlidingLog::sliding_log_with_clock(quota, config(), ManualClock::new()).unwrap()
+}
+
+/// What `store` has counted for `key` (its clock does not move, so nothing has
+/// come back).
+fn used(store: &impl KeyedLimiter<Key>, key: &Key) -> u64 {
+    store.policies()[0].limit() - store.snapshot(key).remaining()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,8 +166,9 @@ async fn the_skip_rule_lets_health_checks_through_unlimited() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_auth_route_is_stricter_than_the_api() {
-    let api = Store::local(InTestCount::new(100, MINUTE));
-    let auth = Store::local(InTestCount::new(5, Duration::from_secs(300))).named(["auth"]);
+    let api = Store::local(fixed(100, MINUTE));
+    // Exactly 5 in any 5 minutes: a sliding log.
+    let auth = Store::local(log(5, Duration::from_secs(300))).named(["auth"]);
     let ip = || KeySource::ip(ClientIp::peer());
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("api").limit(Limit::new(ip(), api)))
@@ -177,11 +209,10 @@ async fn route_layer_limits_only_the_routes_it_wraps() {
 /// denied by the day, and the minute quota is left as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tier_quotas_are_checked_all_or_nothing() {
-    let minute = Arc::new(InTestCount::new(5, MINUTE));
-    let day = Arc::new(InTestCount::new(3, DAY));
+    let minute = Arc::new(sliding(5, MINUTE));
+    let day = Arc::new(fixed(3, DAY));
     let free = Store::local(AllOf::new((Arc::clone(&minute), Arc::clone(&day))).unwrap()).named(["minute", "day"]);
-    let pro = Store::local(AllOf::new((InTestCount::new(50, MINUTE), InTestCount::new(1000, DAY))).unwrap())
-        .named(["minute", "day"]);
+    let pro = Store::local(AllOf::new((sliding(50, MINUTE), fixed(1000, DAY))).unwrap()).named(["minute", "day"]);
     let lookups = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&lookups);
     let tiers = Tiers::new(move |key: Key| {
@@ -203,13 +234,13 @@ async fn tier_quotas_are_checked_all_or_nothing() {
         // The day binds (it has the least left).
         assert_eq!(reply.header("ratelimit"), Some(format!("\"day\";r={day_left};t=86400").as_str()));
     }
-    assert_eq!((minute.used(&key), day.used(&key)), (3, 3));
+    assert_eq!((used(&*minute, &key), used(&*day, &key)), (3, 3));
 
     let denied = client.get(addr, "/", &[("x-api-key", "free-1")]).await;
     assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(denied.json()["quota"], "day");
-    assert_eq!(minute.used(&key), 3, "the minute quota is unchanged by the denied request");
-    assert_eq!(minute.snapshot(&key).remaining(), 2);
+    assert_eq!(used(&*minute, &key), 3, "the minute quota is unchanged by the denied request");
+    assert_eq!(KeyedLimiter::snapshot(&*minute, &key).remaining(), 2);
 
     let pro = client.get(addr, "/", &[("x-api-key", "pro-1")]).await;
     assert_eq!(pro.status, StatusCode::OK);
@@ -225,8 +256,8 @@ async fn tier_quotas_are_checked_all_or_nothing() {
 /// request denied by the user limit takes nothing from the IP limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_ip_and_per_user_limits_layer() {
-    let per_ip = Arc::new(InTestCount::new(10, MINUTE));
-    let per_user = Arc::new(InTestCount::new(2, MINUTE));
+    let per_ip = Arc::new(fixed(10, MINUTE));
+    let per_user = Arc::new(log(2, MINUTE));
     let events = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&events);
     let layer = RateLimitLayer::builder()
@@ -257,20 +288,20 @@ async fn per_ip_and_per_user_limits_layer() {
     let denied = client.get(addr, "/", &alice).await;
     assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(denied.json()["quota"], "minute-2");
-    assert_eq!(per_ip.used(&ip), 2, "the denied request took nothing from the IP limit");
+    assert_eq!(used(&*per_ip, &ip), 2, "the denied request took nothing from the IP limit");
     assert_eq!(events.load(Ordering::Relaxed), 1);
 
     // Another user on the same IP is limited by the IP alone once the user is unknown.
     let anonymous = client.get(addr, "/", &[]).await;
     assert_eq!(anonymous.status, StatusCode::OK);
     assert_eq!(anonymous.header("ratelimit-policy"), Some("\"minute\";q=10;w=60"), "the user limit was skipped");
-    assert_eq!(per_ip.used(&ip), 3);
-    assert_eq!(per_user.used(&Key::user("alice")), 2);
+    assert_eq!(used(&*per_ip, &ip), 3);
+    assert_eq!(used(&*per_user, &Key::user("alice")), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spoofed_forwarded_header_from_an_untrusted_peer_is_ignored() {
-    let store = Arc::new(InTestCount::new(3, MINUTE));
+    let store = Arc::new(fixed(3, MINUTE));
     let client_ip = ClientIp::peer().trust_proxies(["10.0.0.0/8"]).unwrap();
     let layer = RateLimitLayer::new(
         Policy::new("api").limit(Limit::new(KeySource::ip(client_ip), Store::local(Arc::clone(&store)))),
@@ -285,12 +316,12 @@ async fn a_spoofed_forwarded_header_from_an_untrusted_peer_is_ignored() {
         statuses.push(client.get(addr, "/", &[("x-forwarded-for", &fake)]).await.status.as_u16());
     }
     assert_eq!(statuses, [200, 200, 200, 429, 429]);
-    assert_eq!(store.used(&Key::ip("127.0.0.1".parse().unwrap())), 3, "all counted against the real peer");
+    assert_eq!(used(&*store, &Key::ip("127.0.0.1".parse().unwrap())), 3, "all counted against the real peer");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ipv6_clients_are_grouped_by_their_64_bit_prefix() {
-    let store = Arc::new(InTestCount::new(2, MINUTE));
+    let store = Arc::new(fixed(2, MINUTE));
     // The loopback peer is the trusted proxy; it forwards IPv6 clients.
     let client_ip = ClientIp::peer().trust_proxies(["127.0.0.1"]).unwrap();
     let layer = RateLimitLayer::new(
@@ -306,7 +337,7 @@ async fn ipv6_clients_are_grouped_by_their_64_bit_prefix() {
     assert_eq!(same_64.status, StatusCode::TOO_MANY_REQUESTS, "one /64, one client");
     let other_64 = client.get(addr, "/", &from("2001:db8:1:3::a")).await;
     assert_eq!(other_64.status, StatusCode::OK);
-    assert_eq!(store.used(&Key::ip_grouped("2001:db8:1:2::".parse().unwrap(), 64)), 2);
+    assert_eq!(used(&*store, &Key::ip_grouped("2001:db8:1:2::".parse().unwrap(), 64)), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -375,7 +406,7 @@ async fn concurrent_requests_never_exceed_the_limit() {
 async fn keyless_requests_follow_the_limits_choice() {
     let user = |missing| {
         Policy::new("users")
-            .limit(Limit::new(KeySource::user(), Store::local(InTestCount::new(1, MINUTE))).on_missing_key(missing))
+            .limit(Limit::new(KeySource::user(), Store::local(fixed(1, MINUTE))).on_missing_key(missing))
     };
     let client = HttpClient::new();
 
@@ -461,7 +492,7 @@ async fn until(done: impl Fn() -> bool) {
 async fn a_request_that_goes_away_while_waiting_consumes_nothing() {
     use tokio::io::AsyncWriteExt as _;
 
-    let store = Arc::new(InTestCount::new(10, MINUTE));
+    let store = Arc::new(fixed(10, MINUTE));
     let throttle = Arc::new(
         KeyedThrottle::new(Quota::new(1, Duration::from_secs(2)).unwrap(), 1, Duration::from_secs(4)).unwrap(),
     );
@@ -475,15 +506,15 @@ async fn a_request_that_goes_away_while_waiting_consumes_nothing() {
     let addr = serve(app(layer)).await;
     let key = Key::ip("127.0.0.1".parse().unwrap());
     assert_eq!(HttpClient::new().get(addr, "/", &[]).await.status, StatusCode::OK);
-    assert_eq!(store.used(&key), 1);
+    assert_eq!(used(&*store, &key), 1);
 
     let mut waiter = tokio::net::TcpStream::connect(addr).await.unwrap();
     waiter.write_all(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n").await.unwrap();
     until(|| throttle.waiting(&key) == 1).await;
-    assert_eq!(store.used(&key), 2, "admitted by the store, waiting in the throttle");
+    assert_eq!(used(&*store, &key), 2, "admitted by the store, waiting in the throttle");
     drop(waiter);
     until(|| throttle.waiting(&key) == 0).await;
-    assert_eq!(store.used(&key), 1, "the admission was given back");
+    assert_eq!(used(&*store, &key), 1, "the admission was given back");
 }
 
 #[test]

@@ -72,5 +72,3 @@ impl HttpClient {
         Reply { status: parts.status, headers: parts.headers, body }
     }
 }
-
-pub mod stores;
