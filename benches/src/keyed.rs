@@ -52,7 +52,7 @@ pub enum Keys {
 }
 
 /// The key sequence for a pattern (empty for per-thread and hot, which need none):
-/// [`SEQUENCE`] keys drawn from a seeded generator, so every run and every subject
+/// `SEQUENCE` keys drawn from a seeded generator, so every run and every subject
 /// sees the same keys; computed once per process.
 pub fn sequence(keys: Keys) -> Arc<[u64]> {
     static UNIFORM: OnceLock<Arc<[u64]>> = OnceLock::new();
