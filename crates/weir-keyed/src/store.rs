@@ -1,0 +1,724 @@
+//! The store: [`Keyed`], its constructors, checks, refunds and snapshots, and the
+//! per-key contract of weir-core.
+
+use crate::hot::owner_of;
+use crate::map::{Collector, Guard, Map};
+use crate::sweeper::IdleBound;
+use crate::{AtCapacity, HotKeys, KeyedAlgorithm, KeyedConfig};
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::Arc;
+#[cfg(doc)]
+use weir_core::Limiter;
+use weir_core::sync::{AtomicBool, AtomicUsize, CachePadded, Ordering};
+use weir_core::{
+    Algorithm, AsyncKeyedLimiter, Clock, Decision, DenyReason, InsufficientCapacity, KeyedLimiter, MonotonicClock,
+    Policy, Quota, Snapshot,
+};
+use weir_gcra::{GcraAlgorithm, LeaseStripes, StateKind};
+
+/// Keys per shard the shard count aims for at full capacity: a sweep step scans one
+/// shard, so this is the work of one step. Smaller shards sweep faster but each
+/// carries a minimum table, which costs memory when a store is far below its bound
+/// (measured, `weir-bench memory`: 256 keys per shard cost 65 heap bytes per key in a
+/// store at 10% of its bound, 512 cost 44, 1024 cost 37; a full store costs 30–35
+/// with any of them).
+const KEYS_PER_SHARD: usize = 512;
+/// The most shards a store uses.
+const MAX_SHARDS: usize = 1 << 16;
+
+/// A per-key limiter: one state of algorithm `A` per key, at most `max_keys` keys.
+///
+/// See the [crate docs](crate) for the map, eviction and the memory bound.
+pub struct Keyed<K, A: KeyedAlgorithm, C = MonotonicClock, S = RandomState> {
+    pub(crate) shards: Box<[Map<K, A::State, S>]>,
+    pub(crate) shard_hasher: foldhash::fast::RandomState,
+    pub(crate) collector: Arc<Collector>,
+    pub(crate) algorithm: A,
+    /// The algorithm's quota as a client sees it, read once at construction.
+    pub(crate) policies: [Policy; 1],
+    pub(crate) clock: C,
+    pub(crate) config: KeyedConfig,
+    /// Keys stored; never above `max_keys`. Written only when a key is inserted or
+    /// removed, never on a check of an existing key.
+    pub(crate) live: CachePadded<AtomicUsize>,
+    /// New keys inserted so far (paces the incremental sweep) and the next shard
+    /// to sweep.
+    pub(crate) inserted: CachePadded<AtomicUsize>,
+    pub(crate) cursor: AtomicUsize,
+    /// For each shard, and for the whole store, when their keys can next go idle:
+    /// what lets a full store search for an idle key without sweeping shards that
+    /// cannot have one, and deny new keys without searching while none can.
+    pub(crate) bounds: Box<[IdleBound]>,
+    pub(crate) store_bound: CachePadded<IdleBound>,
+    /// Taken by the one search that may publish bounds (see `publish_bound`).
+    pub(crate) publishing: AtomicBool,
+    /// Hot-key mode (GCRA only), the hot keys' lease stripes, and how many there are.
+    pub(crate) hot: Option<HotKeys>,
+    pub(crate) hot_keys: Map<K, LeaseStripes, S>,
+    pub(crate) hot_count: AtomicUsize,
+}
+
+impl<K, A: KeyedAlgorithm, C, S> fmt::Debug for Keyed<K, A, C, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Keyed")
+            // Ordering: Relaxed; a statistic.
+            .field("len", &self.live.load(Ordering::Relaxed))
+            .field("shards", &self.shards.len())
+            .field("config", &self.config)
+            .field("hot", &self.hot)
+            // Ordering: Relaxed; a statistic.
+            .field("hot_keys", &self.hot_count.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A per-key GCRA store ([`Keyed::gcra`]): the type of a field holding one.
+///
+/// ```
+/// use weir_core::Quota;
+/// use weir_keyed::{KeyedConfig, KeyedGcra};
+///
+/// struct Server {
+///     per_ip: KeyedGcra<std::net::IpAddr>,
+/// }
+/// let server = Server { per_ip: KeyedGcra::gcra(Quota::per_second(10)?, KeyedConfig::new(100_000)?) };
+/// assert!(server.per_ip.check(&"203.0.113.7".parse()?).is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub type KeyedGcra<K, C = MonotonicClock> = Keyed<K, GcraAlgorithm, C>;
+
+/// A per-key fixed-window store ([`Keyed::fixed_window`]).
+#[cfg(feature = "window")]
+pub type KeyedFixedWindow<K, C = MonotonicClock> = Keyed<K, weir_window::fixed::FixedWindowAlgorithm, C>;
+
+/// A per-key sliding-window-counter store ([`Keyed::sliding_window`]).
+#[cfg(feature = "window")]
+pub type KeyedSlidingWindow<K, C = MonotonicClock> = Keyed<K, weir_window::sliding::SlidingWindowAlgorithm, C>;
+
+/// A per-key sliding-log store ([`Keyed::sliding_log`]).
+#[cfg(feature = "window")]
+pub type KeyedSlidingLog<K, C = MonotonicClock> = Keyed<K, weir_window::log::SlidingLogAlgorithm, C>;
+
+impl<K> Keyed<K, GcraAlgorithm>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    /// A per-key GCRA limiter enforcing `quota` for each key, on the default clock.
+    ///
+    /// ```
+    /// use weir_core::Quota;
+    /// use weir_keyed::{KeyedConfig, KeyedGcra};
+    ///
+    /// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_minute(100)?, KeyedConfig::new(10_000)?);
+    /// assert!(per_user.check("alice").is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn gcra(quota: Quota, config: KeyedConfig) -> Self {
+        Self::gcra_with_clock(quota, config, MonotonicClock::new())
+    }
+}
+
+impl<K, C> Keyed<K, GcraAlgorithm, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    /// A per-key GCRA limiter enforcing `quota` for each key, reading `clock` (the
+    /// algorithm's time origin is the clock's reading now).
+    pub fn gcra_with_clock(quota: Quota, config: KeyedConfig, clock: C) -> Self {
+        let algorithm = GcraAlgorithm::new(quota, clock.now());
+        Self::with_hasher(algorithm, config, clock, RandomState::new())
+    }
+}
+
+/// Per-key windows, on the default clock or one of the caller's. Each takes a
+/// limit per window (`Quota::per_minute(100)`: at most 100 in any minute's
+/// window); a quota with a burst other than its count is refused
+/// ([`WindowError::BurstIsNotCount`](weir_window::WindowError::BurstIsNotCount)).
+#[cfg(feature = "window")]
+mod window_constructors {
+    use super::{Keyed, KeyedConfig, MonotonicClock, RandomState};
+    use std::hash::Hash;
+    use weir_core::{Clock, Quota};
+    use weir_window::WindowError;
+    use weir_window::fixed::FixedWindowAlgorithm;
+    use weir_window::log::SlidingLogAlgorithm;
+    use weir_window::sliding::SlidingWindowAlgorithm;
+
+    impl<K: Hash + Eq + Clone + Send + Sync + 'static> Keyed<K, FixedWindowAlgorithm> {
+        /// A per-key fixed window enforcing `quota` for each key, on the default clock.
+        ///
+        /// ```
+        /// use weir_core::Quota;
+        /// use weir_keyed::{KeyedConfig, KeyedFixedWindow};
+        ///
+        /// let per_ip: KeyedFixedWindow<String> = KeyedFixedWindow::fixed_window(Quota::per_minute(2)?, KeyedConfig::new(1_000)?)?;
+        /// assert!(per_ip.check_n("203.0.113.7", 2)?.is_allowed());
+        /// assert!(per_ip.check("203.0.113.7").is_denied());
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn fixed_window(quota: Quota, config: KeyedConfig) -> Result<Self, WindowError> {
+            Self::fixed_window_with_clock(quota, config, MonotonicClock::new())
+        }
+    }
+
+    impl<K: Hash + Eq + Clone + Send + Sync + 'static, C: Clock> Keyed<K, FixedWindowAlgorithm, C> {
+        /// A per-key fixed window enforcing `quota` for each key, reading `clock`.
+        pub fn fixed_window_with_clock(quota: Quota, config: KeyedConfig, clock: C) -> Result<Self, WindowError> {
+            let algorithm = FixedWindowAlgorithm::new(quota, clock.now())?;
+            Ok(Self::with_hasher(algorithm, config, clock, RandomState::new()))
+        }
+    }
+
+    impl<K: Hash + Eq + Clone + Send + Sync + 'static> Keyed<K, SlidingWindowAlgorithm> {
+        /// A per-key sliding-window counter enforcing `quota` for each key, on the
+        /// default clock.
+        ///
+        /// ```
+        /// use weir_core::Quota;
+        /// use weir_keyed::{KeyedConfig, KeyedSlidingWindow};
+        ///
+        /// let per_user: KeyedSlidingWindow<String> =
+        ///     KeyedSlidingWindow::sliding_window(Quota::per_minute(100)?, KeyedConfig::new(10_000)?)?;
+        /// assert!(per_user.check_n("alice", 100)?.is_allowed());
+        /// assert!(per_user.check("alice").is_denied());
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn sliding_window(quota: Quota, config: KeyedConfig) -> Result<Self, WindowError> {
+            Self::sliding_window_with_clock(quota, config, MonotonicClock::new())
+        }
+    }
+
+    impl<K: Hash + Eq + Clone + Send + Sync + 'static, C: Clock> Keyed<K, SlidingWindowAlgorithm, C> {
+        /// A per-key sliding-window counter enforcing `quota` for each key, reading
+        /// `clock`.
+        pub fn sliding_window_with_clock(quota: Quota, config: KeyedConfig, clock: C) -> Result<Self, WindowError> {
+            let algorithm = SlidingWindowAlgorithm::new(quota, clock.now())?;
+            Ok(Self::with_hasher(algorithm, config, clock, RandomState::new()))
+        }
+    }
+
+    impl<K: Hash + Eq + Clone + Send + Sync + 'static> Keyed<K, SlidingLogAlgorithm> {
+        /// A per-key sliding log (exact; each key costs `8 × limit` bytes) enforcing
+        /// `quota` for each key, on the default clock.
+        ///
+        /// ```
+        /// use weir_core::Quota;
+        /// use weir_keyed::{KeyedConfig, KeyedSlidingLog};
+        ///
+        /// let per_user: KeyedSlidingLog<u64> = KeyedSlidingLog::sliding_log(Quota::per_minute(3)?, KeyedConfig::new(100)?)?;
+        /// assert!(per_user.check_n(&7, 3)?.is_allowed());
+        /// assert!(per_user.check(&7).is_denied());
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        pub fn sliding_log(quota: Quota, config: KeyedConfig) -> Result<Self, WindowError> {
+            Self::sliding_log_with_clock(quota, config, MonotonicClock::new())
+        }
+    }
+
+    impl<K: Hash + Eq + Clone + Send + Sync + 'static, C: Clock> Keyed<K, SlidingLogAlgorithm, C> {
+        /// A per-key sliding log enforcing `quota` for each key, reading `clock`.
+        pub fn sliding_log_with_clock(quota: Quota, config: KeyedConfig, clock: C) -> Result<Self, WindowError> {
+            let algorithm = SlidingLogAlgorithm::new(quota, clock.now())?;
+            Ok(Self::with_hasher(algorithm, config, clock, RandomState::new()))
+        }
+    }
+}
+
+impl<K, A, C, S> Keyed<K, A, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A: KeyedAlgorithm,
+    A::State: Send + Sync + 'static,
+    C: Clock,
+    S: BuildHasher + Clone,
+{
+    /// A store applying `algorithm` to each key, reading `clock` (the algorithm's
+    /// time origin must be this clock's), hashing keys with `hasher`.
+    pub fn with_hasher(algorithm: A, config: KeyedConfig, clock: C, hasher: S) -> Self {
+        let shards = config.max_keys.div_ceil(KEYS_PER_SHARD).next_power_of_two().min(MAX_SHARDS);
+        let collector = Arc::new(Collector::new());
+        let shards: Vec<_> = (0..shards).map(|_| Map::new(hasher.clone(), &collector)).collect();
+        let hot_keys = Map::new(hasher, &collector);
+        let bounds = (0..shards.len()).map(|_| IdleBound::new()).collect();
+        Self {
+            shards: shards.into_boxed_slice(),
+            shard_hasher: foldhash::fast::RandomState::default(),
+            collector,
+            policies: [algorithm.policy()],
+            algorithm,
+            clock,
+            config,
+            live: CachePadded::new(AtomicUsize::new(0)),
+            inserted: CachePadded::new(AtomicUsize::new(0)),
+            cursor: AtomicUsize::new(0),
+            bounds,
+            store_bound: CachePadded::new(IdleBound::new()),
+            publishing: AtomicBool::new(false),
+            hot: None,
+            hot_keys,
+            hot_count: AtomicUsize::new(0),
+        }
+    }
+
+    /// Checks one request for `key`.
+    #[inline]
+    pub fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        match self.check_n(key, 1) {
+            Ok(decision) => decision,
+            // A cost of 1 exceeds the limit only for an overflow limiter with a burst
+            // of 0, which `Quota` rules out.
+            Err(_) => self.capacity_denial(),
+        }
+    }
+
+    /// Checks a request of cost `n` for `key` (see [`Limiter::check_n`]). A key the
+    /// store does not hold is inserted with a fresh state, subject to the memory
+    /// bound ([`AtCapacity`]).
+    pub fn check_n<Q>(&self, key: &Q, n: u64) -> Result<Decision, InsufficientCapacity>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if n == 0 {
+            // Admitted, consumes nothing, and stores nothing.
+            return Ok(Decision::allowed(self.snapshot(key)));
+        }
+        let index = self.shard_index(key);
+        let shard = &self.shards[index];
+        let guard = self.collector.enter();
+        loop {
+            // One clock reading decides the check (read again only on the rare retry
+            // after an eviction, so that the fresh state decides at a time after the
+            // retirement it replaces).
+            let now = self.clock.now();
+            let (state, inserted) = match shard.get(key, &guard) {
+                Some(state) => (state, false),
+                None => {
+                    let limit = self.algorithm.limit();
+                    if n > limit {
+                        return Err(InsufficientCapacity { requested: n, capacity: limit });
+                    }
+                    match self.insert(shard, key, &guard) {
+                        Ok(found) => found,
+                        Err(Full) => return self.at_capacity(n),
+                    }
+                }
+            };
+            let gcra = self.algorithm.as_gcra().zip(self.algorithm.gcra_state(state));
+            let hot = self.hot.and_then(|hot| Some((hot, gcra?)));
+            let checked = match hot {
+                Some((_, (gcra, gcra_state))) => gcra.check_n_contended(gcra_state, n, &now),
+                None => self.algorithm.check_n(state, n, &now).map(|decision| (decision, 0)),
+            };
+            if inserted {
+                // After the new key's first check: from now on a sweep of its shard
+                // sees it busy, not idle (see `note_new_key`).
+                self.note_new_key(index, state, now);
+            }
+            let (decision, lost_races) = checked?;
+            if decision.is_denied() {
+                // Classify the state from one load: retired (raced with an eviction;
+                // it was idle, so a fresh state decides exactly as it would have),
+                // promoted (decide on its hot stripes), or live (a real denial).
+                let kind = match gcra {
+                    Some((gcra, gcra_state)) => gcra.state_kind(gcra_state),
+                    None if self.algorithm.is_retired(state) => StateKind::Retired,
+                    None => StateKind::Live,
+                };
+                match kind {
+                    StateKind::Retired => {
+                        self.unlink(shard, key, state, &guard);
+                        continue;
+                    }
+                    StateKind::Promoted => {
+                        if let Some((gcra, gcra_state)) = gcra {
+                            match self.check_hot(shard, key, gcra, gcra_state, state, n, now, &guard) {
+                                Some(decision) => return decision,
+                                None => continue,
+                            }
+                        }
+                    }
+                    StateKind::Live => {}
+                }
+            } else if let Some((config, (gcra, gcra_state))) = hot
+                && lost_races >= config.after_lost_races
+            {
+                self.try_promote(shard, key, gcra, gcra_state, &guard);
+            }
+            if inserted {
+                // Pace the incremental sweep by insertions, after this key's first
+                // decision: a sweep before it would find the fresh state idle and
+                // could evict it before it was ever checked.
+                self.paced_sweep();
+            }
+            return Ok(decision);
+        }
+    }
+
+    /// `key`'s state, without consuming anything. A key the store does not hold is
+    /// reported as fresh (which is exactly what its next check would see).
+    pub fn snapshot<Q>(&self, key: &Q) -> Snapshot
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let now = self.clock.now();
+        let guard = self.collector.enter();
+        match self.shard(key).get(key, &guard) {
+            Some(state) if !self.algorithm.is_retired(state) => self.snapshot_of(key, state, now, &guard),
+            _ => self.algorithm.snapshot(&self.algorithm.new_state(), now),
+        }
+    }
+
+    /// Gives back `n` units that `admission` (a decision this store returned for
+    /// `key`) consumed and the caller did not use (see [`KeyedLimiter::refund`]):
+    /// never more than the admission took, nor beyond a full state. A denied
+    /// admission took nothing; a key no longer stored was idle (full) when it was
+    /// evicted, or was reset by [`remove`](Self::remove), so nothing is given back to
+    /// either, nor to an admission of the overflow limiter
+    /// ([`AtCapacity::EvictIdleOrOverflow`]). `n` above the limit is an error: no
+    /// check could have taken it.
+    ///
+    /// ```
+    /// use weir_core::{ManualClock, Quota};
+    /// use weir_keyed::{KeyedConfig, KeyedGcra};
+    ///
+    /// let per_ip: KeyedGcra<String, _> =
+    ///     KeyedGcra::gcra_with_clock(Quota::per_minute(3)?, KeyedConfig::new(100)?, ManualClock::new());
+    /// let admission = per_ip.check_n("203.0.113.7", 3)?;
+    /// assert!(per_ip.check("203.0.113.7").is_denied());
+    /// per_ip.refund("203.0.113.7", 3, &admission)?; // the request was not served after all
+    /// assert_eq!(per_ip.snapshot("203.0.113.7").remaining(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund<Q>(&self, key: &Q, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let limit = self.algorithm.limit();
+        if n > limit {
+            return Err(InsufficientCapacity { requested: n, capacity: limit });
+        }
+        if n == 0 || admission.is_denied() {
+            return Ok(());
+        }
+        let guard = self.collector.enter();
+        let Some(state) = self.shard(key).get(key, &guard) else {
+            return Ok(());
+        };
+        self.refund_state(key, state, n, admission, &guard)
+    }
+
+    /// Forgets `key` (its next check starts from a fresh state); returns whether it
+    /// was stored. Unlike eviction this may change decisions: it is how an operator
+    /// resets a client. A check racing with it may be decided on the removed state.
+    pub fn remove<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let guard = self.collector.enter();
+        let Some(state) = self.shard(key).remove(key, &guard) else {
+            return false;
+        };
+        // Ordering: Relaxed; the count publishes nothing, and its bound is kept by the
+        // CAS in `reserve`.
+        self.live.fetch_sub(1, Ordering::Relaxed);
+        if let Some(gcra_state) = self.algorithm.gcra_state(state) {
+            // Only this state's hot stripes: a newer state of the key may have its own.
+            let owner = owner_of(gcra_state);
+            if self.hot_keys.remove_if(key, |_, stripes| stripes.owner() == owner, &guard) {
+                // Ordering: Relaxed; as above, for the hot-key bound.
+                self.hot_count.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        true
+    }
+
+    /// Keys stored.
+    pub fn len(&self) -> usize {
+        // Ordering: Relaxed; a statistic.
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// Whether no key is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &KeyedConfig {
+        &self.config
+    }
+
+    /// The algorithm applied to every key.
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Calls `f` with every stored key and its state now (for metrics). Weakly
+    /// consistent: keys inserted or removed meanwhile may or may not be seen.
+    pub fn for_each(&self, mut f: impl FnMut(&K, Snapshot)) {
+        let now = self.clock.now();
+        let guard = self.collector.enter();
+        for shard in self.shards.iter() {
+            for (key, state) in shard.iter(&guard) {
+                if !self.algorithm.is_retired(state) {
+                    f(key, self.snapshot_of(key, state, now, &guard));
+                }
+            }
+        }
+    }
+
+    /// `state`'s snapshot, read from its hot bucket if the key is hot.
+    pub(crate) fn snapshot_of<Q>(&self, key: &Q, state: &A::State, now: weir_core::Nanos, guard: &Guard<'_>) -> Snapshot
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) {
+            match gcra.state_kind(gcra_state) {
+                StateKind::Live => {}
+                StateKind::Promoted => {
+                    if let Some(stripes) = self.hot_keys.get(key, guard)
+                        && stripes.owner() == owner_of(gcra_state)
+                    {
+                        return gcra.snapshot(stripes.bucket(), now);
+                    }
+                    // Being retired: its next check will see a fresh state.
+                    return self.algorithm.snapshot(&self.algorithm.new_state(), now);
+                }
+                StateKind::Retired => return self.algorithm.snapshot(&self.algorithm.new_state(), now),
+            }
+        }
+        self.algorithm.snapshot(state, now)
+    }
+
+    /// Gives `n` units of `admission` back to `state` (the state `key` maps to), or
+    /// to its hot bucket if the key is hot.
+    pub(crate) fn refund_state<Q>(
+        &self,
+        key: &Q,
+        state: &A::State,
+        n: u64,
+        admission: &Decision,
+        guard: &Guard<'_>,
+    ) -> Result<(), InsufficientCapacity>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) {
+            match gcra.state_kind(gcra_state) {
+                StateKind::Live => {}
+                // Idle (full) when it was retired: nothing to give back.
+                StateKind::Retired => return Ok(()),
+                // A hot key: its bucket is the hot one, and the admission may have
+                // come from a lease, so the lease machinery credits it (the debt less
+                // the time since it was charged: never more than is still owed).
+                StateKind::Promoted => {
+                    return match self.hot_keys.get(key, guard) {
+                        Some(stripes) if stripes.owner() == owner_of(gcra_state) => {
+                            stripes.refund(gcra, n, admission, &self.clock)
+                        }
+                        // Being retired: idle, so full.
+                        _ => Ok(()),
+                    };
+                }
+            }
+        }
+        // A refund that races with a promotion of the key finds the state promoted
+        // and gives nothing back (less, never more, than was taken).
+        Algorithm::refund(&self.algorithm, state, n, admission, &self.clock)
+    }
+
+    /// Removes `key` if it still maps to `state`; returns whether this call removed it.
+    pub(crate) fn unlink<Q>(&self, shard: &Map<K, A::State, S>, key: &Q, state: &A::State, guard: &Guard<'_>) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let removed = shard.remove_if(key, |_, current| std::ptr::eq(current, state), guard);
+        if removed {
+            // Ordering: Relaxed; see `remove`.
+            self.live.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed
+    }
+
+    /// Inserts a fresh state for `key` within the bound; returns the state now
+    /// stored for `key` and whether this call inserted it (or another thread did
+    /// first).
+    pub(crate) fn insert<'g, Q>(
+        &self,
+        shard: &'g Map<K, A::State, S>,
+        key: &Q,
+        guard: &'g Guard<'_>,
+    ) -> Result<(&'g A::State, bool), Full>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.reserve()?;
+        match shard.try_insert(key.to_owned(), self.algorithm.new_state(), guard) {
+            Ok(state) => Ok((state, true)),
+            Err(current) => {
+                // Ordering: Relaxed; give back the reservation (see `remove`).
+                self.live.fetch_sub(1, Ordering::Relaxed);
+                Ok((current, false))
+            }
+        }
+    }
+
+    /// Takes one of the `max_keys` places, evicting idle keys if the policy allows.
+    pub(crate) fn reserve(&self) -> Result<(), Full> {
+        // Ordering: Relaxed; the bound needs only the atomicity of the CAS on this
+        // counter, not ordering with other memory.
+        let mut live = self.live.load(Ordering::Relaxed);
+        loop {
+            if live >= self.config.max_keys {
+                if matches!(self.config.at_capacity, AtCapacity::Deny) {
+                    return Err(Full);
+                }
+                let evicted = self.evict_for_room();
+                // Ordering: Relaxed; see above.
+                live = self.live.load(Ordering::Relaxed);
+                if !evicted && live >= self.config.max_keys {
+                    return Err(Full);
+                }
+                continue;
+            }
+            // Ordering: Relaxed; see above.
+            match self.live.compare_exchange_weak(live, live + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(actual) => live = actual,
+            }
+        }
+    }
+
+    pub(crate) fn at_capacity(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        match &self.config.at_capacity {
+            AtCapacity::EvictIdleOrOverflow(overflow) => overflow.check_n(n),
+            AtCapacity::EvictIdle | AtCapacity::Deny => Ok(self.capacity_denial()),
+        }
+    }
+
+    pub(crate) fn capacity_denial(&self) -> Decision {
+        let retry = weir_core::nanos::duration_as_nanos_saturating(self.config.capacity_retry_after);
+        Decision::denied_because(DenyReason::KeyCapacity, Snapshot::new(self.algorithm.limit(), 0, 0), retry)
+    }
+
+    #[inline]
+    pub(crate) fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &Map<K, A::State, S> {
+        &self.shards[self.shard_index(key)]
+    }
+
+    #[inline]
+    pub(crate) fn shard_index<Q: Hash + ?Sized>(&self, key: &Q) -> usize {
+        let hash = self.shard_hasher.hash_one(key);
+        // The high bits: papaya uses the low ones of its own (different) hash.
+        (hash >> 32) as usize & (self.shards.len() - 1)
+    }
+}
+
+/// The per-key contract, for middleware generic over stores: the same as the
+/// inherent methods, for every borrowed form `Q` of the key.
+impl<K, Q, A, C, S> KeyedLimiter<Q> for Keyed<K, A, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    A: KeyedAlgorithm,
+    A::State: Send + Sync + 'static,
+    C: Clock,
+    S: BuildHasher + Clone,
+{
+    #[inline]
+    fn check_n(&self, key: &Q, n: u64) -> Result<Decision, InsufficientCapacity> {
+        Keyed::check_n(self, key, n)
+    }
+
+    fn refund(&self, key: &Q, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+        Keyed::refund(self, key, n, admission)
+    }
+
+    fn snapshot(&self, key: &Q) -> Snapshot {
+        Keyed::snapshot(self, key)
+    }
+
+    fn policies(&self) -> &[Policy] {
+        &self.policies
+    }
+}
+
+/// The async form of the per-key contract, at no cost: every future is ready at
+/// once ([`core::future::Ready`]; nothing boxed, nothing allocated).
+///
+/// ```
+/// use std::future::Future;
+/// use std::pin::pin;
+/// use std::task::{Context, Poll, Waker};
+/// use weir_core::{AsyncKeyedLimiter, Quota};
+/// use weir_keyed::{KeyedConfig, KeyedGcra};
+///
+/// async fn admit<S: AsyncKeyedLimiter<str>>(store: &S, client: &str) -> Result<bool, S::Error> {
+///     Ok(store.check_n(client, 1).await?.is_allowed())
+/// }
+///
+/// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_minute(1)?, KeyedConfig::new(100)?);
+/// let mut first = pin!(admit(&per_user, "alice"));
+/// let mut cx = Context::from_waker(Waker::noop());
+/// assert!(matches!(first.as_mut().poll(&mut cx), Poll::Ready(Ok(true)))); // ready at the first poll
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+impl<K, Q, A, C, S> AsyncKeyedLimiter<Q> for Keyed<K, A, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
+    A: KeyedAlgorithm + Send + Sync,
+    A::State: Send + Sync + 'static,
+    C: Clock + Send + Sync,
+    S: BuildHasher + Clone + Send + Sync,
+{
+    type Error = InsufficientCapacity;
+
+    #[inline]
+    fn check_n(&self, key: &Q, n: u64) -> impl Future<Output = Result<Decision, InsufficientCapacity>> + Send {
+        std::future::ready(Keyed::check_n(self, key, n))
+    }
+
+    #[inline]
+    fn refund(
+        &self,
+        key: &Q,
+        n: u64,
+        admission: &Decision,
+    ) -> impl Future<Output = Result<(), InsufficientCapacity>> + Send {
+        std::future::ready(Keyed::refund(self, key, n, admission))
+    }
+
+    #[inline]
+    fn snapshot(&self, key: &Q) -> impl Future<Output = Result<Snapshot, InsufficientCapacity>> + Send {
+        std::future::ready(Ok(Keyed::snapshot(self, key)))
+    }
+
+    fn policies(&self) -> &[Policy] {
+        &self.policies
+    }
+}
+
+/// The store is full and the policy did not make room.
+#[derive(Debug)]
+pub(crate) struct Full;

@@ -1,0 +1,306 @@
+//! Sweeping idle keys: on demand, paced by insertions, by a full store looking for
+//! room, and by a background [`Sweeper`]; and the bounds that let a search skip
+//! shards that cannot hold an idle key.
+
+use crate::map::Guard;
+use crate::{Keyed, KeyedAlgorithm, SweeperError};
+use std::hash::{BuildHasher, Hash};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use weir_core::sync::{AtomicBool, AtomicU64, Ordering};
+use weir_core::{Clock, Nanos};
+use weir_gcra::StateKind;
+
+/// When the keys of a shard (or of the whole store) can next go idle.
+#[derive(Debug)]
+pub(crate) struct IdleBound {
+    /// No key that is neither hot nor retired can be idle before this clock reading
+    /// (ns; 0: unknown). Published by a search for an idle key, as the least of the
+    /// keys' [`KeyedAlgorithm::earliest_idle`] (for the store, of the shards'
+    /// bounds); lowered by each new key to its own, after its first check. A check
+    /// only moves a key's idle time later, so the bound holds until the clock
+    /// reaches it.
+    pub(crate) no_idle_before_ns: AtomicU64,
+    /// New keys taken in: a search that sees it change while it runs may have
+    /// missed one, and publishes "unknown" (see `Keyed::publish_bound`).
+    pub(crate) insertions: AtomicU64,
+}
+
+impl IdleBound {
+    pub(crate) fn new() -> Self {
+        Self { no_idle_before_ns: AtomicU64::new(UNKNOWN), insertions: AtomicU64::new(0) }
+    }
+
+    /// Whether nothing can be idle at `now`.
+    pub(crate) fn excludes(&self, now: Nanos) -> bool {
+        // Ordering: Relaxed; a bound read late is one a concurrent insertion had not
+        // lowered yet: the search then comes before that insertion.
+        now.as_u64() < self.no_idle_before_ns.load(Ordering::Relaxed)
+    }
+}
+
+/// The bound nothing is known about.
+pub(crate) const UNKNOWN: u64 = 0;
+
+/// The right to publish bounds, held by one search at a time.
+pub(crate) struct Publishing<'a>(&'a AtomicBool);
+
+impl<'a> Publishing<'a> {
+    pub(crate) fn take(flag: &'a AtomicBool) -> Option<Self> {
+        // Ordering: Acquire; the previous holder's bounds happen before this one's
+        // (pairs with the Release store in `drop`).
+        (!flag.swap(true, Ordering::Acquire)).then_some(Self(flag))
+    }
+}
+
+impl Drop for Publishing<'_> {
+    fn drop(&mut self) {
+        // Ordering: Release; see `take`.
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl<K, A, C, S> Keyed<K, A, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A: KeyedAlgorithm,
+    A::State: Send + Sync + 'static,
+    C: Clock,
+    S: BuildHasher + Clone,
+{
+    /// Sweeps the next shard for idle keys; returns how many were evicted.
+    pub fn sweep(&self) -> usize {
+        // Ordering: Relaxed; a round-robin ticket, publishing nothing.
+        let next = self.cursor.fetch_add(1, Ordering::Relaxed);
+        let guard = self.collector.enter();
+        self.sweep_shard(next & (self.shards.len() - 1), self.clock.now(), &guard, None).0
+    }
+
+    /// Sweeps every shard for idle keys; returns how many were evicted. Runs
+    /// concurrently with checks (nothing is locked); O(keys).
+    pub fn sweep_all(&self) -> usize {
+        let guard = self.collector.enter();
+        (0..self.shards.len()).map(|i| self.sweep_shard(i, self.clock.now(), &guard, None).0).sum()
+    }
+
+    /// Evicts the keys of shard `index` idle at `now`; with the right to publish,
+    /// also publishes the shard's bound from the others. Returns how many keys it
+    /// evicted, and the bound it published.
+    pub(crate) fn sweep_shard(
+        &self,
+        index: usize,
+        now: Nanos,
+        guard: &Guard<'_>,
+        publishing: Option<&Publishing<'_>>,
+    ) -> (usize, u64) {
+        let shard = &self.shards[index];
+        let bound = &self.bounds[index];
+        // Ordering: Acquire; see `publish_bound`.
+        let insertions = bound.insertions.load(Ordering::Acquire);
+        let (mut evicted, mut no_idle_before) = (0, u64::MAX);
+        for (key, state) in shard.iter(guard) {
+            let retired = self.algorithm.try_retire(state, now)
+                || (self.hot.is_some() && self.try_retire_hot(key, state, now, guard));
+            if retired {
+                if self.unlink(shard, key, state, guard) {
+                    evicted += 1;
+                }
+            } else if publishing.is_some()
+                && self.algorithm.is_idle(state, Nanos::new(no_idle_before.saturating_sub(1)))
+                && let Some(at) = self.earliest_idle(state, now)
+            {
+                // Only a key idle before the least bound so far can lower it (one
+                // load): the exact time, dearer, is computed for those alone.
+                no_idle_before = no_idle_before.min(at.as_u64());
+            }
+        }
+        match publishing {
+            Some(_) => (evicted, self.publish_bound(bound, no_idle_before, insertions)),
+            None => (evicted, UNKNOWN),
+        }
+    }
+
+    /// When a key not idle at `now` can next be idle ([`KeyedAlgorithm::earliest_idle`]);
+    /// `None` for a state that is retired (its place is being given back) or hot
+    /// (hot keys are searched on their own: a lease given back moves a hot key's
+    /// idle time earlier).
+    pub(crate) fn earliest_idle(&self, state: &A::State, now: Nanos) -> Option<Nanos> {
+        let kind = match (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) {
+            (Some(gcra), Some(gcra_state)) => gcra.state_kind(gcra_state),
+            _ if self.algorithm.is_retired(state) => StateKind::Retired,
+            _ => StateKind::Live,
+        };
+        (kind == StateKind::Live).then(|| self.algorithm.earliest_idle(state, now))
+    }
+
+    /// Publishes `no_idle_before` as `bound`, computed by a search that began when
+    /// the shard (or store) had taken in `insertions` keys; if it has taken in more
+    /// since, the search may have missed them and publishes "unknown" instead.
+    /// Returns what it published. Only the holder of [`Publishing`] publishes, so
+    /// bounds are raised by one search at a time (and no search reads a bound that
+    /// another is about to take back); new keys only lower them.
+    ///
+    /// Ordering. A new key is inserted and checked, then bumps the count (AcqRel),
+    /// then lowers the bound (`note_new_key`: the shard's, then the store's); a
+    /// search reads the count (Acquire), reads the map (or the shards' bounds),
+    /// stores its bound, then reads the count again by an AcqRel read-modify-write
+    /// (adding 0). Take the count's modification order. If the search's first read
+    /// sees the bump, it synchronizes with it: the key's insertion, check and
+    /// lowering of the shard's bound happen before the search reads the map or that
+    /// bound, and it sees the key, busy. If not, and its second read comes after the
+    /// bump, it sees the count changed (counts only grow) and publishes "unknown".
+    /// If its second read comes before the bump, the bump, a read-modify-write,
+    /// reads from it or a later one of its release sequence and synchronizes with
+    /// it: the search's store happens before the key's lowering, which then lowers
+    /// what the search published. (A SeqCst store and load, the store-buffer
+    /// pattern, would also do; the read-modify-write needs no single total order,
+    /// and loom, which checks this, models it exactly.)
+    pub(crate) fn publish_bound(&self, bound: &IdleBound, no_idle_before: u64, insertions: u64) -> u64 {
+        // Ordering: Relaxed; ordered by the AcqRel read-modify-write below (see above).
+        bound.no_idle_before_ns.store(no_idle_before, Ordering::Relaxed);
+        // Ordering: AcqRel; see above.
+        if bound.insertions.fetch_add(0, Ordering::AcqRel) == insertions {
+            return no_idle_before;
+        }
+        // Ordering: Relaxed; as the store above.
+        bound.no_idle_before_ns.store(UNKNOWN, Ordering::Relaxed);
+        UNKNOWN
+    }
+
+    /// Accounts for a key just inserted into shard `index` with state `state`, after
+    /// its first check (or right away, for a key inserted unchecked): lowers the
+    /// shard's bound, then the store's, to the key's earliest idle time (see
+    /// `publish_bound`).
+    pub(crate) fn note_new_key(&self, index: usize, state: &A::State, now: Nanos) {
+        let at = self.earliest_idle(state, now);
+        for bound in [&self.bounds[index], &*self.store_bound] {
+            // Ordering: AcqRel: Release publishes the key's insertion and first check
+            // (and the shard's lowering, to the store's searches) to a search that
+            // reads the count; Acquire orders a search's store of the bound before
+            // the lowering below (see `publish_bound`).
+            bound.insertions.fetch_add(1, Ordering::AcqRel);
+            if let Some(at) = at {
+                // Ordering: Relaxed; ordered after any store of a search that the
+                // count orders before the bump (see `publish_bound`). Written only
+                // when it lowers the bound (a read-modify-write then acts on the
+                // latest one).
+                if bound.no_idle_before_ns.load(Ordering::Relaxed) > at.as_u64() {
+                    // Ordering: Relaxed; as above.
+                    bound.no_idle_before_ns.fetch_min(at.as_u64(), Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Sweeps the next shard every `sweep_every` insertions, once the store holds
+    /// `sweep_from` keys.
+    pub(crate) fn paced_sweep(&self) {
+        // Ordering: Relaxed (both); hints (a sweep a key early or late changes nothing).
+        // Below `sweep_from`, sweep anyway while every hot slot is taken: only a sweep
+        // frees the slot of a hot key gone idle, and another key may need it.
+        if self.live.load(Ordering::Relaxed) < self.config.sweep_from
+            && self.hot.is_none_or(|hot| self.hot_count.load(Ordering::Relaxed) < hot.max_hot_keys)
+        {
+            return;
+        }
+        // Ordering: Relaxed; a pacing counter.
+        let inserted = self.inserted.fetch_add(1, Ordering::Relaxed);
+        if inserted % self.config.sweep_every == self.config.sweep_every - 1 {
+            self.sweep();
+        }
+    }
+
+    /// Evicts an idle key if one is stored. Unless the store's bound says no key
+    /// can be idle yet, goes round the shards from the sweep's clock hand, skipping
+    /// each whose bound says so, sweeping the others, until a sweep evicts; then, if
+    /// none did, looks at each hot key. Returns whether a key was evicted. A search
+    /// that holds the right to publish refreshes the bounds of the shards it sweeps
+    /// and, when it finds nothing, the store's.
+    pub(crate) fn evict_for_room(&self) -> bool {
+        let now = self.clock.now();
+        let guard = self.collector.enter();
+        let publishing = Publishing::take(&self.publishing);
+        // Ordering: Acquire; see `publish_bound`.
+        let insertions = self.store_bound.insertions.load(Ordering::Acquire);
+        if !self.store_bound.excludes(now) {
+            let count = self.shards.len();
+            // Ordering: Relaxed; where to start is a hint.
+            let hand = self.cursor.load(Ordering::Relaxed);
+            let mut no_idle_before = u64::MAX;
+            for step in 0..count {
+                let index = hand.wrapping_add(step) & (count - 1);
+                // Ordering: Relaxed; as in `IdleBound::excludes`.
+                let shard_bound = self.bounds[index].no_idle_before_ns.load(Ordering::Relaxed);
+                if now.as_u64() < shard_bound {
+                    no_idle_before = no_idle_before.min(shard_bound);
+                    continue;
+                }
+                let (evicted, shard_bound) = self.sweep_shard(index, now, &guard, publishing.as_ref());
+                if evicted > 0 {
+                    // Ordering: Relaxed; see above. The next search starts after it.
+                    self.cursor.store(index.wrapping_add(1), Ordering::Relaxed);
+                    return true;
+                }
+                no_idle_before = no_idle_before.min(shard_bound);
+            }
+            if publishing.is_some() {
+                self.publish_bound(&self.store_bound, no_idle_before, insertions);
+            }
+        }
+        self.evict_idle_hot_key(now, &guard)
+    }
+}
+
+/// A background thread sweeping a store for idle keys; stops when dropped, or when
+/// the store is dropped. Keep it for as long as the sweeps should run.
+#[derive(Debug)]
+#[must_use = "the sweeper stops when dropped: keep it for as long as the sweeps should run"]
+pub struct Sweeper {
+    stop: Arc<weir_core::sync::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        // Ordering: Relaxed; the flag carries no data, only "stop".
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+impl<K, A, C, S> Keyed<K, A, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A: KeyedAlgorithm + Send + Sync + 'static,
+    A::State: Send + Sync + 'static,
+    C: Clock + Send + Sync + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    /// Starts a background thread that sweeps the whole store for idle keys every
+    /// `interval`, a shard at a time (an opt-in complement to the sweep amortized on
+    /// insertions). It holds only a weak reference to the store.
+    pub fn spawn_sweeper(self: &Arc<Self>, interval: Duration) -> Result<Sweeper, SweeperError> {
+        if interval.is_zero() {
+            return Err(SweeperError::ZeroInterval);
+        }
+        let store: Weak<Self> = Arc::downgrade(self);
+        let stop = Arc::new(weir_core::sync::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new().name("weir-keyed-sweeper".into()).spawn(move || {
+            // Ordering: Relaxed; see `Sweeper::drop`.
+            while !flag.load(Ordering::Relaxed) {
+                match store.upgrade() {
+                    Some(store) => {
+                        store.sweep_all();
+                    }
+                    None => return,
+                }
+                std::thread::park_timeout(interval);
+            }
+        });
+        Ok(Sweeper { stop, thread: Some(thread.map_err(SweeperError::Spawn)?) })
+    }
+}
