@@ -8,9 +8,11 @@
 //! cargo bench -p weir-tower --bench layer -- --serve 2 127.0.0.1:3000   # case 2 on a port, for wrk
 //! ```
 //!
-//! Each round runs every case once, in turn; a case's figure is its median over the
-//! rounds, minus the bare router's median ("added"). Allocations per request are
-//! counted by a counting global allocator (same cases, one extra pass).
+//! Each round runs every case in turn, each in 20 slices that alternate with slices
+//! of the bare router; "added" is the median of the paired differences in a round,
+//! and each figure is the median over the rounds (so load that drifts on a shared
+//! machine cancels out). Allocations per request are counted by a counting global
+//! allocator (same cases, one extra pass).
 //! Measurements, not tests: nothing here asserts a time.
 
 use axum::Router;
@@ -215,10 +217,24 @@ fn main() {
             assert_eq!(response.status(), case.expect, "{}", case.name);
             run(case, n / 10).await;
         }
+        // A round runs each case in 20 slices, each right after a slice of the bare
+        // router: "added" is the median of the paired differences, so a load that
+        // drifts over seconds (a shared machine) cancels out.
+        let slices = 20;
         let mut times: Vec<Vec<Duration>> = vec![Vec::new(); cases.len()];
+        let mut added: Vec<Vec<i128>> = vec![Vec::new(); cases.len()];
         for round in 0..rounds {
             for (i, case) in cases.iter().enumerate() {
-                times[i].push(run(case, n).await);
+                let (mut own, mut diffs) = (Vec::new(), Vec::new());
+                for _ in 0..slices {
+                    let bare = run(&cases[0], n / slices).await;
+                    let this = run(case, n / slices).await;
+                    own.push(this);
+                    diffs.push(this.as_nanos() as i128 - bare.as_nanos() as i128);
+                }
+                times[i].push(median(own));
+                diffs.sort();
+                added[i].push(diffs[diffs.len() / 2]);
             }
             eprintln!("round {}/{rounds} done", round + 1);
         }
@@ -235,17 +251,17 @@ fn main() {
             allocations.push((ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / 1000.0);
         }
 
-        let base = median(times[0].clone());
         println!(
-            "| case | ns per request (median of {rounds}) | added over the bare router | allocations per request |"
+            "| case | ns per request (median of {rounds}) | added over the bare router (median of {rounds}) | allocations per request |"
         );
         println!("|---|---:|---:|---:|");
         for (i, case) in cases.iter().enumerate() {
             let m = median(times[i].clone());
-            let added = m.as_nanos() as i128 - base.as_nanos() as i128;
-            let added = if i == 0 { "—".to_owned() } else { format!("{added:+}") };
-            println!("| {} | {} | {added} | {:.1} |", case.name, m.as_nanos(), allocations[i]);
+            let mut a = added[i].clone();
+            a.sort();
+            let a = if i == 0 { "—".to_owned() } else { format!("{:+}", a[a.len() / 2]) };
+            println!("| {} | {} | {a} | {:.1} |", case.name, m.as_nanos(), allocations[i]);
         }
-        println!("\n{} requests per case per round, {rounds} rounds, one thread.", n);
+        println!("\n{n} requests per case per round in {slices} slices, each after a slice of the bare router; {rounds} rounds; one thread.");
     });
 }

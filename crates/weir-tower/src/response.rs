@@ -162,7 +162,10 @@ impl RateLimitHeaders {
 
     /// Writes the headers into `headers` (replacing any of the same names).
     pub(crate) fn write(self, headers: &mut HeaderMap) {
-        headers.reserve(if self.legacy.is_some() { 5 } else { 2 });
+        // Room for these and one more (the server's `content-length`), made before
+        // they go in: a map that must grow anyway grows while it holds only the
+        // service's own headers, not ours as well.
+        headers.reserve(if self.legacy.is_some() { 6 } else { 3 });
         headers.insert(RATELIMIT_POLICY, self.policy);
         headers.insert(RATELIMIT, self.ratelimit);
         if let Some([limit, remaining, reset]) = self.legacy {
@@ -249,6 +252,8 @@ impl BodyStyle {
         };
         let mut response = Response::new(body);
         *response.status_mut() = denied.rejection.status();
+        // Every header of a refusal, and the server's `content-length`, without growing.
+        *response.headers_mut() = HeaderMap::with_capacity(9);
         let map = response.headers_mut();
         map.insert(CONTENT_TYPE, content_type);
         if let Some(secs) = denied.retry_after_secs {
