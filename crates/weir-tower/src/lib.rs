@@ -85,11 +85,19 @@
 //!
 //! # Costs
 //!
-//! In-memory stores are checked inside the service's `call`: no future is boxed, no
-//! lock taken and nothing allocated but the header values on the admitted path. A
-//! remote store, a tier lookup that misses the cache, or a throttle make the
-//! decision a boxed future. Measured against `tower_governor` in BENCHMARKS.md
-//! ("HTTP middleware").
+//! In-memory stores are checked inside the service's `call`: no future is boxed and
+//! no lock taken, and an admitted request of a client the store holds allocates the
+//! `RateLimit` header's value and nothing else of its own (the response's header map
+//! may grow to take the headers). A remote store, a tier lookup that misses the
+//! cache, or a throttle make the decision a boxed future.
+//!
+//! Measured in process against `tower_governor` on the 2-core development VM
+//! (BENCHMARKS.md, "HTTP middleware"): with the two IETF headers, weir adds what
+//! tower_governor adds with its two (about 3 900 instructions, 300–700 ns under
+//! load); the three legacy headers cost 1.3–1.5× more again, mostly in the
+//! `HeaderMap` (switch them off with
+//! [`legacy_headers(false)`](RateLimitLayerBuilder::legacy_headers)); a 429 with
+//! its problem+json body costs about 1 µs, 21× less than tower_governor's.
 //!
 //! # Waiting in handlers
 //!
