@@ -42,7 +42,7 @@ macro_rules! single_limiter {
 
         impl<C: $crate::Clock> $name<C> {
             /// Checks one request: admits it or denies it (consuming nothing).
-            #[inline]
+            #[inline(always)] // the whole fast path, into the caller
             pub fn check(&self) -> $crate::Decision {
                 <$algorithm as $crate::Algorithm>::check(&self.algorithm, &self.state, &self.clock)
             }
@@ -89,7 +89,7 @@ macro_rules! single_limiter {
         }
 
         impl<C: $crate::Clock> $crate::Limiter for $name<C> {
-            #[inline]
+            #[inline(always)]
             fn check(&self) -> $crate::Decision {
                 $name::check(self)
             }

@@ -363,12 +363,31 @@ impl LeaseStripes {
         clock: &C,
     ) -> Result<Decision, InsufficientCapacity> {
         let stripe = &self.stripes[stripe & (self.stripes.len() - 1)];
-        let now = clock.now();
-        let now_units = self.units(now);
         // Ordering: Relaxed; spending from a lease needs only the atomicity of this
         // word's CAS (permits left the bucket by the bucket's own CAS); the grant
         // fields the decision reports are approximate by design.
         let mut word = stripe.lease.load(Ordering::Relaxed);
+        if n != 0 && unpack(word).0 == 0 {
+            // The denied path, decided here: with nothing of the stripe's lease to
+            // give back (or the stripe claimed by a refill), a bucket that denies `n`
+            // is the decision, read from one load with nothing written and the clock
+            // read after it, as `Gcra` denies (one clock read per check: the refill
+            // below uses the same reading). Claiming the stripe and asking for a
+            // lease would deny the same, at about twice the cost (BENCHMARKS.md,
+            // "Leased GCRA, denied path").
+            let quota = algorithm.quota();
+            let now = if n <= quota.burst() {
+                match algorithm.peek_denial(&quota, &self.state, n, clock) {
+                    Ok(denied) => return Ok(denied),
+                    Err(now) => now,
+                }
+            } else {
+                clock.now()
+            };
+            return self.refill(algorithm, stripe, word, n, now, clock);
+        }
+        let now = clock.now();
+        let now_units = self.units(now);
         loop {
             let (permits, expiry) = unpack(word);
             // A lease is spendable from its grant until its expiry; a reading before
@@ -417,17 +436,8 @@ impl LeaseStripes {
         if n == 0 {
             return Ok(Decision::allowed(algorithm.snapshot_with(&quota, &self.state, now)).at(now));
         }
-        // The denied path: with nothing of the stripe's lease to give back (or the
-        // stripe claimed by a refill), a bucket that denies `n` now is the decision,
-        // read from one load with nothing written, as `Gcra` denies. Claiming the
-        // stripe and asking for a lease would deny the same, at about twice the cost
-        // (BENCHMARKS.md, "Leased GCRA, denied path").
-        if unpack(word).0 == 0
-            && let Some(denied) = algorithm.peek_denial(&quota, &self.state, n, clock)
-        {
-            return Ok(denied);
-        }
-        // Claim the stripe. If another thread of this stripe is refilling it, do not
+        // Claim the stripe (the caller has already denied what the bucket denies
+        // with nothing of this stripe's lease to give back). If another thread of this stripe is refilling it, do not
         // wait: decide this request exactly, on the bucket.
         loop {
             if word == CLAIMED || word == REVOKED {

@@ -202,7 +202,7 @@ impl GcraAlgorithm {
             Snapshot::with_capacity_left(quota.burst(), left, quota.emission_interval_ticks(), reset_after_ns)
         } else {
             // A byte rate's interval is not a whole tick: divide now.
-            Snapshot::new(quota.burst(), quota.units_in(left).min(quota.burst()), reset_after_ns)
+            Snapshot::new(quota.burst(), units_in(quota, left).min(quota.burst()), reset_after_ns)
         }
     }
 
@@ -214,6 +214,10 @@ impl GcraAlgorithm {
 
     /// [`acquire`](Self::acquire), also returning how many CAS races it lost (a
     /// measure of contention on this state; unused counts compile away).
+    ///
+    /// Inlined into the caller: one load, one clock read, the decision and at most
+    /// one CAS, with no loop and no backoff; a lost race goes on in the out-of-line
+    /// [`acquire_contended`](Self::acquire_contended).
     #[inline(always)]
     fn acquire_counting<C: Clock + ?Sized>(
         &self,
@@ -222,40 +226,74 @@ impl GcraAlgorithm {
         n: u64,
         clock: &C,
     ) -> (Decision, u32) {
-        let increment = quota.cost_ticks(n); // n ≤ burst: ≤ 2^62
-        let tolerance = quota.tolerance_ticks();
-        let mut backoff = Backoff::new();
-        let mut lost = 0u32;
         // Ordering: Relaxed; the TAT is the whole state and publishes no other memory.
         // Every read-modify-write of it is ordered by its modification order alone.
-        let mut tat = state.tat.load(Ordering::Relaxed);
+        let tat = state.tat.load(Ordering::Relaxed);
+        match self.attempt(quota, state, tat, n, clock) {
+            Ok(decision) => (decision, 0),
+            Err(actual) => self.acquire_contended(*quota, state, actual, n, clock),
+        }
+    }
+
+    /// One admission attempt against the TAT value `tat`: the decision, or the value
+    /// a failed CAS found (another admission landed since `tat` was read).
+    #[inline(always)]
+    fn attempt<C: Clock + ?Sized>(
+        &self,
+        quota: &Quota,
+        state: &GcraState,
+        tat: u64,
+        n: u64,
+        clock: &C,
+    ) -> Result<Decision, u64> {
+        let increment = quota.cost_ticks(n); // n ≤ burst: ≤ 2^62
+        // The clock is read after the TAT: a retry decides with a fresh reading,
+        // never more strictly than it must. (A stale reading could never move the
+        // TAT backwards anyway: `new_tat ≥ tat` always.)
+        let reading = clock.now();
+        let now = self.ticks_at(reading);
+        let used = tat.max(now) - now;
+        // ≤ 2^63 for a live state (a TAT is never set more than 2^62 ahead);
+        // saturates for a retired one (TAT = RETIRED), which is then denied.
+        let debt = match Self::debt_or_denial(quota, used, increment, quota.tolerance_ticks()) {
+            Ok(debt) => debt,
+            Err(denied) => return Ok(denied.at(reading)), // nothing is written
+        };
+        let new_tat = now + debt; // now ≤ 2^63 − 1, debt ≤ 2^62: no overflow
+        // Ordering: Relaxed on success and failure; see `acquire_counting`. The CAS
+        // admits only if no other admission landed since `tat` was read.
+        match state.tat.compare_exchange(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => Ok(Decision::allowed(Self::snapshot_of(quota, debt)).at(reading)),
+            Err(actual) => Err(actual),
+        }
+    }
+
+    /// [`attempt`](Self::attempt) again after a lost race, with the value the failed
+    /// CAS returned (the failed `lock cmpxchg` left the line in this core's cache),
+    /// after a short exponential backoff so contenders stop stealing the line from
+    /// the one about to succeed. Measured in BENCHMARKS.md ("retry policy").
+    /// The quota is passed by value, so that the fast path keeps its copy in
+    /// registers and only this cold path stores one; every retry decides under it,
+    /// as the first attempt did (a lease's refill sizes and charges under one quota).
+    #[cold]
+    #[inline(never)]
+    fn acquire_contended<C: Clock + ?Sized>(
+        &self,
+        quota: Quota,
+        state: &GcraState,
+        mut tat: u64,
+        n: u64,
+        clock: &C,
+    ) -> (Decision, u32) {
+        let mut backoff = Backoff::new();
+        let mut lost = 1u32;
         loop {
-            // The clock is read inside the loop: a retry decides with a fresh reading,
-            // never more strictly than it must. (A stale reading could never move the
-            // TAT backwards anyway: `new_tat ≥ tat` always.)
-            let reading = clock.now();
-            let now = self.ticks_at(reading);
-            let start = tat.max(now);
-            let used = start - now;
-            // ≤ 2^63 for a live state (a TAT is never set more than 2^62 ahead);
-            // saturates for a retired one (TAT = RETIRED), which is then denied.
-            let debt = match Self::debt_or_denial(quota, used, increment, tolerance) {
-                Ok(debt) => debt,
-                Err(denied) => return (denied.at(reading), lost), // nothing is written
-            };
-            let new_tat = now + debt; // now ≤ 2^63 − 1, debt ≤ 2^62: no overflow
-            // Ordering: Relaxed on success and failure; see the load above. The CAS
-            // admits only if no other admission landed since `tat` was read.
-            match state.tat.compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return (Decision::allowed(Self::snapshot_of(quota, debt)).at(reading), lost),
-                // Retry with the value the failed CAS returned (the failed `lock
-                // cmpxchg` left the line in this core's cache), after a short
-                // exponential backoff so contenders stop stealing the line from the
-                // one about to succeed. Measured in BENCHMARKS.md ("retry policy").
+            backoff.spin();
+            match self.attempt(&quota, state, tat, n, clock) {
+                Ok(decision) => return (decision, lost),
                 Err(actual) => tat = actual,
             }
             lost = lost.saturating_add(1);
-            backoff.spin();
         }
     }
 
@@ -271,8 +309,9 @@ impl GcraAlgorithm {
     }
 
     /// The denial `acquire` would return for `n` (≤ burst), if it would deny: one
-    /// load, nothing written. `None` if `n` fits. As in `acquire`, the clock is read
-    /// after the TAT, so a thread paused before the call is not denied on old time.
+    /// load, nothing written; else the clock reading it was judged at. As in
+    /// `acquire`, the clock is read after the TAT, so a thread paused before the call
+    /// is not denied on old time.
     #[inline]
     pub(crate) fn peek_denial<C: Clock + ?Sized>(
         &self,
@@ -280,13 +319,16 @@ impl GcraAlgorithm {
         state: &GcraState,
         n: u64,
         clock: &C,
-    ) -> Option<Decision> {
-        // Ordering: Relaxed; see `acquire`.
+    ) -> Result<Decision, Nanos> {
+        // Ordering: Relaxed; see `acquire_counting`.
         let tat = state.tat.load(Ordering::Relaxed);
         let reading = clock.now();
         let now = self.ticks_at(reading);
         let used = tat.max(now) - now;
-        Self::debt_or_denial(quota, used, quota.cost_ticks(n), quota.tolerance_ticks()).err().map(|d| d.at(reading))
+        match Self::debt_or_denial(quota, used, quota.cost_ticks(n), quota.tolerance_ticks()) {
+            Err(denied) => Ok(denied.at(reading)),
+            Ok(_) => Err(reading),
+        }
     }
 
     /// Gives back `n` units of capacity taken from `state` but not used, never beyond
@@ -347,6 +389,17 @@ impl GcraAlgorithm {
         let tat = state.tat.load(Ordering::Relaxed);
         Self::snapshot_of(quota, tat.saturating_sub(now))
     }
+}
+
+/// [`Quota::units_in`] for a byte rate (an interval that is not a whole tick), with
+/// no panic path: a check whose caller reads only allowed-or-denied then computes
+/// none of its decision's numbers (the compiler drops a division whose result goes
+/// unused only if it cannot panic). The same `⌊ticks × count / period⌋`.
+#[inline]
+fn units_in(quota: &Quota, ticks: u64) -> u64 {
+    let period_ticks = quota.period().as_nanos().saturating_mul(u128::from(ticks::PER_NANO));
+    let units = (u128::from(ticks) * u128::from(quota.count())).checked_div(period_ticks).unwrap_or(0);
+    u64::try_from(units).unwrap_or(u64::MAX)
 }
 
 /// What a GCRA state currently is, read in one load.
@@ -474,7 +527,7 @@ impl Algorithm for GcraAlgorithm {
         Ok(self.acquire(&quota, state, n, clock))
     }
 
-    #[inline]
+    #[inline(always)] // the whole fast path, into the caller
     fn check<C: Clock + ?Sized>(&self, state: &GcraState, clock: &C) -> Decision {
         let quota = self.quota.load();
         self.acquire(&quota, state, 1, clock) // 1 ≤ burst, always

@@ -91,8 +91,10 @@ use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, 
 #[derive(Debug)]
 pub struct FixedWindowAlgorithm {
     frame: Frame,
-    /// Bits of the count field: the low bits of the state word.
+    /// Bits of the count field: the low bits of the state word (1 to 63).
     count_bits: u32,
+    /// `2^count_bits − 1`: the count field.
+    count_mask: u64,
 }
 
 /// One fixed window's state: `window << count_bits | count`, where `window` is the
@@ -127,7 +129,7 @@ impl FixedWindowAlgorithm {
         let count_bits = frame::bits(limit);
         max_window(count_bits)
             .and_then(|max| Frame::new(limit, period, now, window_start, max))
-            .map(|frame| Self { frame, count_bits })
+            .map(|frame| Self { frame, count_bits, count_mask: u64::MAX >> (u64::BITS - count_bits) })
             .ok_or_else(|| Frame::too_large(limit, period, 0, max_window))
     }
 
@@ -141,19 +143,18 @@ impl FixedWindowAlgorithm {
         core::time::Duration::from_nanos(self.frame.period)
     }
 
+    // `count_bits` is 1 to 63 (a limit of 2^63 or more leaves no window bits and is
+    // refused), so plain shifts by it never overflow, and every window number a
+    // reading reaches fits above it.
+
     #[inline]
     fn unpack(&self, word: u64) -> (u64, u64) {
-        (word.checked_shr(self.count_bits).unwrap_or(0), word & self.count_mask())
+        (word.wrapping_shr(self.count_bits), word & self.count_mask)
     }
 
     #[inline]
     fn pack(&self, window: u64, count: u64) -> u64 {
-        window.checked_shl(self.count_bits).unwrap_or(0) | count
-    }
-
-    #[inline]
-    fn count_mask(&self) -> u64 {
-        u64::MAX.checked_shr(u64::BITS - self.count_bits).unwrap_or(0)
+        window.wrapping_shl(self.count_bits) | count
     }
 
     /// The window a reading counts in and what that window holds, given the state
@@ -174,12 +175,59 @@ impl FixedWindowAlgorithm {
     }
 
     /// The one admission routine: `n ≤ limit` is the caller's to check.
+    ///
+    /// Inlined into the caller: one load, one clock read and, when the reading is
+    /// in the stored window or the next one, the decision and its one CAS, with no
+    /// loop, no backoff and no repacking (the new word is the old one plus `n`, or
+    /// the next window's first `n`). A lost race, a reading that lags the stored
+    /// window and a jump of more than one window take the out-of-line
+    /// [`acquire_slow`](Self::acquire_slow), which decides the same.
     #[inline(always)]
     fn acquire<C: Clock + ?Sized>(&self, state: &FixedWindowState, n: u64, clock: &C) -> Decision {
         let f = &self.frame;
-        let mut backoff = Backoff::new();
         // Ordering: Relaxed; the word is the whole state and publishes no other memory.
         // Every read-modify-write of it is ordered by its modification order alone.
+        let word = state.word.load(Ordering::Relaxed);
+        // Read after the word, as in the retry loop of `acquire_slow`.
+        let now = clock.now();
+        let rel = f.rel(now);
+        let (stored, count) = self.unpack(word);
+        // Time into the stored window; a reading before it wraps to a huge value.
+        let elapsed = rel.wrapping_sub(f.start(stored));
+        let new = if elapsed < f.period {
+            if count + n > f.limit {
+                // Denied in the stored window: nothing is written (count ≤ limit, so
+                // no overflow). The wait is the time to the next window's start.
+                let end = f.start(stored).saturating_add(f.period);
+                return Decision::denied(self.snapshot_of(stored, count, now), f.delay(end, now)).at(now);
+            }
+            word + n // count + n ≤ limit: no carry into the window number
+        } else if elapsed - f.period < f.period && word != RETIRED {
+            // The next window: its first n (any n ≤ limit fits an empty window).
+            (word | self.count_mask) + 1 + n
+        } else {
+            return self.acquire_slow(state, n, clock);
+        };
+        // Ordering: Relaxed on success and failure; see the load above. The CAS
+        // admits only if nothing was admitted (and no rollover happened) since
+        // `word` was read; a rollover is this same CAS writing a new window number.
+        match state.word.compare_exchange(word, new, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => {
+                let (window, count) = self.unpack(new);
+                Decision::allowed(self.snapshot_of(window, count, now)).at(now)
+            }
+            Err(_) => self.acquire_slow(state, n, clock),
+        }
+    }
+
+    /// [`acquire`](Self::acquire) in a loop, for every case: retries a lost race with
+    /// a fresh reading after a short backoff.
+    #[cold]
+    #[inline(never)]
+    fn acquire_slow<C: Clock + ?Sized>(&self, state: &FixedWindowState, n: u64, clock: &C) -> Decision {
+        let f = &self.frame;
+        let mut backoff = Backoff::new();
+        // Ordering: Relaxed; see `acquire`.
         let mut word = state.word.load(Ordering::Relaxed);
         loop {
             // Read inside the loop: a retry decides with a fresh reading.
@@ -194,9 +242,7 @@ impl FixedWindowAlgorithm {
                 return Decision::denied(self.snapshot_of(window, count, now), f.delay(end, now)).at(at);
             }
             let new = self.pack(window, count + n);
-            // Ordering: Relaxed on success and failure; see the load above. The CAS
-            // admits only if nothing was admitted (and no rollover happened) since
-            // `word` was read; a rollover is this same CAS writing a new window number.
+            // Ordering: Relaxed on success and failure; see `acquire`.
             match state.word.compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return Decision::allowed(self.snapshot_of(window, count + n, now)).at(at),
                 Err(actual) => word = actual,
@@ -235,7 +281,7 @@ impl Algorithm for FixedWindowAlgorithm {
         Ok(self.acquire(state, n, clock))
     }
 
-    #[inline]
+    #[inline(always)] // the whole fast path, into the caller
     fn check<C: Clock + ?Sized>(&self, state: &FixedWindowState, clock: &C) -> Decision {
         self.acquire(state, 1, clock) // 1 ≤ limit, always
     }

@@ -9,6 +9,7 @@
 //! nanosecond; readings after the horizon count as the horizon's last nanosecond.
 
 use crate::WindowError;
+use core::num::NonZeroU64;
 use core::time::Duration;
 use weir_core::{Nanos, Quota, Snapshot};
 
@@ -41,6 +42,10 @@ pub(crate) struct Frame {
     pub(crate) limit: u64,
     /// The window's length in ns, at least 1.
     pub(crate) period: u64,
+    /// The same, as a divisor the compiler knows is not zero: a division by it has
+    /// no panic path, so a check whose caller never reads what it computes does
+    /// not compute it.
+    divisor: NonZeroU64,
     /// Added to every reading so that windows start at multiples of `period`.
     shift: u64,
     /// The shifted reading at which relative window 0 starts (a multiple of `period`).
@@ -55,6 +60,7 @@ impl Frame {
     /// `window_start` (and every `period` before and after it), numbering windows
     /// up to `max_window`. `None` if that reaches less than [`MIN_HORIZON_NS`].
     pub(crate) fn new(limit: u64, period: u64, now: Nanos, window_start: Nanos, max_window: u64) -> Option<Self> {
+        let divisor = NonZeroU64::new(period)?;
         let span = (u128::from(max_window) + 1) * u128::from(period);
         if span < u128::from(MIN_HORIZON_NS) {
             return None;
@@ -63,7 +69,7 @@ impl Frame {
         let shifted = now.as_u64().saturating_add(shift);
         let base = shifted - shifted % period;
         let last = u64::try_from(span - 1).unwrap_or(u64::MAX);
-        Some(Self { limit, period, shift, base, last })
+        Some(Self { limit, period, divisor, shift, base, last })
     }
 
     /// Whether windows of `period` numbered up to `max_window` reach the horizon.
@@ -97,7 +103,7 @@ impl Frame {
     /// The relative window a relative time falls in, and the time since its start.
     #[inline]
     pub(crate) fn window_of(&self, rel: u64) -> (u64, u64) {
-        (rel / self.period, rel % self.period)
+        (rel / self.divisor, rel % self.divisor)
     }
 
     /// The relative time at which relative window `window` starts.
@@ -142,13 +148,21 @@ impl Frame {
 /// (never earlier than the stored one: a clock stepping back is no time passing)
 /// and the time since its start. `elapsed` is 0 when the reading is earlier than
 /// the stored window, the strictest point of that window.
+///
+/// A reading in the stored window or the next one (a limiter checked at least once
+/// a window) costs a multiplication and a comparison or two; only a reading further
+/// on divides.
 #[inline]
 pub(crate) fn position(frame: &Frame, stored: u64, rel: u64) -> (u64, u64) {
     let start = frame.start(stored);
     if rel < start {
-        (stored, 0)
-    } else if rel - start < frame.period {
-        (stored, rel - start)
+        return (stored, 0);
+    }
+    let elapsed = rel - start;
+    if elapsed < frame.period {
+        (stored, elapsed)
+    } else if elapsed - frame.period < frame.period {
+        (stored.saturating_add(1), elapsed - frame.period)
     } else {
         frame.window_of(rel)
     }
@@ -158,11 +172,17 @@ pub(crate) fn position(frame: &Frame, stored: u64, rel: u64) -> (u64, u64) {
 /// `prev` and current one `curr`, `elapsed` ns into the current window of
 /// `period` ns: `prev·(period − elapsed)/period + curr + n ≤ limit`, compared
 /// exactly as `prev·(period − elapsed) ≤ (limit − curr − n)·period`.
+///
+/// `prev ≤ room` (with `room = limit − curr − n`) settles it first, with no
+/// multiplication: the weighted previous count is at most `prev`. Far from the
+/// limit that is every check, and the decision does not wait for the products.
 #[inline]
 pub(crate) fn fits(limit: u64, period: u64, prev: u64, curr: u64, elapsed: u64, n: u64) -> bool {
     match limit.checked_sub(curr).and_then(|room| room.checked_sub(n)) {
         Some(room) => {
-            u128::from(prev) * u128::from(period.saturating_sub(elapsed)) <= u128::from(room) * u128::from(period)
+            prev <= room
+                || u128::from(prev) * u128::from(period.saturating_sub(elapsed))
+                    <= u128::from(room) * u128::from(period)
         }
         None => false,
     }
@@ -230,11 +250,15 @@ pub(crate) fn sliding_wait(limit: u64, period: u64, prev: u64, curr: u64, n: u64
 /// `numerator / divisor` (divisor non-zero) for a quotient known to fit a `u64`,
 /// with a 64-bit division when the numerator fits one (several times cheaper than
 /// a 128-bit division; this is on the denied path).
+///
+/// A zero divisor gives `u64::MAX` rather than panicking: no caller passes one, and
+/// with no panic path the compiler drops the division where its result goes unused
+/// (a check whose caller reads only allowed-or-denied).
 #[inline]
 pub(crate) fn div_u128(numerator: u128, divisor: u64) -> u64 {
     match u64::try_from(numerator) {
-        Ok(numerator) => numerator / divisor,
-        Err(_) => u64::try_from(numerator / u128::from(divisor)).unwrap_or(u64::MAX),
+        Ok(numerator) => numerator.checked_div(divisor).unwrap_or(u64::MAX),
+        Err(_) => numerator.checked_div(u128::from(divisor)).map_or(u64::MAX, |q| u64::try_from(q).unwrap_or(u64::MAX)),
     }
 }
 

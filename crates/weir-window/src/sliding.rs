@@ -105,8 +105,10 @@ use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, 
 #[derive(Debug)]
 pub struct SlidingWindowAlgorithm {
     frame: Frame,
-    /// Bits of each count field.
+    /// Bits of each count field, `b` (1 to 31: the window number needs the rest).
     count_bits: u32,
+    /// `2^b − 1`: one count field.
+    mask: u64,
 }
 
 /// One sliding window's state: `window << 2b | prev << b | curr` with `b` count
@@ -152,7 +154,7 @@ impl SlidingWindowAlgorithm {
         let count_bits = frame::bits(limit);
         max_window(count_bits)
             .and_then(|max| Frame::new(limit, period, now, window_start, max))
-            .map(|frame| Self { frame, count_bits })
+            .map(|frame| Self { frame, count_bits, mask: u64::MAX >> (u64::BITS - count_bits) })
             .ok_or_else(|| Frame::too_large(limit, period, 0, max_window))
     }
 
@@ -166,21 +168,20 @@ impl SlidingWindowAlgorithm {
         core::time::Duration::from_nanos(self.frame.period)
     }
 
-    #[inline]
-    fn mask(&self) -> u64 {
-        u64::MAX.checked_shr(u64::BITS - self.count_bits).unwrap_or(0)
-    }
+    // `b` is 1 to 31 (a construction whose window numbers would get no bits is
+    // refused), so shifts by `b` and `2b` never overflow, and every window number a
+    // reading reaches fits above both counts.
 
     #[inline]
     fn pack(&self, window: u64, prev: u64, curr: u64) -> u64 {
         let b = self.count_bits;
-        window.checked_shl(2 * b).unwrap_or(0) | prev.checked_shl(b).unwrap_or(0) | curr
+        window.wrapping_shl(2 * b) | prev.wrapping_shl(b) | curr
     }
 
     /// The window number stored in a state word.
     #[inline]
     fn window_of(&self, word: u64) -> u64 {
-        word.checked_shr(2 * self.count_bits).unwrap_or(0)
+        word.wrapping_shr(2 * self.count_bits)
     }
 
     /// The state word as seen from relative time `rel`: the stored window when the
@@ -191,8 +192,8 @@ impl SlidingWindowAlgorithm {
     fn view(&self, word: u64, rel: u64) -> View {
         let b = self.count_bits;
         let stored = self.window_of(word);
-        let prev = word.checked_shr(b).unwrap_or(0) & self.mask();
-        let curr = word & self.mask();
+        let prev = word.wrapping_shr(b) & self.mask;
+        let curr = word & self.mask;
         let (window, elapsed) = frame::position(&self.frame, stored, rel);
         match window.saturating_sub(stored) {
             0 => View { window, elapsed, prev, curr },
@@ -213,12 +214,84 @@ impl SlidingWindowAlgorithm {
     }
 
     /// The one admission routine: `n ≤ limit` is the caller's to check.
+    ///
+    /// Inlined into the caller: one load, one clock read and, when the reading is
+    /// in the stored window (admitted or denied) or the next one (admitted), the
+    /// decision and its one CAS, with no loop and no backoff. A lost race, a denial
+    /// that must record a rollover, a reading that lags the stored window and a
+    /// jump of more than one window take the out-of-line
+    /// [`acquire_slow`](Self::acquire_slow), which decides the same.
     #[inline(always)]
     fn acquire<C: Clock + ?Sized>(&self, state: &SlidingWindowState, n: u64, clock: &C) -> Decision {
         let f = &self.frame;
-        let mut backoff = Backoff::new();
         // Ordering: Relaxed; the word is the whole state and publishes no other memory.
         // Every read-modify-write of it is ordered by its modification order alone.
+        let word = state.word.load(Ordering::Relaxed);
+        // Read after the word, as in the retry loop of `acquire_slow`.
+        let now = clock.now();
+        let rel = f.rel(now);
+        let stored = self.window_of(word);
+        let prev = word.wrapping_shr(self.count_bits) & self.mask;
+        let curr = word & self.mask;
+        let start = f.start(stored);
+        if rel < start || word == RETIRED {
+            return self.acquire_slow(state, n, clock); // a lagging reading, or retired
+        }
+        // How many windows on the reading is (0, 1 or 2) and how far into that one,
+        // and the counts as seen from there, without a branch: a limiter checked
+        // about once a window goes one way or the other unpredictably, and a missed
+        // branch would cost more than the arithmetic.
+        let elapsed = rel - start;
+        if (elapsed < f.period) & (curr + n > f.limit) {
+            // Denied in the stored window by its own count alone (a limiter under
+            // sustained overload): nothing to write, and no more to work out.
+            return self.denial(&View { window: stored, elapsed, prev, curr }, n, now).at(now);
+        }
+        let one = u64::from(elapsed >= f.period);
+        let into = elapsed - (f.period & one.wrapping_neg());
+        let two = u64::from(into >= f.period) & one;
+        let into = into - (f.period & two.wrapping_neg());
+        if into >= f.period {
+            return self.acquire_slow(state, n, clock); // three or more windows on
+        }
+        let same = (one ^ 1).wrapping_neg(); // all ones when in the stored window
+        let next = (one & !two).wrapping_neg(); // all ones when in the next one
+        let view =
+            View { window: stored + one + two, elapsed: into, prev: (prev & same) | (curr & next), curr: curr & same };
+        if !frame::fits(f.limit, f.period, view.prev, view.curr, view.elapsed, n) {
+            if same != 0 {
+                return self.denial(&view, n, now).at(now); // nothing to write
+            }
+            return self.acquire_slow(state, n, clock); // records the rollover
+        }
+        let new = self.pack(view.window, view.prev, view.curr + n);
+        // Ordering: Relaxed on success and failure; see the load above. The CAS
+        // admits only if the word (window and both counts) is unchanged since it was
+        // read; a rollover is this same CAS writing the rolled counts.
+        match state.word.compare_exchange(word, new, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => Decision::allowed(self.snapshot_of(&view, view.curr + n, now)).at(now),
+            Err(_) => self.acquire_slow(state, n, clock),
+        }
+    }
+
+    /// The denial of `n` seen as `view` at `now`: the first instant it fits, and the
+    /// state.
+    #[inline(always)]
+    fn denial(&self, view: &View, n: u64, now: Nanos) -> Decision {
+        let f = &self.frame;
+        let wait = frame::sliding_wait(f.limit, f.period, view.prev, view.curr, n);
+        let retry = f.delay(f.start(view.window).saturating_add(wait), now);
+        Decision::denied(self.snapshot_of(view, view.curr, now), retry)
+    }
+
+    /// [`acquire`](Self::acquire) in a loop, for every case: records a rollover on
+    /// denial, retries a lost race with a fresh reading after a short backoff.
+    #[cold]
+    #[inline(never)]
+    fn acquire_slow<C: Clock + ?Sized>(&self, state: &SlidingWindowState, n: u64, clock: &C) -> Decision {
+        let f = &self.frame;
+        let mut backoff = Backoff::new();
+        // Ordering: Relaxed; see `acquire`.
         let mut word = state.word.load(Ordering::Relaxed);
         loop {
             let now = clock.now();
@@ -241,14 +314,10 @@ impl SlidingWindowAlgorithm {
                     }
                 }
                 // Denied: no count is written.
-                let wait = frame::sliding_wait(f.limit, f.period, view.prev, view.curr, n);
-                let retry = f.delay(f.start(view.window).saturating_add(wait), now);
-                return Decision::denied(self.snapshot_of(&view, view.curr, now), retry).at(at);
+                return self.denial(&view, n, now).at(at);
             }
             let new = self.pack(view.window, view.prev, view.curr + n);
-            // Ordering: Relaxed on success and failure; see the load above. The CAS
-            // admits only if the word (window and both counts) is unchanged since it
-            // was read; a rollover is this same CAS writing the rolled counts.
+            // Ordering: Relaxed on success and failure; see `acquire`.
             match state.word.compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return Decision::allowed(self.snapshot_of(&view, view.curr + n, now)).at(at),
                 Err(actual) => word = actual,
@@ -287,7 +356,7 @@ impl Algorithm for SlidingWindowAlgorithm {
         Ok(self.acquire(state, n, clock))
     }
 
-    #[inline]
+    #[inline(always)] // the whole fast path, into the caller
     fn check<C: Clock + ?Sized>(&self, state: &SlidingWindowState, clock: &C) -> Decision {
         self.acquire(state, 1, clock) // 1 ≤ limit, always
     }

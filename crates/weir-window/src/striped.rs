@@ -391,9 +391,11 @@ impl Core {
         self.frame.start(window.saturating_sub(1))
     }
 
-    /// Checks `1 ≤ n ≤ limit` on `stripe` at the reading `now`. The fast path is
-    /// one attempt to spend from the stripe's lease, inlined into the caller; a lost
-    /// race on the stripe and the slow path are out of line.
+    /// Checks `1 ≤ n ≤ limit` on `stripe` at the reading `now`. The fast path (one
+    /// attempt to spend from the stripe's lease) and the settled denial (two loads,
+    /// see `settled_denial`) are inlined into the caller, so a caller that reads only
+    /// allowed-or-denied does not compute the rest of the decision; a lost race on
+    /// the stripe and the slow path are out of line.
     #[inline(always)]
     fn check(&self, stripe: usize, n: u64, now: Nanos) -> Decision {
         let stripe = self.stripe(stripe);
@@ -403,6 +405,10 @@ impl Core {
         let lease = stripe.lease.load(Ordering::Relaxed);
         match self.spend(stripe, lease, n, rel, now) {
             Ok(decision) => decision,
+            Err(None) => match self.settled_denial(lease, n, rel, now) {
+                Some(decision) => decision,
+                None => self.slow(stripe, n, rel, now),
+            },
             Err(actual) => self.retry(stripe, lease, actual, n, rel, now),
         }
     }
@@ -1064,7 +1070,7 @@ impl StripedSlidingWindow<weir_core::MonotonicClock> {
 impl<C: Clock> StripedSlidingWindow<C> {
     /// Checks one request on the calling thread's stripe (see the module docs,
     /// "Picking a stripe").
-    #[inline]
+    #[inline(always)] // the whole fast path, into the caller
     pub fn check(&self) -> Decision {
         self.core.check(thread_stripe(), 1, self.clock.now())
     }
@@ -1186,7 +1192,7 @@ impl<C: Clock> StripedSlidingWindow<C> {
 }
 
 impl<C: Clock> Limiter for StripedSlidingWindow<C> {
-    #[inline]
+    #[inline(always)]
     fn check(&self) -> Decision {
         StripedSlidingWindow::check(self)
     }
