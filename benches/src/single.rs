@@ -9,10 +9,12 @@ use crate::harness::{BenchError, Config, Output, Spread, progress};
 use crate::html::{Cell, HtmlTable};
 use crate::peers::{Governor, GovernorUpkeep, MutexTokenBucket, governor, governor_upkeep, leaky_bucket, ratelimit};
 use crate::report::{Machine, Table};
+use crate::windows;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 use weir_core::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock, Quota};
-use weir_gcra::Gcra;
+use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};
+use weir_window::StripedMode;
 
 /// Something timed in batches; the per-operation loop inside is monomorphized.
 pub trait Batch {
@@ -100,12 +102,26 @@ pub fn singles() -> Vec<Single> {
             Box::new(Checks(leaky_bucket(1_000_000_000, 1_000_000, Duration::from_millis(1))))
         }),
         s("allowed/mutex-bucket", || Box::new(Checks(MutexTokenBucket::new(1e9, 1e9)))),
+        s("allowed/weir-leased", || {
+            Box::new(Checks(LeasedGcra::with_clock(open(), LeaseConfig::per_core(), MonotonicClock::new())))
+        }),
+        s("allowed/weir-fixed", || Box::new(Checks(windows::fixed_open()))),
+        s("allowed/weir-sliding", || Box::new(Checks(windows::sliding_open()))),
+        s("allowed/weir-striped", || Box::new(Checks(windows::striped_open(StripedMode::Exact)))),
+        s("allowed/weir-striped-approx", || Box::new(Checks(windows::striped_open(StripedMode::Approximate)))),
+        s("allowed/weir-log", || Box::new(Checks(windows::log_open()))),
         s("denied/weir-gcra", || Box::new(Checks(closed(MonotonicClock::new())))),
         s("denied/weir-gcra+coarse", || Box::new(Checks(closed(coarse())))),
         s("denied/governor", || Box::new(Checks(closed_governor()))),
         s("denied/governor+upkeep", || Box::new(Checks(closed_governor_upkeep()))),
         s("denied/ratelimit", || Box::new(Checks(ratelimit(0, 1)))),
         s("denied/leaky-bucket", || Box::new(Checks(leaky_bucket(1, 0, Duration::ZERO)))),
+        s("denied/weir-leased", || Box::new(Checks(crate::throughput::drained_leased()))),
+        s("denied/weir-fixed", || Box::new(Checks(windows::fixed_closed()))),
+        s("denied/weir-sliding", || Box::new(Checks(windows::sliding_closed()))),
+        s("denied/weir-striped", || Box::new(Checks(windows::striped_closed(StripedMode::Exact)))),
+        s("denied/weir-striped-approx", || Box::new(Checks(windows::striped_closed(StripedMode::Approximate)))),
+        s("denied/weir-log", || Box::new(Checks(windows::log_closed()))),
     ]
 }
 
