@@ -15,24 +15,28 @@ pub use history::RealTime;
 pub use history::{Span, interleavings, linearizations};
 
 /// Stores of weir-keyed for the eviction models (`keyed_eviction.rs`,
-/// `window_eviction.rs`): the production `Keyed` (its `check_n`, sweeps, `remove`
-/// and promotion), which under loom keeps its keys in a small model map instead of
-/// papaya, on a clock frozen at 0.
+/// `window_eviction.rs`) and the table models (`keyed_table.rs`): the production
+/// `Keyed` (its `check_n`, sweeps, `remove` and promotion, over its own table, whose
+/// atomics, lock and cells are loom's), on a clock frozen at 0.
 #[cfg(all(loom, feature = "keyed"))]
 pub mod keyed {
     use loom::sync::Arc;
-    use std::hash::RandomState;
+    use std::hash::{BuildHasherDefault, DefaultHasher};
     use weir_core::Nanos;
     use weir_keyed::{Keyed, KeyedAlgorithm, KeyedConfig};
 
+    /// The hasher of the models' stores: fixed keys, so that every execution of a
+    /// model hashes (and so probes the table) alike, as loom's replay requires.
+    pub type Hasher = BuildHasherDefault<DefaultHasher>;
+
     /// A store of at most 4 keys (one shard, so one `sweep` sweeps every key)
     /// applying `algorithm` on a clock frozen at 0.
-    pub fn store<A>(algorithm: A) -> Keyed<u8, A, Nanos>
+    pub fn store<A>(algorithm: A) -> Keyed<u8, A, Nanos, Hasher>
     where
         A: KeyedAlgorithm,
         A::State: Send + Sync + 'static,
     {
-        Keyed::with_hasher(algorithm, KeyedConfig::new(4).unwrap(), Nanos::new(0), RandomState::new())
+        Keyed::with_hasher(algorithm, KeyedConfig::new(4).unwrap(), Nanos::new(0), Hasher::default())
     }
 
     /// Three checks of one key at one instant, against a state admitting exactly 2,

@@ -11,7 +11,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use loom_tests::keyed::{store, three_checks_racing_a_sweep};
+use loom_tests::keyed::{Hasher, store, three_checks_racing_a_sweep};
 use weir_core::{Nanos, Quota};
 use weir_gcra::{GcraAlgorithm, LeaseConfig};
 use weir_keyed::{HotKeys, Keyed};
@@ -23,12 +23,12 @@ fn gcra(burst: u64) -> GcraAlgorithm {
 
 /// A GCRA store with hot keys: one stripe, leases of one permit (exact), at most
 /// two hot keys (so that two promotions of one key can both hold a slot).
-fn hot_store(burst: u64) -> Keyed<u8, GcraAlgorithm, Nanos> {
+fn hot_store(burst: u64) -> Keyed<u8, GcraAlgorithm, Nanos, Hasher> {
     let lease = LeaseConfig::new(1).unwrap().with_max_lease(1).unwrap();
     store(gcra(burst)).with_hot_keys(HotKeys::new(lease).max_hot_keys(2).unwrap())
 }
 
-fn admitted(store: &Keyed<u8, GcraAlgorithm, Nanos>, checks: usize) -> u64 {
+fn admitted(store: &Keyed<u8, GcraAlgorithm, Nanos, Hasher>, checks: usize) -> u64 {
     (0..checks).filter(|_| store.check(&1).is_allowed()).count() as u64
 }
 
@@ -144,7 +144,6 @@ fn a_sweep_of_an_idle_hot_key_racing_with_checks_keeps_the_burst() {
 /// new key.
 #[test]
 fn a_search_publishing_bounds_never_hides_a_key_inserted_meanwhile() {
-    use std::hash::RandomState;
     use std::time::Duration;
     use weir_core::ManualClock;
     use weir_keyed::KeyedConfig;
@@ -152,7 +151,7 @@ fn a_search_publishing_bounds_never_hides_a_key_inserted_meanwhile() {
         let clock = ManualClock::new();
         // At most two keys, one shard; one permit every 10 ns, a burst of 4.
         let store =
-            Arc::new(Keyed::with_hasher(gcra(4), KeyedConfig::new(2).unwrap(), clock.clone(), RandomState::new()));
+            Arc::new(Keyed::with_hasher(gcra(4), KeyedConfig::new(2).unwrap(), clock.clone(), Hasher::default()));
         assert!(store.check_n(&1, 4).unwrap().is_allowed()); // idle at 40 ns
         assert!(store.check_n(&2, 4).unwrap().is_allowed()); // idle at 40 ns: full
         let searcher = {
@@ -166,4 +165,111 @@ fn a_search_publishing_bounds_never_hides_a_key_inserted_meanwhile() {
         clock.advance(Duration::from_nanos(10));
         assert!(store.check(&5).is_allowed(), "key 3 or 4 is idle: the full store must evict it");
     });
+}
+
+/// The table a store keeps its keys in, on its own: its publication protocol
+/// (an entry written, then its index word published; an index rebuilt, then its
+/// address published; a word turned into a tombstone) under loom's atomics, lock
+/// and cells, which check that no lookup reads an entry or an index word before it
+/// was written.
+mod table {
+    use super::*;
+    use std::hash::BuildHasher;
+    use weir_keyed::loom_table::{Collector, Inserted, Shard};
+
+    fn hash(key: u8) -> u64 {
+        Hasher::default().hash_one(key)
+    }
+
+    fn insert(shard: &Shard<u8, u64>, collector: &Collector, key: u8, value: u64) -> Result<u64, u64> {
+        let guard = collector.enter();
+        match shard.try_insert(hash(key), key, value, &Hasher::default(), &guard) {
+            Ok(value) => Ok(*value),
+            Err(Inserted::Held(value)) => Err(*value),
+            Err(Inserted::Full) => unreachable!("a model's slab is small"),
+        }
+    }
+
+    fn get(shard: &Shard<u8, u64>, collector: &Collector, key: u8) -> Option<u64> {
+        shard.get(hash(key), &key, &collector.enter()).copied()
+    }
+
+    /// Looks `key` up until it is found, at most `tries` times, yielding in
+    /// between (loom lets the other threads run at a yield): what the first found.
+    fn look(shard: &Shard<u8, u64>, collector: &Collector, key: u8, tries: usize) -> Option<u64> {
+        for _ in 1..tries {
+            if let Some(found) = get(shard, collector, key) {
+                return Some(found);
+            }
+            thread::yield_now();
+        }
+        get(shard, collector, key)
+    }
+
+    /// A lookup racing with the key's insertion sees nothing or the whole entry.
+    #[test]
+    fn a_lookup_racing_an_insertion_sees_the_whole_entry_or_nothing() {
+        loom::model(|| {
+            let table = Arc::new((Shard::<u8, u64>::new(), Collector::new()));
+            let writer = {
+                let table = table.clone();
+                thread::spawn(move || insert(&table.0, &table.1, 1, 10))
+            };
+            let seen = look(&table.0, &table.1, 1, 2);
+            assert!(seen.is_none() || seen == Some(10));
+            assert_eq!(writer.join().unwrap(), Ok(10));
+            assert_eq!(get(&table.0, &table.1, 1), Some(10));
+        });
+    }
+
+    /// Two insertions of one key: one wins, and both see its value.
+    #[test]
+    fn racing_insertions_of_a_key_agree_on_one_entry() {
+        loom::model(|| {
+            let table = Arc::new((Shard::<u8, u64>::new(), Collector::new()));
+            let other = {
+                let table = table.clone();
+                thread::spawn(move || insert(&table.0, &table.1, 1, 20))
+            };
+            let mine = insert(&table.0, &table.1, 1, 10);
+            let theirs = other.join().unwrap();
+            match (mine, theirs) {
+                (Ok(10), Err(10)) | (Err(20), Ok(20)) => {}
+                other => panic!("two entries for one key: {other:?}"),
+            }
+        });
+    }
+
+    /// A lookup racing with the key's removal sees the entry or nothing, and a
+    /// lookup racing with a rebuild of the index (three insertions into the
+    /// smallest index) still finds a key that was there throughout.
+    #[test]
+    fn lookups_racing_a_removal_and_a_rebuild_find_what_was_there() {
+        loom::model(|| {
+            let table = Arc::new((Shard::<u8, u64>::new(), Collector::new()));
+            insert(&table.0, &table.1, 1, 10).unwrap();
+            insert(&table.0, &table.1, 2, 20).unwrap();
+            let writer = {
+                let table = table.clone();
+                thread::spawn(move || {
+                    assert_eq!(table.0.remove_if(hash(2), &2, |_, _| true, &table.1.enter()), Some(&20));
+                    insert(&table.0, &table.1, 3, 30).unwrap();
+                    insert(&table.0, &table.1, 4, 40).unwrap(); // the index is rebuilt
+                })
+            };
+            thread::yield_now();
+            assert_eq!(get(&table.0, &table.1, 1), Some(10), "a key there throughout was missed");
+            let two = get(&table.0, &table.1, 2);
+            assert!(two.is_none() || two == Some(20));
+            // Found only in the rebuilt index: seen whole, or not at all.
+            let four = look(&table.0, &table.1, 4, 2);
+            assert!(four.is_none() || four == Some(40));
+            writer.join().unwrap();
+            assert_eq!(get(&table.0, &table.1, 2), None);
+            let guard = table.1.enter();
+            let mut keys: Vec<u8> = table.0.iter(&guard).map(|(k, _)| *k).collect();
+            keys.sort_unstable();
+            assert_eq!(keys, [1, 3, 4]);
+        });
+    }
 }

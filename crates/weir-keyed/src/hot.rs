@@ -3,8 +3,9 @@
 
 #[cfg(doc)]
 use crate::KeyedConfig;
-use crate::map::{Guard, Map};
+use crate::Shard;
 use crate::store::Full;
+use crate::table::{Guard, Inserted};
 use crate::{Keyed, KeyedAlgorithm, KeyedConfigError};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -93,12 +94,13 @@ where
         if self.hot.is_none() {
             return false;
         }
+        let hash = self.hash(key);
         let guard = self.collector.enter();
-        let index = self.shard_index(key);
+        let index = self.shard_index(hash);
         let shard = &self.shards[index];
-        let state = match shard.get(key, &guard) {
+        let state = match shard.get(hash, key, &guard) {
             Some(state) => state,
-            None => match self.insert(shard, key, &guard) {
+            None => match self.insert(shard, hash, key, &guard) {
                 Ok((state, inserted)) => {
                     if inserted {
                         self.note_new_key(index, state, self.clock.now());
@@ -108,9 +110,9 @@ where
                 Err(Full) => return false,
             },
         };
-        self.try_promote(shard, key, &self.algorithm, state, &guard);
+        self.try_promote(shard, hash, key, &self.algorithm, state, &guard);
         self.algorithm.is_promoted(state)
-            && self.hot_keys.get(key, &guard).is_some_and(|stripes| stripes.owner() == owner_of(state))
+            && self.hot_keys.get(hash, key, &guard).is_some_and(|stripes| stripes.owner() == owner_of(state))
     }
 
     /// Whether `key` is in hot mode.
@@ -119,8 +121,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        let hash = self.hash(key);
         let guard = self.collector.enter();
-        self.shard(key).get(key, &guard).is_some_and(|state| self.algorithm.is_promoted(state))
+        self.shard(hash).get(hash, key, &guard).is_some_and(|state| self.algorithm.is_promoted(state))
     }
 }
 
@@ -132,21 +135,30 @@ where
     C: Clock,
     S: BuildHasher + Clone,
 {
-    /// For a hot key: retires its hot bucket if idle with every lease expired, drops
-    /// it, and retires the key's state. Returns whether the key's state was retired.
-    pub(crate) fn try_retire_hot(&self, key: &K, state: &A::State, now: Nanos, guard: &Guard<'_>) -> bool {
+    /// For a hot key (whose hash `hash` gives, only if the state is promoted):
+    /// retires its hot bucket if idle with every lease expired, drops it, and
+    /// retires the key's state. Returns whether the key's state was retired.
+    pub(crate) fn try_retire_hot(
+        &self,
+        hash: impl FnOnce() -> u64,
+        key: &K,
+        state: &A::State,
+        now: Nanos,
+        guard: &Guard<'_>,
+    ) -> bool {
         let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) else {
             return false;
         };
         if !gcra.is_promoted(gcra_state) {
             return false;
         }
-        match self.hot_keys.get(key, guard) {
+        let hash = hash();
+        match self.hot_keys.get(hash, key, guard) {
             Some(stripes) if stripes.owner() == owner_of(gcra_state) => {
                 if !gcra.retire_promoted(gcra_state, stripes, now) {
                     return false;
                 }
-                self.drop_hot(key, stripes, guard);
+                self.drop_hot(hash, key, stripes, guard);
                 true
             }
             // Promoted, but its stripes are gone (dropped by a sweep or `remove`).
@@ -155,12 +167,12 @@ where
     }
 
     /// Removes `key`'s hot stripes if they are still `stripes`.
-    pub(crate) fn drop_hot<Q>(&self, key: &Q, stripes: &LeaseStripes, guard: &Guard<'_>)
+    pub(crate) fn drop_hot<Q>(&self, hash: u64, key: &Q, stripes: &LeaseStripes, guard: &Guard<'_>)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if self.hot_keys.remove_if(key, |_, current| std::ptr::eq(current, stripes), guard) {
+        if self.hot_keys.remove_if(hash, key, |_, current| std::ptr::eq(current, stripes), guard).is_some() {
             // Ordering: Relaxed; see `remove`.
             self.hot_count.fetch_sub(1, Ordering::Relaxed);
         }
@@ -171,7 +183,8 @@ where
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn check_hot<Q>(
         &self,
-        shard: &Map<K, A::State, S>,
+        shard: &Shard<K, A::State>,
+        hash: u64,
         key: &Q,
         gcra: &GcraAlgorithm,
         gcra_state: &GcraState,
@@ -184,7 +197,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        match self.hot_keys.get(key, guard) {
+        match self.hot_keys.get(hash, key, guard) {
             Some(stripes) if stripes.owner() == owner_of(gcra_state) => {
                 let decision = stripes.check_on(gcra, stripe_of_this_thread(), n, &now);
                 match decision {
@@ -193,8 +206,8 @@ where
                         // expired) and may not have finished: finish for it, rather than
                         // wait, and retry on a fresh state.
                         gcra.retire_orphan(gcra_state);
-                        self.drop_hot(key, stripes, guard);
-                        self.unlink(shard, key, state, guard);
+                        self.drop_hot(hash, key, stripes, guard);
+                        self.unlink(shard, hash, key, state, guard);
                         None
                     }
                     other => Some(other),
@@ -205,7 +218,7 @@ where
                 // `remove`; any stripes here belong to a newer state): finish retiring
                 // this state and retry on whatever the key maps to now.
                 gcra.retire_orphan(gcra_state);
-                self.unlink(shard, key, state, guard);
+                self.unlink(shard, hash, key, state, guard);
                 None
             }
         }
@@ -216,7 +229,8 @@ where
     /// belong to, so no holder of another state ever uses them.
     pub(crate) fn try_promote<Q>(
         &self,
-        shard: &Map<K, A::State, S>,
+        shard: &Shard<K, A::State>,
+        hash: u64,
         key: &Q,
         gcra: &GcraAlgorithm,
         gcra_state: &GcraState,
@@ -242,7 +256,7 @@ where
         let mut dropped_stale = false;
         let ours = loop {
             let stripes = LeaseStripes::new(config.lease, self.clock.now()).with_owner(owner);
-            match self.hot_keys.try_insert(key.to_owned(), stripes, guard) {
+            match self.hot_keys.try_insert(hash, key.to_owned(), stripes, &self.hasher, guard) {
                 Ok(ours) => break Some(ours),
                 // Stripes of another state of this key. Whose are stale? If ours is
                 // still the key's linked, live state, theirs: their state was linked
@@ -251,21 +265,21 @@ where
                 // Otherwise ours is the stale state (swept or removed while this
                 // thread was promoting it) and they may be the key's current state's:
                 // leave them alone and give up.
-                Err(current)
+                Err(Inserted::Held(current))
                     if current.owner() != owner
                         && !dropped_stale
                         && gcra.state_kind(gcra_state) == StateKind::Live
-                        && self.is_linked(shard, key, gcra_state, guard) =>
+                        && self.is_linked(shard, hash, key, gcra_state, guard) =>
                 {
                     dropped_stale = true;
-                    self.drop_hot(key, current, guard);
+                    self.drop_hot(hash, key, current, guard);
                 }
                 // Another thread is promoting this very state, or ours is stale.
                 Err(_) => break None,
             }
         };
         let release = |stripes: &LeaseStripes| {
-            if self.hot_keys.remove_if(key, |_, current| std::ptr::eq(current, stripes), guard) {
+            if self.hot_keys.remove_if(hash, key, |_, current| std::ptr::eq(current, stripes), guard).is_some() {
                 // Ordering: Relaxed; see `remove`.
                 self.hot_count.fetch_sub(1, Ordering::Relaxed);
             }
@@ -283,7 +297,7 @@ where
         // If `remove` unlinked the state while it was being promoted, no sweep will
         // ever see it: retire it (its holders retry on the key's current state) and
         // drop its stripes.
-        if !self.is_linked(shard, key, gcra_state, guard) {
+        if !self.is_linked(shard, hash, key, gcra_state, guard) {
             gcra.retire_orphan(gcra_state);
             release(ours);
         }
@@ -292,7 +306,8 @@ where
     /// Whether `key` maps to `gcra_state` now.
     pub(crate) fn is_linked<Q>(
         &self,
-        shard: &Map<K, A::State, S>,
+        shard: &Shard<K, A::State>,
+        hash: u64,
         key: &Q,
         gcra_state: &GcraState,
         guard: &Guard<'_>,
@@ -302,7 +317,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         shard
-            .get(key, guard)
+            .get(hash, key, guard)
             .is_some_and(|current| self.algorithm.gcra_state(current).is_some_and(|s| std::ptr::eq(s, gcra_state)))
     }
 
@@ -314,9 +329,10 @@ where
             return false;
         }
         self.hot_keys.iter(guard).any(|(key, _)| {
-            let shard = self.shard(key);
-            shard.get(key, guard).is_some_and(|state| {
-                self.try_retire_hot(key, state, now, guard) && self.unlink(shard, key, state, guard)
+            let hash = self.hash(key);
+            let shard = self.shard(hash);
+            shard.get(hash, key, guard).is_some_and(|state| {
+                self.try_retire_hot(|| hash, key, state, now, guard) && self.unlink(shard, hash, key, state, guard)
             })
         })
     }

@@ -45,41 +45,30 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! # The map
+//! # The table
 //!
-//! Keys live in [papaya](https://docs.rs/papaya) hash maps: a check of an existing
-//! key takes no lock and allocates nothing (one epoch guard, one lookup, then the
-//! algorithm's own atomic protocol on the key's state). Measured on the 2-core dev VM
-//! for this access pattern (check of an existing `u64` key, GCRA state, 1 000 keys in
-//! cache, best of 30 interleaved rounds; BENCHMARKS.md "Choosing the map"):
+//! Keys live in the store's own table, sharded (shards of about 512 keys at full
+//! capacity, so that idle eviction can proceed a shard at a time, see below). A key
+//! is hashed once per operation, by `S` (std's SipHash `RandomState` by default,
+//! seeded at random per store, which resists collision floods from adversarial keys
+//! such as spoofed IPs or random API keys): the hash's high bits pick the shard,
+//! its low bits the key's place in the shard's index, its top byte a tag. A shard
+//! is an open-addressing index of 32-bit words (tag and slot: sixteen to a cache
+//! line) over a slab of entries, each a key and its algorithm state side by side,
+//! that never move. A check of a stored key takes no lock and allocates nothing:
+//! one epoch guard, the index word with the key's tag (a word whose tag differs is
+//! skipped without reading its entry), the entry (key compared, state in the same
+//! line for small keys and states), then the algorithm's own atomic protocol: two
+//! dependent cache lines for a key out of cache, against four in a general-purpose
+//! lock-free map (table, metadata, entry pointer, boxed entry). Inserting and
+//! unlinking a key take its shard's lock, briefly, never across a check; an
+//! unlinked entry's slot is reused once no reader can still hold it (epoch-based
+//! reclamation), and the index is rebuilt, at the size its keys need, when its
+//! words in use pass 7/8 of it. Memory follows the keys stored, not the bound.
 //!
-//! | map | ns per check | bytes per key (RSS, 1M keys) | reads |
-//! |---|---:|---:|---|
-//! | papaya | 12.4 | 51–56 | lock-free |
-//! | scc `HashIndex` | 27.9 | 62 (needs `Clone` values: an extra `Arc`) | lock-free |
-//! | scc `HashMap` | 25.3 | 38 | bucket read-write lock per read |
-//! | dashmap (governor's) | 13.2 | 36 | shard read-write lock per read |
-//!
-//! papaya is the only candidate that is both lock-free on reads and fast; the lock
-//! words of the others are shared writes on every read, which is what stops a
-//! read-mostly map from scaling across cores.
-//!
-//! **What a whole check costs** (2-core dev VM, BENCHMARKS.md): 60–75 ns for an
-//! existing key on one thread, against 42–48 ns for governor's DashMap-based keyed
-//! limiter; with keys spread over 100 000, 136 ns against 70 ns. A profile puts a
-//! third of a cached check in the TSC clock read and a quarter in SipHash (a
-//! [`CoarseClock`](weir_core::CoarseClock) and a faster hasher for trusted keys cut
-//! both), and, for keys not in cache, most of it in papaya's four dependent loads
-//! (table, metadata byte, entry pointer, boxed entry) where DashMap's inline entries
-//! take two. What the boxed entries buy, reads that write no shared line, can only
-//! pay off on many cores, where it is not yet measured.
-//!
-//! Keys are spread over many small papaya maps (shards of about 512 keys at full
-//! capacity) so that idle eviction can proceed a shard at a time (see below). The
-//! shard is chosen by a fast seeded hash; inside a shard, keys are hashed by `S`,
-//! std's SipHash `RandomState` by default, which resists collision floods from
-//! adversarial keys (spoofed IPs, random API keys). A faster hasher can be plugged in
-//! as `S` where keys are trusted.
+//! A faster hasher can be plugged in as `S` where keys are trusted. A flood of keys
+//! that collide (were the hash's seed known) could only lengthen the probes of the
+//! shards it lands in, never change a decision.
 //!
 //! # Exact idle eviction
 //!
@@ -93,7 +82,8 @@
 //! retries on a fresh state; a check that landed first made the state non-idle, and
 //! the retirement failed. loom checks this race on the store's own code
 //! (`loom-tests/tests/keyed_eviction.rs`; under loom the maps are a small model map
-//! in place of papaya, whose every operation is one atomic step as papaya's are).
+//! in place of the table, whose every operation is one atomic step to the store, as
+//! each of the table's is; the table's own protocol has models of its own there).
 //!
 //! Eviction is incremental and never stops the world: once the store holds half its
 //! bound (`sweep_from`), every `sweep_every`-th new key sweeps the next shard (about
@@ -183,9 +173,29 @@ mod algorithm;
 mod config;
 mod error;
 mod hot;
-mod map;
 mod store;
 mod sweeper;
+// Public under loom only, for the models (`loom_table`); not documented as an API.
+#[cfg_attr(loom, allow(missing_docs, missing_debug_implementations, clippy::new_without_default))]
+mod table;
+
+/// Under loom, the store keeps its keys in a coarse model map (one step per
+/// operation), so that models of the store's own protocols stay small; the table's
+/// protocol is modelled on its own code, which `loom-tests` reaches through
+/// `loom_table`.
+#[cfg(loom)]
+mod model_map;
+#[cfg(loom)]
+pub(crate) use model_map::Shard;
+#[cfg(not(loom))]
+pub(crate) use table::Shard;
+
+/// The table, for the loom models of its protocol (`loom-tests`); not an API.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_table {
+    pub use crate::table::{Collector, Guard, Inserted, Shard};
+}
 
 pub use algorithm::KeyedAlgorithm;
 pub use config::{AtCapacity, KeyedConfig};

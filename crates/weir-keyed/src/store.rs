@@ -1,14 +1,14 @@
 //! The store: [`Keyed`], its constructors, checks, refunds and snapshots, and the
 //! per-key contract of weir-core.
 
+use crate::Shard;
 use crate::hot::owner_of;
-use crate::map::{Collector, Guard, Map};
 use crate::sweeper::IdleBound;
+use crate::table::{Collector, Guard, Inserted};
 use crate::{AtCapacity, HotKeys, KeyedAlgorithm, KeyedConfig};
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
-use std::sync::Arc;
 #[cfg(doc)]
 use weir_core::Limiter;
 use weir_core::sync::{AtomicBool, AtomicUsize, CachePadded, Ordering};
@@ -32,9 +32,13 @@ const MAX_SHARDS: usize = 1 << 16;
 ///
 /// See the [crate docs](crate) for the map, eviction and the memory bound.
 pub struct Keyed<K, A: KeyedAlgorithm, C = MonotonicClock, S = RandomState> {
-    pub(crate) shards: Box<[Map<K, A::State, S>]>,
-    pub(crate) shard_hasher: foldhash::fast::RandomState,
-    pub(crate) collector: Arc<Collector>,
+    /// The epoch collector of every shard. Declared first, so dropped first: its
+    /// drop reclaims what the shards retired, into the shards.
+    pub(crate) collector: Collector,
+    pub(crate) shards: Box<[Shard<K, A::State>]>,
+    /// Hashes every key once per operation: the hash picks the shard, the key's
+    /// place in the shard's index and its tag.
+    pub(crate) hasher: S,
     pub(crate) algorithm: A,
     /// The algorithm's quota as a client sees it, read once at construction.
     pub(crate) policies: [Policy; 1],
@@ -56,7 +60,7 @@ pub struct Keyed<K, A: KeyedAlgorithm, C = MonotonicClock, S = RandomState> {
     pub(crate) publishing: AtomicBool,
     /// Hot-key mode (GCRA only), the hot keys' lease stripes, and how many there are.
     pub(crate) hot: Option<HotKeys>,
-    pub(crate) hot_keys: Map<K, LeaseStripes, S>,
+    pub(crate) hot_keys: Shard<K, LeaseStripes>,
     pub(crate) hot_count: AtomicUsize,
 }
 
@@ -239,14 +243,12 @@ where
     /// time origin must be this clock's), hashing keys with `hasher`.
     pub fn with_hasher(algorithm: A, config: KeyedConfig, clock: C, hasher: S) -> Self {
         let shards = config.max_keys.div_ceil(KEYS_PER_SHARD).next_power_of_two().min(MAX_SHARDS);
-        let collector = Arc::new(Collector::new());
-        let shards: Vec<_> = (0..shards).map(|_| Map::new(hasher.clone(), &collector)).collect();
-        let hot_keys = Map::new(hasher, &collector);
+        let shards: Vec<_> = (0..shards).map(|_| Shard::new()).collect();
         let bounds = (0..shards.len()).map(|_| IdleBound::new()).collect();
         Self {
+            collector: Collector::new(),
             shards: shards.into_boxed_slice(),
-            shard_hasher: foldhash::fast::RandomState::default(),
-            collector,
+            hasher,
             policies: [algorithm.policy()],
             algorithm,
             clock,
@@ -258,7 +260,7 @@ where
             store_bound: CachePadded::new(IdleBound::new()),
             publishing: AtomicBool::new(false),
             hot: None,
-            hot_keys,
+            hot_keys: Shard::new(),
             hot_count: AtomicUsize::new(0),
         }
     }
@@ -290,7 +292,8 @@ where
             // Admitted, consumes nothing, and stores nothing.
             return Ok(Decision::allowed(self.snapshot(key)));
         }
-        let index = self.shard_index(key);
+        let hash = self.hash(key);
+        let index = self.shard_index(hash);
         let shard = &self.shards[index];
         let guard = self.collector.enter();
         loop {
@@ -298,14 +301,14 @@ where
             // after an eviction, so that the fresh state decides at a time after the
             // retirement it replaces).
             let now = self.clock.now();
-            let (state, inserted) = match shard.get(key, &guard) {
+            let (state, inserted) = match shard.get(hash, key, &guard) {
                 Some(state) => (state, false),
                 None => {
                     let limit = self.algorithm.limit();
                     if n > limit {
                         return Err(InsufficientCapacity { requested: n, capacity: limit });
                     }
-                    match self.insert(shard, key, &guard) {
+                    match self.insert(shard, hash, key, &guard) {
                         Ok(found) => found,
                         Err(Full) => return self.at_capacity(n),
                     }
@@ -334,12 +337,12 @@ where
                 };
                 match kind {
                     StateKind::Retired => {
-                        self.unlink(shard, key, state, &guard);
+                        self.unlink(shard, hash, key, state, &guard);
                         continue;
                     }
                     StateKind::Promoted => {
                         if let Some((gcra, gcra_state)) = gcra {
-                            match self.check_hot(shard, key, gcra, gcra_state, state, n, now, &guard) {
+                            match self.check_hot(shard, hash, key, gcra, gcra_state, state, n, now, &guard) {
                                 Some(decision) => return decision,
                                 None => continue,
                             }
@@ -350,7 +353,7 @@ where
             } else if let Some((config, (gcra, gcra_state))) = hot
                 && lost_races >= config.after_lost_races
             {
-                self.try_promote(shard, key, gcra, gcra_state, &guard);
+                self.try_promote(shard, hash, key, gcra, gcra_state, &guard);
             }
             if inserted {
                 // Pace the incremental sweep by insertions, after this key's first
@@ -370,9 +373,10 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let now = self.clock.now();
+        let hash = self.hash(key);
         let guard = self.collector.enter();
-        match self.shard(key).get(key, &guard) {
-            Some(state) if !self.algorithm.is_retired(state) => self.snapshot_of(key, state, now, &guard),
+        match self.shard(hash).get(hash, key, &guard) {
+            Some(state) if !self.algorithm.is_retired(state) => self.snapshot_of(hash, key, state, now, &guard),
             _ => self.algorithm.snapshot(&self.algorithm.new_state(), now),
         }
     }
@@ -410,11 +414,12 @@ where
         if n == 0 || admission.is_denied() {
             return Ok(());
         }
+        let hash = self.hash(key);
         let guard = self.collector.enter();
-        let Some(state) = self.shard(key).get(key, &guard) else {
+        let Some(state) = self.shard(hash).get(hash, key, &guard) else {
             return Ok(());
         };
-        self.refund_state(key, state, n, admission, &guard)
+        self.refund_state(hash, key, state, n, admission, &guard)
     }
 
     /// Forgets `key` (its next check starts from a fresh state); returns whether it
@@ -425,8 +430,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        let hash = self.hash(key);
         let guard = self.collector.enter();
-        let Some(state) = self.shard(key).remove(key, &guard) else {
+        let Some(state) = self.shard(hash).remove_if(hash, key, |_, _| true, &guard) else {
             return false;
         };
         // Ordering: Relaxed; the count publishes nothing, and its bound is kept by the
@@ -435,7 +441,7 @@ where
         if let Some(gcra_state) = self.algorithm.gcra_state(state) {
             // Only this state's hot stripes: a newer state of the key may have its own.
             let owner = owner_of(gcra_state);
-            if self.hot_keys.remove_if(key, |_, stripes| stripes.owner() == owner, &guard) {
+            if self.hot_keys.remove_if(hash, key, |_, stripes| stripes.owner() == owner, &guard).is_some() {
                 // Ordering: Relaxed; as above, for the hot-key bound.
                 self.hot_count.fetch_sub(1, Ordering::Relaxed);
             }
@@ -477,14 +483,21 @@ where
         for shard in self.shards.iter() {
             for (key, state) in shard.iter(&guard) {
                 if !self.algorithm.is_retired(state) {
-                    f(key, self.snapshot_of(key, state, now, &guard));
+                    f(key, self.snapshot_of(self.hash(key), key, state, now, &guard));
                 }
             }
         }
     }
 
     /// `state`'s snapshot, read from its hot bucket if the key is hot.
-    pub(crate) fn snapshot_of<Q>(&self, key: &Q, state: &A::State, now: weir_core::Nanos, guard: &Guard<'_>) -> Snapshot
+    pub(crate) fn snapshot_of<Q>(
+        &self,
+        hash: u64,
+        key: &Q,
+        state: &A::State,
+        now: weir_core::Nanos,
+        guard: &Guard<'_>,
+    ) -> Snapshot
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -493,7 +506,7 @@ where
             match gcra.state_kind(gcra_state) {
                 StateKind::Live => {}
                 StateKind::Promoted => {
-                    if let Some(stripes) = self.hot_keys.get(key, guard)
+                    if let Some(stripes) = self.hot_keys.get(hash, key, guard)
                         && stripes.owner() == owner_of(gcra_state)
                     {
                         return gcra.snapshot(stripes.bucket(), now);
@@ -511,6 +524,7 @@ where
     /// to its hot bucket if the key is hot.
     pub(crate) fn refund_state<Q>(
         &self,
+        hash: u64,
         key: &Q,
         state: &A::State,
         n: u64,
@@ -530,7 +544,7 @@ where
                 // come from a lease, so the lease machinery credits it (the debt less
                 // the time since it was charged: never more than is still owed).
                 StateKind::Promoted => {
-                    return match self.hot_keys.get(key, guard) {
+                    return match self.hot_keys.get(hash, key, guard) {
                         Some(stripes) if stripes.owner() == owner_of(gcra_state) => {
                             stripes.refund(gcra, n, admission, &self.clock)
                         }
@@ -546,12 +560,19 @@ where
     }
 
     /// Removes `key` if it still maps to `state`; returns whether this call removed it.
-    pub(crate) fn unlink<Q>(&self, shard: &Map<K, A::State, S>, key: &Q, state: &A::State, guard: &Guard<'_>) -> bool
+    pub(crate) fn unlink<Q>(
+        &self,
+        shard: &Shard<K, A::State>,
+        hash: u64,
+        key: &Q,
+        state: &A::State,
+        guard: &Guard<'_>,
+    ) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let removed = shard.remove_if(key, |_, current| std::ptr::eq(current, state), guard);
+        let removed = shard.remove_if(hash, key, |_, current| std::ptr::eq(current, state), guard).is_some();
         if removed {
             // Ordering: Relaxed; see `remove`.
             self.live.fetch_sub(1, Ordering::Relaxed);
@@ -564,7 +585,8 @@ where
     /// first).
     pub(crate) fn insert<'g, Q>(
         &self,
-        shard: &'g Map<K, A::State, S>,
+        shard: &'g Shard<K, A::State>,
+        hash: u64,
         key: &Q,
         guard: &'g Guard<'_>,
     ) -> Result<(&'g A::State, bool), Full>
@@ -573,12 +595,18 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.reserve()?;
-        match shard.try_insert(key.to_owned(), self.algorithm.new_state(), guard) {
+        let inserted = shard.try_insert(hash, key.to_owned(), self.algorithm.new_state(), &self.hasher, guard);
+        match inserted {
             Ok(state) => Ok((state, true)),
-            Err(current) => {
+            Err(found) => {
                 // Ordering: Relaxed; give back the reservation (see `remove`).
                 self.live.fetch_sub(1, Ordering::Relaxed);
-                Ok((current, false))
+                match found {
+                    Inserted::Held(current) => Ok((current, false)),
+                    // The shard's slab is at its limit (only for stores of more than
+                    // 2⁴⁰ keys): as full as the store.
+                    Inserted::Full => Err(Full),
+                }
             }
         }
     }
@@ -622,15 +650,21 @@ where
     }
 
     #[inline]
-    pub(crate) fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &Map<K, A::State, S> {
-        &self.shards[self.shard_index(key)]
+    pub(crate) fn shard(&self, hash: u64) -> &Shard<K, A::State> {
+        &self.shards[self.shard_index(hash)]
     }
 
+    /// The shard of a key with hash `hash`: bits 32 and up (the shard's index
+    /// uses the low 32 bits, and the tag the top 8).
     #[inline]
-    pub(crate) fn shard_index<Q: Hash + ?Sized>(&self, key: &Q) -> usize {
-        let hash = self.shard_hasher.hash_one(key);
-        // The high bits: papaya uses the low ones of its own (different) hash.
+    pub(crate) fn shard_index(&self, hash: u64) -> usize {
         (hash >> 32) as usize & (self.shards.len() - 1)
+    }
+
+    /// `key`'s hash: computed once per operation.
+    #[inline]
+    pub(crate) fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        self.hasher.hash_one(key)
     }
 }
 

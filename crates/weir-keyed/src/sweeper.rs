@@ -2,7 +2,7 @@
 //! room, and by a background [`Sweeper`]; and the bounds that let a search skip
 //! shards that cannot hold an idle key.
 
-use crate::map::Guard;
+use crate::table::Guard;
 use crate::{Keyed, KeyedAlgorithm, SweeperError};
 use std::hash::{BuildHasher, Hash};
 use std::sync::{Arc, Weak};
@@ -100,9 +100,9 @@ where
         let (mut evicted, mut no_idle_before) = (0, u64::MAX);
         for (key, state) in shard.iter(guard) {
             let retired = self.algorithm.try_retire(state, now)
-                || (self.hot.is_some() && self.try_retire_hot(key, state, now, guard));
+                || (self.hot.is_some() && self.try_retire_hot(|| self.hash(key), key, state, now, guard));
             if retired {
-                if self.unlink(shard, key, state, guard) {
+                if self.unlink(shard, self.hash(key), key, state, guard) {
                     evicted += 1;
                 }
             } else if publishing.is_some()

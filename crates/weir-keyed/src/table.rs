@@ -1,0 +1,855 @@
+//! The table a store keeps its keys in: per shard, an open-addressing index of
+//! 32-bit words over a slab of entries (a key and its algorithm state side by side)
+//! that never move.
+//!
+//! # Layout
+//!
+//! A key's hash is computed once, by the store: its high bits pick the shard, its
+//! top byte is the key's *tag*, its low 32 bits its home in the shard's index. An
+//! index word is `EMPTY`, `TOMBSTONE`, or `tag << 24 | (slot + 2)`: the key's tag
+//! and where its entry is in the shard's slab. A lookup reads the index pointer (in
+//! the shard's first cache line), probes the index linearly from the home word
+//! (sixteen words a cache line; a word whose tag differs is skipped without reading
+//! its entry), then reads the one entry whose tag matches and compares its key:
+//! two dependent cache lines for a key not in cache, the index's and the entry's.
+//! No lock, no hashing but the store's one, no allocation.
+//!
+//! The slab is a list of chunks (8, 16, 32, … entries) allocated as the shard
+//! grows and never moved, so a reference to an entry stays valid while the epoch
+//! guard it was found under is held, however the index changes. The index is
+//! rebuilt (into a new array, sized for the keys it holds) when its words in use,
+//! tombstones included, pass 7/8 of it; the old array is retired to the epoch
+//! collector, as is each entry that is unlinked: its slot is reused only once no
+//! thread that might still hold a reference to it is inside a guard.
+//!
+//! # Writers and readers
+//!
+//! Inserting, unlinking and rebuilding take the shard's lock (one of about
+//! `max_keys / 512`), held for a few hundred nanoseconds and never across a check;
+//! lookups and iteration take none. A writer fills an entry, then publishes the word
+//! that points to it with a Release store; a reader's load of the word acquires it,
+//! so it sees the entry whole. A rebuild fills the new array, then publishes it with
+//! a Release store of the shard's index pointer. A reader on an old index sees every
+//! key that was linked when it loaded that index (or later, if it reads the word
+//! after a change); a key inserted since may be missed, and the store then takes
+//! the insertion path, which looks again under the lock.
+//!
+//! Under `cfg(loom)` the same code runs on loom's atomics, lock and cells (so loom
+//! checks the publication protocol); there is no epoch collector there, and retired
+//! entries and arrays are kept until the shard drops, which models a guard held
+//! throughout.
+
+use std::alloc::{self, Layout};
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
+use std::mem::MaybeUninit;
+use std::ptr;
+use weir_core::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering, UnsafeCell};
+
+#[cfg(not(loom))]
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+#[cfg(loom)]
+use loom::sync::{Mutex, MutexGuard};
+
+/// The epoch collector every shard of a store shares, and the guard a reader holds
+/// while it uses what it found.
+#[cfg(not(loom))]
+pub type Collector = seize::Collector;
+#[cfg(not(loom))]
+pub type Guard<'c> = seize::LocalGuard<'c>;
+
+#[cfg(loom)]
+pub use loom_collector::{Collector, Guard};
+
+#[cfg(loom)]
+mod loom_collector {
+    use std::marker::PhantomData;
+
+    /// No collector under loom: what is retired is kept until its shard drops.
+    #[derive(Debug, Default)]
+    pub struct Collector;
+
+    impl Collector {
+        pub fn new() -> Self {
+            Self
+        }
+
+        pub fn enter(&self) -> Guard<'_> {
+            Guard(PhantomData)
+        }
+    }
+
+    /// Stands for an epoch guard.
+    pub struct Guard<'c>(PhantomData<&'c Collector>);
+}
+
+/// An index word that was never used: a probe stops here.
+const EMPTY: u32 = 0;
+/// An index word whose key was unlinked: a probe goes on past it.
+const TOMBSTONE: u32 = 1;
+/// Bits of an index word that hold `slot + 2`.
+const SLOT_BITS: u32 = 24;
+const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
+/// The most entries a shard's slab can number (slots `0..MAX_SLOTS`).
+const MAX_SLOTS: usize = SLOT_MASK as usize - 1;
+/// Entries in the first chunk; chunk `c` holds `FIRST_CHUNK << c`.
+const FIRST_CHUNK: usize = 8;
+/// Chunks a shard can have: enough for `MAX_SLOTS`.
+const CHUNKS: usize = 22;
+/// The smallest index (words); under loom, 4, so that a model rebuilds the index
+/// after three insertions.
+const MIN_INDEX: usize = if cfg!(loom) { 4 } else { 16 };
+
+/// The ordering of loads that find what the collector reclaims (the index address
+/// and index words): SeqCst, as the collector asks (with its barrier on entering a
+/// guard, a reader that enters after something is retired never finds it), which
+/// is a plain load on x86 and ARMv8. Acquire is what the table's own protocol
+/// needs, and what loom checks it with (there is no collector under loom, and
+/// Acquire allows every outcome SeqCst does, and more).
+const FIND: Ordering = if cfg!(loom) { Ordering::Acquire } else { Ordering::SeqCst };
+
+/// The word of a key with hash `hash` stored in `slot`.
+#[inline]
+fn word_of(hash: u64, slot: usize) -> u32 {
+    ((hash >> 56) as u32) << SLOT_BITS | (slot as u32 + 2)
+}
+
+/// Whether `word` is a key's word with the tag of `hash`.
+#[inline]
+fn tag_matches(word: u32, hash: u64) -> bool {
+    word > TOMBSTONE && word >> SLOT_BITS == (hash >> 56) as u32
+}
+
+/// The slot a key's word points to.
+#[inline]
+fn slot_of(word: u32) -> usize {
+    (word & SLOT_MASK) as usize - 2
+}
+
+/// The chunk holding `slot`, and the slot's place in it.
+#[inline]
+fn chunk_of(slot: usize) -> (usize, usize) {
+    // Chunk c holds slots [F·(2^c − 1), F·(2^(c+1) − 1)).
+    let chunk = (usize::BITS - 1 - (slot / FIRST_CHUNK + 1).leading_zeros()) as usize;
+    (chunk, slot - FIRST_CHUNK * ((1 << chunk) - 1))
+}
+
+/// Where probing starts for `hash` in an index of `len` words: the low 32 bits of
+/// the hash scaled to `len` (no power-of-two size needed).
+#[inline]
+fn home(hash: u64, len: usize) -> usize {
+    ((hash as u32 as u64 * len as u64) >> 32) as usize
+}
+
+/// One entry: a key and its value, written once by the writer that links it and
+/// read by anyone who finds it; dropped when its slot is reclaimed (or the shard
+/// drops).
+type Entry<K, V> = UnsafeCell<MaybeUninit<(K, V)>>;
+
+/// A chunk of entries, with one bit per entry set when the collector reclaims it
+/// (its slot may then be reused).
+struct Chunk<K, V> {
+    entries: Box<[Entry<K, V>]>,
+    reclaimed: Box<[AtomicU64]>,
+}
+
+impl<K, V> Chunk<K, V> {
+    fn new(len: usize) -> Box<Self> {
+        Box::new(Self {
+            entries: (0..len).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect(),
+            reclaimed: (0..len.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+}
+
+/// An index array, one allocation: its length (written once, before the array is
+/// published), then the words. The shard keeps the allocation's address.
+#[derive(Clone, Copy)]
+struct Index<'a> {
+    words: &'a [AtomicU32],
+}
+
+impl<'a> Index<'a> {
+    /// The allocation's layout for `len` words, and where the words start in it.
+    fn layout(len: usize) -> (Layout, usize) {
+        let (layout, words) = Layout::new::<UnsafeCell<usize>>()
+            .extend(Layout::array::<AtomicU32>(len).expect("an index of at most 2^26 words"))
+            .expect("an index of at most 2^26 words");
+        (layout.pad_to_align(), words)
+    }
+
+    /// A new array of `len` empty words, leaked: its address.
+    fn allocate(len: usize) -> usize {
+        let (layout, words) = Self::layout(len);
+        // SAFETY: the layout has a non-zero size (it holds the length).
+        let block = unsafe { alloc::alloc(layout) };
+        if block.is_null() {
+            alloc::handle_alloc_error(layout);
+        }
+        // SAFETY: the block is `layout`: the length at its start, `len` words at
+        // `words`, each written once here before the block is shared.
+        unsafe {
+            block.cast::<UnsafeCell<usize>>().write(UnsafeCell::new(len));
+            let first = block.add(words).cast::<AtomicU32>();
+            for at in 0..len {
+                first.add(at).write(AtomicU32::new(EMPTY));
+            }
+        }
+        block.expose_provenance()
+    }
+
+    /// The array at `address`.
+    ///
+    /// # Safety
+    ///
+    /// `address` came from `allocate`, the allocation is live for `'a`, and its
+    /// writing happened before this call (the caller acquired the address).
+    #[inline]
+    unsafe fn at(address: usize) -> Self {
+        let block = ptr::with_exposed_provenance::<u8>(address);
+        // SAFETY: the caller's contract: the length was written before, and is never
+        // written again (a cell, so that loom checks this).
+        let len = unsafe { (*block.cast::<UnsafeCell<usize>>()).with(|len| *len) };
+        let words = Self::layout(len).1;
+        // SAFETY: the allocation holds `len` initialized words at `words`.
+        Self { words: unsafe { std::slice::from_raw_parts(block.add(words).cast::<AtomicU32>(), len) } }
+    }
+
+    /// Frees the array at `address`.
+    ///
+    /// # Safety
+    ///
+    /// `address` came from `allocate`, and no thread can reach the array any more.
+    unsafe fn free(address: usize) {
+        let block = ptr::with_exposed_provenance_mut::<u8>(address);
+        // SAFETY: the caller's contract; the words are dropped (they own loom's
+        // bookkeeping under loom), then the block, with the layout it had.
+        unsafe {
+            let len = (*block.cast::<UnsafeCell<usize>>()).with(|len| *len);
+            let (layout, words) = Self::layout(len);
+            ptr::drop_in_place(ptr::slice_from_raw_parts_mut(block.add(words).cast::<AtomicU32>(), len));
+            ptr::drop_in_place(block.cast::<UnsafeCell<usize>>());
+            alloc::dealloc(block, layout);
+        }
+    }
+
+    #[inline]
+    fn len(self) -> usize {
+        self.words.len()
+    }
+
+    #[inline]
+    fn word(self, at: usize) -> &'a AtomicU32 {
+        &self.words[at]
+    }
+}
+
+/// What only the holder of the shard's lock touches.
+struct Writer {
+    /// Keys linked in the current index.
+    live: usize,
+    /// Words of the current index in use (keys and tombstones).
+    used: usize,
+    /// Slots below this have been used; those above never.
+    fresh: usize,
+    /// Reclaimed slots ready for reuse.
+    free: Vec<u32>,
+    /// Under loom, what was retired (kept until the shard drops).
+    #[cfg(loom)]
+    limbo: Vec<Retired>,
+}
+
+#[cfg(loom)]
+enum Retired {
+    Index(usize),
+    Slot(usize),
+}
+
+/// One shard: the index and the slab. See the module docs.
+pub struct Shard<K, V> {
+    /// The current index (`*const Index`, never null): read by lookups, replaced by
+    /// rebuilds.
+    index: AtomicUsize,
+    /// The slab's chunks (`*const Chunk`, null until allocated). Each is written
+    /// once, by a holder of the lock, before any word pointing into it is
+    /// published, and read after such a word is acquired (or under the lock): no
+    /// atomic needed (loom checks this).
+    chunks: [UnsafeCell<usize>; CHUNKS],
+    writer: Mutex<Writer>,
+    _owns: PhantomData<Box<Chunk<K, V>>>,
+}
+
+// SAFETY: a shard owns its keys and values (dropped by whichever thread reclaims or
+// drops them: `Send`), and hands out `&K` and `&V` to many threads (`Sync`). Every
+// other field is an atomic or behind the lock.
+unsafe impl<K: Send, V: Send> Send for Shard<K, V> {}
+// SAFETY: see `Send`.
+unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Shard<K, V> {}
+
+impl<K, V> Shard<K, V> {
+    /// An empty shard.
+    pub fn new() -> Self {
+        Self {
+            index: AtomicUsize::new(Index::allocate(MIN_INDEX)),
+            chunks: std::array::from_fn(|_| UnsafeCell::new(0)),
+            writer: Mutex::new(Writer {
+                live: 0,
+                used: 0,
+                fresh: 0,
+                free: Vec::new(),
+                #[cfg(loom)]
+                limbo: Vec::new(),
+            }),
+            _owns: PhantomData,
+        }
+    }
+
+    /// The current index.
+    #[inline]
+    fn index<'g>(&'g self, _guard: &'g Guard<'_>) -> Index<'g> {
+        // Ordering: SeqCst on the load (a plain load on x86 and ARMv8): Acquire pairs
+        // with the Release swap in `rebuild`, so the array's words are seen as
+        // filled; SeqCst is what the epoch collector asks of loads that find retired
+        // objects (with its barrier on entering a guard, a reader that enters after
+        // an index is retired never loads it).
+        let index = self.index.load(FIND);
+        // SAFETY: the address is a live array (allocated by `new` or `rebuild`); a
+        // replaced one is retired to the collector, which frees it only once no
+        // guard entered before its replacement is held, and `guard` was entered
+        // before this load, which acquired its length word.
+        unsafe { Index::at(index) }
+    }
+
+    /// The address of chunk `c` (0 if not allocated). The caller holds the lock, or
+    /// acquired a word pointing into the chunk (see `chunks`).
+    #[inline]
+    fn chunk_address(&self, c: usize) -> usize {
+        // SAFETY: a chunk's address is written once, under the lock, before any word
+        // pointing into the chunk is published; the caller holds the lock or has
+        // acquired such a word, so the write happened before this read.
+        self.chunks[c].with(|address| unsafe { *address })
+    }
+
+    /// The entry in `slot`, which a published word points to.
+    #[inline]
+    fn entry<'g>(&'g self, slot: usize, _guard: &'g Guard<'_>) -> &'g (K, V) {
+        let (chunk, at) = chunk_of(slot);
+        // The chunk was stored before the word that points into it was published
+        // (Release), and this thread acquired that word.
+        let chunk = self.chunk_address(chunk);
+        // SAFETY: a published word's slot is in an allocated chunk (chunks are never
+        // freed before the shard), and its entry was written before the word was
+        // published (the Acquire load of the word saw it); it is dropped only once
+        // reclaimed, after every guard entered before its unlinking is gone.
+        unsafe {
+            let chunk = &*ptr::with_exposed_provenance::<Chunk<K, V>>(chunk);
+            chunk.entries[at].with(|entry| (*entry).assume_init_ref())
+        }
+    }
+
+    /// The key `key` (with hash `hash`)'s value, if the shard holds it.
+    #[inline]
+    pub fn get<'g, Q>(&'g self, hash: u64, key: &Q, guard: &'g Guard<'_>) -> Option<&'g V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        self.find(self.index(guard), hash, |k, _| k.borrow() == key, guard).map(|(_, (_, value))| value)
+    }
+
+    /// The first word on `hash`'s probe path in `index` whose entry satisfies
+    /// `matches`, its position and its entry.
+    #[inline]
+    fn find<'g>(
+        &'g self,
+        index: Index<'g>,
+        hash: u64,
+        mut matches: impl FnMut(&K, &V) -> bool,
+        guard: &'g Guard<'_>,
+    ) -> Option<(usize, &'g (K, V))> {
+        let len = index.len();
+        let mut at = home(hash, len);
+        loop {
+            // Ordering: SeqCst (a plain load on x86 and ARMv8): Acquire pairs with the
+            // Release store that published the word, so its entry is seen written;
+            // SeqCst as the collector asks (see `index`).
+            let word = index.word(at).load(FIND);
+            if word == EMPTY {
+                return None; // an index always keeps an eighth of its words empty
+            }
+            if tag_matches(word, hash) {
+                let entry = self.entry(slot_of(word), guard);
+                if matches(&entry.0, &entry.1) {
+                    return Some((at, entry));
+                }
+            }
+            at += 1;
+            if at == len {
+                at = 0;
+            }
+        }
+    }
+
+    /// Every entry linked now (weakly consistent: entries linked or unlinked
+    /// meanwhile may or may not be seen; entries linked throughout are).
+    pub fn iter<'g>(&'g self, guard: &'g Guard<'_>) -> impl Iterator<Item = (&'g K, &'g V)> + 'g {
+        let index = self.index(guard);
+        (0..index.len()).filter_map(move |at| {
+            // Ordering: SeqCst; see `find`.
+            let word = index.word(at).load(FIND);
+            (word > TOMBSTONE).then(|| {
+                let (key, value) = self.entry(slot_of(word), guard);
+                (key, value)
+            })
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Writer> {
+        #[cfg(not(loom))]
+        return self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        #[cfg(loom)]
+        return self.writer.lock().unwrap();
+    }
+}
+
+impl<K: Hash + Eq, V> Shard<K, V> {
+    /// Inserts `value` for `key` (hash `hash`) unless the shard holds `key`: `Ok`
+    /// with the inserted value, or what was found instead (the value held for
+    /// `key`, or a slab at `MAX_SLOTS`). `hasher` is the store's, for rebuilding the
+    /// index.
+    pub fn try_insert<'g, S: BuildHasher>(
+        &'g self,
+        hash: u64,
+        key: K,
+        value: V,
+        hasher: &S,
+        guard: &'g Guard<'_>,
+    ) -> Result<&'g V, Inserted<'g, V>> {
+        let mut writer = self.lock();
+        let index = self.index(guard);
+        if let Some((_, (_, held))) = self.find(index, hash, |k, _| *k == key, guard) {
+            return Err(Inserted::Held(held));
+        }
+        let Some(slot) = self.take_slot(&mut writer) else {
+            return Err(Inserted::Full);
+        };
+        // SAFETY: the slot is fresh or reclaimed: no reference to its entry exists
+        // (fresh: never published; reclaimed: every guard that could have found it
+        // is gone), and only this thread, holding the lock, writes it.
+        unsafe { self.write_entry(slot, key, value) };
+        let index = if (writer.used + 1) * 8 > index.len() * 7 {
+            self.rebuild(&mut writer, index, hasher, guard)
+        } else {
+            index
+        };
+        let word = word_of(hash, slot);
+        let len = index.len();
+        let mut at = home(hash, len);
+        loop {
+            // Ordering: Relaxed; only writers change words, and they hold the lock.
+            let current = index.word(at).load(Ordering::Relaxed);
+            if current <= TOMBSTONE {
+                if current == EMPTY {
+                    writer.used += 1;
+                }
+                // Ordering: Release publishes the entry written above (and its chunk)
+                // to readers that load this word (Acquire).
+                index.word(at).store(word, Ordering::Release);
+                break;
+            }
+            at += 1;
+            if at == len {
+                at = 0;
+            }
+        }
+        writer.live += 1;
+        Ok(&self.entry(slot, guard).1)
+    }
+
+    /// Unlinks the entry of `key` (hash `hash`) if `remove(key, value)` holds;
+    /// returns its value, valid while `guard` is held.
+    pub fn remove_if<'g, Q>(
+        &'g self,
+        hash: u64,
+        key: &Q,
+        mut remove: impl FnMut(&K, &V) -> bool,
+        guard: &'g Guard<'_>,
+    ) -> Option<&'g V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let mut writer = self.lock();
+        let index = self.index(guard);
+        let (at, entry) = self.find(index, hash, |k, v| k.borrow() == key && remove(k, v), guard)?;
+        // Ordering: Relaxed; only writers change words.
+        let word = index.word(at).load(Ordering::Relaxed);
+        // Ordering: Release; orders nothing that readers need, but keeps the
+        // unlinking before the retirement below (the collector's own barrier makes
+        // it visible to readers that enter after the retirement).
+        index.word(at).store(TOMBSTONE, Ordering::Release);
+        writer.live -= 1;
+        self.retire_slot(&mut writer, slot_of(word), guard);
+        Some(&entry.1)
+    }
+
+    /// Takes a slot for a new entry: a reclaimed one, or the next fresh one in the
+    /// chunks allocated, or, only if the collector has reclaimed none, the first of
+    /// a new chunk. `None` if the slab is at `MAX_SLOTS`.
+    fn take_slot(&self, writer: &mut Writer) -> Option<usize> {
+        if let Some(slot) = writer.free.pop() {
+            return Some(slot as usize);
+        }
+        let slot = writer.fresh;
+        let (chunk, at) = chunk_of(slot);
+        if at == 0 || slot >= MAX_SLOTS {
+            self.collect_reclaimed(writer);
+            if let Some(slot) = writer.free.pop() {
+                return Some(slot as usize);
+            }
+            if slot >= MAX_SLOTS {
+                return None;
+            }
+            let new = Box::into_raw(Chunk::<K, V>::new(FIRST_CHUNK << chunk));
+            // Published by the Release store of the first word pointing into it
+            // (`try_insert`), which is what readers acquire.
+            // SAFETY: only holders of the lock write a chunk's address, once; readers
+            // read it only after acquiring a word that points into the chunk, which
+            // is published after this write.
+            self.chunks[chunk].with_mut(|address| unsafe { *address = new.expose_provenance() });
+        }
+        writer.fresh += 1;
+        Some(slot)
+    }
+
+    /// Moves every slot the collector has reclaimed into the free list.
+    fn collect_reclaimed(&self, writer: &mut Writer) {
+        for c in 0..CHUNKS {
+            // Allocated by holders of the lock, as this thread is.
+            let chunk = self.chunk_address(c);
+            if chunk == 0 {
+                break;
+            }
+            // SAFETY: a non-null chunk pointer is a live chunk until the shard drops.
+            let chunk = unsafe { &*ptr::with_exposed_provenance::<Chunk<K, V>>(chunk) };
+            for (w, bits) in chunk.reclaimed.iter().enumerate() {
+                // Ordering: Acquire pairs with the Release `fetch_or` in `reclaim`:
+                // the entry's drop happens before the slot is reused.
+                let mut bits = bits.swap(0, Ordering::Acquire);
+                while bits != 0 {
+                    let bit = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    writer.free.push((FIRST_CHUNK * ((1 << c) - 1) + w * 64 + bit) as u32);
+                }
+            }
+        }
+    }
+
+    /// Writes a new entry into `slot`.
+    ///
+    /// # Safety
+    ///
+    /// No reference to the slot's entry may exist, and the caller holds the lock.
+    unsafe fn write_entry(&self, slot: usize, key: K, value: V) {
+        let (chunk, at) = chunk_of(slot);
+        // Allocated by a holder of the lock, as this thread is.
+        let chunk = self.chunk_address(chunk);
+        // SAFETY: the chunk is live (allocated by `take_slot`); no reference to the
+        // entry exists (the caller's contract).
+        unsafe {
+            let chunk = &*ptr::with_exposed_provenance::<Chunk<K, V>>(chunk);
+            chunk.entries[at].with_mut(|entry| (*entry).write((key, value)));
+        }
+    }
+
+    /// Rebuilds the index for the keys linked in `old` and one more (the caller's),
+    /// publishes it and retires `old`. Returns the new index.
+    fn rebuild<'g, S: BuildHasher>(
+        &'g self,
+        writer: &mut Writer,
+        old: Index<'g>,
+        hasher: &S,
+        guard: &'g Guard<'_>,
+    ) -> Index<'g> {
+        let keys = writer.live + 1;
+        // Room for half again as many keys: the next rebuild is that many
+        // insertions (or unlinks, which leave tombstones) away.
+        let len = (keys + keys / 2).max(MIN_INDEX).next_multiple_of(MIN_INDEX);
+        let address = Index::allocate(len);
+        // SAFETY: just allocated; this thread initialized its length word.
+        let new = unsafe { Index::<'g>::at(address) };
+        let mut used = 0;
+        for at in 0..old.len() {
+            // Ordering: Relaxed; only writers change words.
+            let word = old.word(at).load(Ordering::Relaxed);
+            if word <= TOMBSTONE {
+                continue;
+            }
+            let hash = hasher.hash_one(&self.entry(slot_of(word), guard).0);
+            let mut to = home(hash, len);
+            // Ordering: Relaxed (both); the new array is published whole below.
+            while new.word(to).load(Ordering::Relaxed) != EMPTY {
+                to += 1;
+                if to == len {
+                    to = 0;
+                }
+            }
+            new.word(to).store(word, Ordering::Relaxed);
+            used += 1;
+        }
+        writer.used = used;
+        // Ordering: Release publishes the new array's words (and, through them, the
+        // entries they point to) to readers that load the address (Acquire).
+        let old = self.index.swap(address, Ordering::Release);
+        self.retire_index(writer, old, guard);
+        // Freed only by a later rebuild's retirement, after every guard entered
+        // before it (this one included) is gone.
+        new
+    }
+
+    /// Retires a replaced index array: freed once no guard entered before now is
+    /// held.
+    fn retire_index(&self, writer: &mut Writer, index: usize, guard: &Guard<'_>) {
+        #[cfg(not(loom))]
+        {
+            let _ = writer;
+            /// Frees a retired index.
+            ///
+            /// # Safety
+            ///
+            /// `index` came from `Box::into_raw` and no thread can reach it any more.
+            unsafe fn free(index: *mut u8, _: &Collector) {
+                // SAFETY: the caller's contract.
+                unsafe { Index::free(index.expose_provenance()) };
+            }
+            // SAFETY: the index was unlinked (the shard points to its successor), so
+            // only readers inside a guard entered before now can hold it, and the
+            // collector frees it after them; it came from `Index::allocate`.
+            unsafe { seize::Guard::defer_retire(guard, ptr::with_exposed_provenance_mut::<u8>(index), free) };
+        }
+        #[cfg(loom)]
+        {
+            let _ = guard;
+            writer.limbo.push(Retired::Index(index));
+        }
+    }
+
+    /// Retires an unlinked entry: dropped, and its slot made reusable, once no guard
+    /// entered before now is held.
+    fn retire_slot(&self, writer: &mut Writer, slot: usize, guard: &Guard<'_>) {
+        #[cfg(not(loom))]
+        {
+            let _ = writer;
+            let (chunk, at) = chunk_of(slot);
+            // Allocated by a holder of the lock, as this thread is.
+            let chunk = self.chunk_address(chunk);
+            // SAFETY: a used slot's chunk is live until the shard drops.
+            let chunk = unsafe { &*ptr::with_exposed_provenance::<Chunk<K, V>>(chunk) };
+            let token = Box::new(SlotToken::<K, V> {
+                entry: chunk.entries[at].with_mut(|entry| entry),
+                bits: &chunk.reclaimed[at / 64],
+                mask: 1 << (at % 64),
+            });
+            // SAFETY: the entry was unlinked (its word is a tombstone), so only
+            // readers inside a guard entered before now can hold it; the collector
+            // runs `reclaim_slot` after them, and before the shard drops (the store
+            // drops its collector first). The token came from `Box::into_raw`.
+            unsafe { seize::Guard::defer_retire(guard, Box::into_raw(token), reclaim_slot::<K, V>) };
+        }
+        #[cfg(loom)]
+        {
+            let _ = guard;
+            writer.limbo.push(Retired::Slot(slot));
+        }
+    }
+}
+
+/// What the collector needs to reclaim an entry: the entry, and where to mark its
+/// slot free (both in the chunk's allocation, which lives until the shard drops).
+#[cfg(not(loom))]
+struct SlotToken<K, V> {
+    entry: *mut MaybeUninit<(K, V)>,
+    bits: *const AtomicU64,
+    mask: u64,
+}
+
+/// Drops a retired entry and marks its slot free for the shard's next insertion.
+///
+/// # Safety
+///
+/// `token` came from `Box::into_raw` in `retire_slot`; no thread can reach its
+/// entry any more, and its shard is live.
+#[cfg(not(loom))]
+unsafe fn reclaim_slot<K, V>(token: *mut SlotToken<K, V>, _: &Collector) {
+    // SAFETY: the caller's contract: the token is ours, the entry initialized (it was
+    // linked) and unreachable, the shard (and its chunk) live.
+    unsafe {
+        let token = Box::from_raw(token);
+        ptr::drop_in_place((*token.entry).as_mut_ptr());
+        // Ordering: Release; the drop above happens before the slot's reuse (pairs
+        // with the Acquire swap in `collect_reclaimed`).
+        (*token.bits).fetch_or(token.mask, Ordering::Release);
+    }
+}
+
+impl<K, V> Drop for Shard<K, V> {
+    fn drop(&mut self) {
+        // Ordering: Relaxed (every load below); `&mut self`: no other thread.
+        let address = self.index.load(Ordering::Relaxed);
+        // SAFETY: the current index (allocated by `new` or `rebuild`), freed below.
+        let index = unsafe { Index::at(address) };
+        let drop_slot = |slot: usize| {
+            let (chunk, at) = chunk_of(slot);
+            let chunk = self.chunk_address(chunk);
+            // SAFETY: the slot's entry is initialized and dropped once: a linked
+            // entry (here), or a retired one under loom (kept until now).
+            unsafe {
+                let chunk = &*ptr::with_exposed_provenance::<Chunk<K, V>>(chunk);
+                chunk.entries[at].with_mut(|entry| ptr::drop_in_place((*entry).as_mut_ptr()));
+            }
+        };
+        for at in 0..index.len() {
+            let word = index.word(at).load(Ordering::Relaxed);
+            if word > TOMBSTONE {
+                drop_slot(slot_of(word));
+            }
+        }
+        // SAFETY: no thread can reach the current index any more.
+        unsafe { Index::free(address) };
+        #[cfg(loom)]
+        {
+            let limbo = std::mem::take(&mut self.lock().limbo);
+            for retired in limbo {
+                match retired {
+                    Retired::Slot(slot) => drop_slot(slot),
+                    // SAFETY: a retired index (allocated by `new` or `rebuild`), freed
+                    // only here.
+                    Retired::Index(index) => unsafe { Index::free(index) },
+                }
+            }
+        }
+        for c in 0..CHUNKS {
+            let chunk = self.chunk_address(c);
+            if chunk != 0 {
+                // SAFETY: allocated by `take_slot` with `Box::into_raw`, freed only
+                // here (entries are `MaybeUninit`: dropping the chunk drops none).
+                drop(unsafe { Box::from_raw(ptr::with_exposed_provenance_mut::<Chunk<K, V>>(chunk)) });
+            }
+        }
+    }
+}
+
+/// What `try_insert` found instead of inserting.
+pub enum Inserted<'g, V> {
+    /// The key is held, with this value.
+    Held(&'g V),
+    /// The shard's slab is full.
+    Full,
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::hash::RandomState;
+
+    fn insert<'g>(
+        shard: &'g Shard<u64, u64>,
+        hasher: &RandomState,
+        key: u64,
+        value: u64,
+        guard: &'g Guard<'_>,
+    ) -> bool {
+        shard.try_insert(hasher.hash_one(key), key, value, hasher, guard).is_ok()
+    }
+
+    #[test]
+    fn chunks_cover_every_slot_once() {
+        let mut expected = (0, 0);
+        for slot in 0..100_000 {
+            assert_eq!(chunk_of(slot), expected, "slot {slot}");
+            expected.1 += 1;
+            if expected.1 == FIRST_CHUNK << expected.0 {
+                expected = (expected.0 + 1, 0);
+            }
+        }
+        assert!(chunk_of(MAX_SLOTS - 1).0 < CHUNKS);
+    }
+
+    #[test]
+    fn inserts_lookups_and_removals_agree_with_a_hash_map() {
+        // The shard first: the collector drops (reclaiming into it) before it.
+        let shard = Shard::<u64, u64>::new();
+        let collector = Collector::new();
+        let hasher = RandomState::new();
+        let mut model = HashMap::new();
+        let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+        for step in 0..if cfg!(miri) { 2_000 } else { 20_000u64 } {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let key = state % 700;
+            let guard = collector.enter();
+            let hash = hasher.hash_one(key);
+            match state % 3 {
+                0 | 1 => {
+                    let inserted = insert(&shard, &hasher, key, step, &guard);
+                    assert_eq!(inserted, !model.contains_key(&key));
+                    model.entry(key).or_insert(step);
+                }
+                _ => {
+                    let removed = shard.remove_if(hash, &key, |_, _| true, &guard).copied();
+                    assert_eq!(removed, model.remove(&key));
+                }
+            }
+            assert_eq!(shard.get(hash, &key, &guard).copied(), model.get(&key).copied());
+        }
+        let guard = collector.enter();
+        let mut seen: Vec<_> = shard.iter(&guard).map(|(k, v)| (*k, *v)).collect();
+        seen.sort_unstable();
+        let mut expected: Vec<_> = model.into_iter().collect();
+        expected.sort_unstable();
+        assert_eq!(seen, expected);
+    }
+
+    #[test]
+    fn reclaimed_slots_are_reused_and_memory_stays_bounded() {
+        let shard = Shard::<u64, String>::new();
+        let collector = Collector::new().batch_size(1);
+        let hasher = RandomState::new();
+        for round in 0..if cfg!(miri) { 50 } else { 1_000u64 } {
+            for key in 0..32 {
+                let guard = collector.enter();
+                let hash = hasher.hash_one(key);
+                assert!(shard.try_insert(hash, key, format!("{round}"), &hasher, &guard).is_ok());
+            }
+            for key in 0..32 {
+                let guard = collector.enter();
+                assert!(shard.remove_if(hasher.hash_one(key), &key, |_, _| true, &guard).is_some());
+            }
+        }
+        let writer = shard.lock();
+        assert!(writer.fresh < 256, "{} slots used for 32 keys at a time", writer.fresh);
+    }
+
+    #[test]
+    fn a_lookup_on_a_replaced_index_stays_valid() {
+        let shard = Shard::<u64, u64>::new();
+        let collector = Collector::new();
+        let hasher = RandomState::new();
+        let guard = collector.enter();
+        assert!(insert(&shard, &hasher, 1, 10, &guard));
+        let old = shard.index(&guard);
+        for key in 2..if cfg!(miri) { 100 } else { 1_000 } {
+            let other = collector.enter();
+            assert!(insert(&shard, &hasher, key, key * 10, &other));
+        }
+        // The array loaded before the rebuilds is still readable under the guard.
+        assert_eq!(shard.find(old, hasher.hash_one(1u64), |k, _| *k == 1, &guard).map(|(_, e)| e.1), Some(10));
+        for key in 1..if cfg!(miri) { 100 } else { 1_000u64 } {
+            assert_eq!(shard.get(hasher.hash_one(key), &key, &guard), Some(&(key * 10)));
+        }
+    }
+}
