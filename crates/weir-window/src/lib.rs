@@ -14,20 +14,28 @@
 //!
 //! # Choosing a window algorithm
 //!
-//! | algorithm | memory per limiter | burst behaviour | accuracy | one thread, allowed / denied; one hot limiter, 2 threads |
+//! | algorithm | memory per limiter | burst behaviour | accuracy | speed against governor's GCRA, allowed / denied: one thread; one hot limiter, 2 threads |
 //! |---|---|---|---|---|
-//! | [`FixedWindow`] | one `u64` state (8 B; 128 B padded as a limiter) | up to **2 × limit** in an interval shorter than a window, across a boundary | exact per window (linearizable) | 17 / 18 ns; 51 M/s |
-//! | [`SlidingWindow`] | one `u64` state (8 B; 128 B padded) | smoothed: the previous window counts by its overlap | estimate of a true sliding window, exact to its formula (linearizable); limit bounded by window length (131,071 per second) | 28 / 22 ns; 28 M/s |
-//! | [`SlidingLog`] | 8 B × limit + 40 B, allocated once; limit ≤ 2²⁴ | never more than `limit` in **any** interval of length `P` | exact true sliding window (linearizable); the reference; **blocking** (sequence lock) | 82 / 21 ns; 9 M/s |
-//! | [`StripedSlidingWindow`], exact | 128 B × stripes + 128 B | as [`SlidingWindow`] | never over-admits; may deny while other threads hold unused leases (≤ batch − 1 each) | 18 / 34 ns; 152 M/s |
-//! | [`StripedSlidingWindow`], approximate | 128 B × stripes + 128 B | as [`SlidingWindow`] | estimate exceeds the limit by at most **batch − 1** (default batch `limit / 1024`: < 0.1%) | 17 / 36 ns; 127 M/s |
+//! | [`FixedWindow`] | one `u64` state (8 B; 128 B padded as a limiter) | up to **2 × limit** in an interval shorter than a window, across a boundary | exact per window (linearizable) | 1.0× / 1.0×; 1.0–2.6× / 1.0× |
+//! | [`SlidingWindow`] | one `u64` state (8 B; 128 B padded) | smoothed: the previous window counts by its overlap | estimate of a true sliding window, exact to its formula (linearizable); limit bounded by window length (131,071 per second) | 0.74× / 1.0×; 0.8–1.9× / 1.0× |
+//! | [`SlidingLog`] | 8 B × limit + 40 B, allocated once; limit ≤ 2²⁴ | never more than `limit` in **any** interval of length `P` | exact true sliding window (linearizable); the reference; **blocking** (sequence lock) | 0.2× / 0.85×; 0.4× / 0.5× |
+//! | [`StripedSlidingWindow`], exact | 128 B × stripes + 128 B | as [`SlidingWindow`] | never over-admits; may deny while other threads hold unused leases (≤ batch − 1 each) | 1.0× / 1.0×; 1.4–3.1× / 1.0× |
+//! | [`StripedSlidingWindow`], approximate | 128 B × stripes + 128 B | as [`SlidingWindow`] | estimate exceeds the limit by at most **batch − 1** (default batch `limit / 1024`: < 0.1%) | 1.0× / 1.0×; not re-measured on 2 threads |
 //!
-//! Throughput: criterion (`cargo bench -p weir-bench --bench check -- algorithms`),
-//! ns per check on one thread with the default TSC clock, and `weir-bench throughput
-//! --full --threads 1,2`, aggregate allowed checks per second on one limiter shared by
-//! 2 threads, where one shared `fetch_add` reaches 111 M/s and GCRA 53 M/s; 2-core dev
-//! VM, BENCHMARKS.md. Accuracy under 2-thread overload (`weir-bench accuracy`):
-//! every window limiter within 0.4% of its ideal, none above it.
+//! Speed is checks per second relative to governor's GCRA measured in the same run,
+//! every limiter on its default TSC clock, 2-core dev VM (BENCHMARKS.md, "Single
+//! limiter and windows against governor"): one thread from the interleaved
+//! single-thread suite (`weir-bench single --full`, medians), two threads on one
+//! shared limiter from `weir-bench throughput --threads 1,2` (the range of three
+//! runs; two threads writing one line vary widely between runs). A check costs
+//! about one clock read: the window arithmetic hides under it. The one-word
+//! sliding counter's allowed figure is measured at 16 per 16 ns, the only quota of
+//! its encoding that a check loop cannot exhaust, so nearly every check moves it to
+//! a new window (a multiplication and comparisons between loading the state and
+//! its CAS, which one thread's checks wait on in turn). The log's two-thread
+//! figures are from the full run at `d277e69`. Accuracy under 2-thread overload
+//! (`weir-bench accuracy`): every window limiter within 0.4% of its ideal, none
+//! above it.
 //!
 //! Rules of thumb: per-key limits with small counts: [`SlidingWindow`] (or
 //! [`FixedWindow`] if the boundary burst is acceptable). One limit shared by every
