@@ -51,8 +51,11 @@
 //! ```
 //!
 //! where `T` is the emission interval. The last term is the over-admission bound,
-//! [`LeasedGcra::over_admission_bound`]. Equally, over any prefix of a schedule the
-//! leased limiter admits at most what the exact [`Gcra`] admits plus that bound. The
+//! [`LeasedGcra::over_admission_bound`]. For requests of cost 1, over any prefix of
+//! a schedule the leased limiter also admits at most what the exact [`Gcra`] admits
+//! plus that bound; with larger costs that comparison does not hold (once the two
+//! states differ by a permit, the exact limiter may deny an `n`-unit request the
+//! leased one admits), and the span formula above is the guarantee. The
 //! formula is asserted by property tests against random schedules
 //! (`tests/leased.rs`) and by a loom model of concurrent checks with the clock
 //! moving (`loom-tests/tests/leased.rs`), the comparison with [`Gcra`] by property

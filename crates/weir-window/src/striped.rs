@@ -37,8 +37,12 @@
 //! grant, and the estimate only loosens as the window advances. (A reading is never
 //! earlier than the grant it spends for the limiter's purposes: a clock that steps
 //! back is no time passing.) loom checks this on small models and a proptest checks
-//! that, used from one thread on any stripes, the exact mode decides exactly as the
-//! single-word sliding counter.
+//! that, used from one thread on any stripes with readings that never go back, the
+//! exact mode decides exactly as the single-word sliding counter. A reading that
+//! lags behind a lease's grant within the same window is decided as of the grant
+//! (no time passing), so it may be admitted from that lease where the single-word
+//! counter, deciding at the lagging reading, would deny it; never more than the
+//! limit at the latest reading.
 //!
 //! Near the limit the exact mode shrinks leases to what is left, and **before
 //! denying it reclaims every stripe's unused lease** (one CAS per stripe holding
