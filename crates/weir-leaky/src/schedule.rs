@@ -270,6 +270,12 @@ impl LeakSchedule {
 
     /// Claims the next slot, however far ahead it is, and returns it: the caller's
     /// item may leave at [`LeakSlot::at`].
+    ///
+    /// The schedule's time saturates about 36 years after its origin (2⁶⁴ ticks of
+    /// 1/16 ns): claims that run that far ahead (13 344 claims of a one-per-day
+    /// schedule, say) all get the last representable slot, so slots beyond it are
+    /// not an interval apart. [`claim_by`](Self::claim_by) and
+    /// [`try_claim`](Self::try_claim) never look that far ahead.
     #[inline]
     pub fn claim<C: Clock + ?Sized>(&self, clock: &C) -> LeakSlot<'_> {
         let mut backoff = Backoff::new();
