@@ -148,20 +148,22 @@ fn home(hash: u64, len: usize) -> usize {
 /// drops).
 type Entry<K, V> = UnsafeCell<MaybeUninit<(K, V)>>;
 
-/// A chunk of entries, with one bit per entry set when the collector reclaims it
-/// (its slot may then be reused).
-struct Chunk<K, V> {
-    entries: Box<[Entry<K, V>]>,
-    reclaimed: Box<[AtomicU64]>,
+/// Entries in chunk `c`.
+const fn chunk_len(c: usize) -> usize {
+    FIRST_CHUNK << c
 }
 
-impl<K, V> Chunk<K, V> {
-    fn new(len: usize) -> Box<Self> {
-        Box::new(Self {
-            entries: (0..len).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect(),
-            reclaimed: (0..len.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
-        })
-    }
+/// Allocates chunk `c`: its entries (one array, so that an entry is one step from
+/// the chunk's address), and its bitmap, one bit per entry, set when the
+/// collector reclaims the entry (its slot may then be reused). Returns both
+/// addresses, leaked (freed by the shard's drop).
+fn allocate_chunk<K, V>(c: usize) -> (usize, usize) {
+    let entries: Box<[Entry<K, V>]> = (0..chunk_len(c)).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect();
+    let bits: Box<[AtomicU64]> = (0..chunk_len(c).div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+    (
+        Box::into_raw(entries).cast::<Entry<K, V>>().expose_provenance(),
+        Box::into_raw(bits).cast::<AtomicU64>().expose_provenance(),
+    )
 }
 
 /// An index array, one allocation: its length (written once, before the array is
@@ -268,17 +270,22 @@ enum Retired {
 }
 
 /// One shard: the index and the slab. See the module docs.
+#[repr(C, align(64))]
 pub struct Shard<K, V> {
     /// The current index (`*const Index`, never null): read by lookups, replaced by
     /// rebuilds.
     index: AtomicUsize,
-    /// The slab's chunks (`*const Chunk`, null until allocated). Each is written
-    /// once, by a holder of the lock, before any word pointing into it is
-    /// published, and read after such a word is acquired (or under the lock): no
-    /// atomic needed (loom checks this).
+    /// The slab's chunks (the address of their first entry, 0 until allocated).
+    /// Each is written once, by a holder of the lock, before any word pointing into
+    /// it is published, and read after such a word is acquired (or under the
+    /// lock): no atomic needed (loom checks this). With the index address, the
+    /// first seven (up to 1 016 slots) share the shard's first cache line.
     chunks: [UnsafeCell<usize>; CHUNKS],
+    /// The chunks' reclamation bitmaps (the address of their first word), written
+    /// with the chunk, read under the lock.
+    bitmaps: [UnsafeCell<usize>; CHUNKS],
     writer: Mutex<Writer>,
-    _owns: PhantomData<Box<Chunk<K, V>>>,
+    _owns: PhantomData<(K, V)>,
 }
 
 // SAFETY: a shard owns its keys and values (dropped by whichever thread reclaims or
@@ -294,6 +301,7 @@ impl<K, V> Shard<K, V> {
         Self {
             index: AtomicUsize::new(Index::allocate(MIN_INDEX)),
             chunks: std::array::from_fn(|_| UnsafeCell::new(0)),
+            bitmaps: std::array::from_fn(|_| UnsafeCell::new(0)),
             writer: Mutex::new(Writer {
                 live: 0,
                 used: 0,
@@ -344,9 +352,14 @@ impl<K, V> Shard<K, V> {
         // published (the Acquire load of the word saw it); it is dropped only once
         // reclaimed, after every guard entered before its unlinking is gone.
         unsafe {
-            let chunk = &*ptr::with_exposed_provenance::<Chunk<K, V>>(chunk);
-            chunk.entries[at].with(|entry| (*entry).assume_init_ref())
+            (*ptr::with_exposed_provenance::<Entry<K, V>>(chunk).add(at)).with(|entry| (*entry).assume_init_ref())
         }
+    }
+
+    /// The address of chunk `c`'s bitmap. The caller holds the lock.
+    fn bitmap_address(&self, c: usize) -> usize {
+        // SAFETY: written once, with the chunk, under the lock the caller holds.
+        self.bitmaps[c].with(|address| unsafe { *address })
     }
 
     /// The key `key` (with hash `hash`)'s value, if the shard holds it.
@@ -512,13 +525,15 @@ impl<K: Hash + Eq, V> Shard<K, V> {
             if slot >= MAX_SLOTS {
                 return None;
             }
-            let new = Box::into_raw(Chunk::<K, V>::new(FIRST_CHUNK << chunk));
+            let (entries, bits) = allocate_chunk::<K, V>(chunk);
             // Published by the Release store of the first word pointing into it
             // (`try_insert`), which is what readers acquire.
-            // SAFETY: only holders of the lock write a chunk's address, once; readers
-            // read it only after acquiring a word that points into the chunk, which
-            // is published after this write.
-            self.chunks[chunk].with_mut(|address| unsafe { *address = new.expose_provenance() });
+            // SAFETY: only holders of the lock write a chunk's addresses, once;
+            // readers read the entries' only after acquiring a word that points into
+            // the chunk, which is published after this write.
+            self.chunks[chunk].with_mut(|address| unsafe { *address = entries });
+            // SAFETY: as above; read only under the lock.
+            self.bitmaps[chunk].with_mut(|address| unsafe { *address = bits });
         }
         writer.fresh += 1;
         Some(slot)
@@ -532,9 +547,12 @@ impl<K: Hash + Eq, V> Shard<K, V> {
             if chunk == 0 {
                 break;
             }
-            // SAFETY: a non-null chunk pointer is a live chunk until the shard drops.
-            let chunk = unsafe { &*ptr::with_exposed_provenance::<Chunk<K, V>>(chunk) };
-            for (w, bits) in chunk.reclaimed.iter().enumerate() {
+            let words = chunk_len(c).div_ceil(64);
+            // SAFETY: an allocated chunk's bitmap is live until the shard drops.
+            let bitmap = unsafe {
+                std::slice::from_raw_parts(ptr::with_exposed_provenance::<AtomicU64>(self.bitmap_address(c)), words)
+            };
+            for (w, bits) in bitmap.iter().enumerate() {
                 // Ordering: Acquire pairs with the Release `fetch_or` in `reclaim`:
                 // the entry's drop happens before the slot is reused.
                 let mut bits = bits.swap(0, Ordering::Acquire);
@@ -559,8 +577,8 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         // SAFETY: the chunk is live (allocated by `take_slot`); no reference to the
         // entry exists (the caller's contract).
         unsafe {
-            let chunk = &*ptr::with_exposed_provenance::<Chunk<K, V>>(chunk);
-            chunk.entries[at].with_mut(|entry| (*entry).write((key, value)));
+            (*ptr::with_exposed_provenance::<Entry<K, V>>(chunk).add(at))
+                .with_mut(|entry| (*entry).write((key, value)));
         }
     }
 
@@ -645,13 +663,14 @@ impl<K: Hash + Eq, V> Shard<K, V> {
             let (chunk, at) = chunk_of(slot);
             // Allocated by a holder of the lock, as this thread is.
             let chunk = self.chunk_address(chunk);
-            // SAFETY: a used slot's chunk is live until the shard drops.
-            let chunk = unsafe { &*ptr::with_exposed_provenance::<Chunk<K, V>>(chunk) };
-            let token = Box::new(SlotToken::<K, V> {
-                entry: chunk.entries[at].with_mut(|entry| entry),
-                bits: &chunk.reclaimed[at / 64],
-                mask: 1 << (at % 64),
-            });
+            // SAFETY: a used slot's chunk and bitmap are live until the shard drops.
+            let token = unsafe {
+                Box::new(SlotToken::<K, V> {
+                    entry: (*ptr::with_exposed_provenance::<Entry<K, V>>(chunk).add(at)).with_mut(|entry| entry),
+                    bits: ptr::with_exposed_provenance::<AtomicU64>(self.bitmap_address(chunk_of(slot).0)).add(at / 64),
+                    mask: 1 << (at % 64),
+                })
+            };
             // SAFETY: the entry was unlinked (its word is a tombstone), so only
             // readers inside a guard entered before now can hold it; the collector
             // runs `reclaim_slot` after them, and before the shard drops (the store
@@ -706,8 +725,8 @@ impl<K, V> Drop for Shard<K, V> {
             // SAFETY: the slot's entry is initialized and dropped once: a linked
             // entry (here), or a retired one under loom (kept until now).
             unsafe {
-                let chunk = &*ptr::with_exposed_provenance::<Chunk<K, V>>(chunk);
-                chunk.entries[at].with_mut(|entry| ptr::drop_in_place((*entry).as_mut_ptr()));
+                (*ptr::with_exposed_provenance::<Entry<K, V>>(chunk).add(at))
+                    .with_mut(|entry| ptr::drop_in_place((*entry).as_mut_ptr()));
             }
         };
         for at in 0..index.len() {
@@ -733,9 +752,15 @@ impl<K, V> Drop for Shard<K, V> {
         for c in 0..CHUNKS {
             let chunk = self.chunk_address(c);
             if chunk != 0 {
-                // SAFETY: allocated by `take_slot` with `Box::into_raw`, freed only
-                // here (entries are `MaybeUninit`: dropping the chunk drops none).
-                drop(unsafe { Box::from_raw(ptr::with_exposed_provenance_mut::<Chunk<K, V>>(chunk)) });
+                let entries = ptr::with_exposed_provenance_mut::<Entry<K, V>>(chunk);
+                let bits = ptr::with_exposed_provenance_mut::<AtomicU64>(self.bitmap_address(c));
+                // SAFETY: both allocated by `allocate_chunk` as boxed slices of these
+                // lengths, freed only here (entries are `MaybeUninit`: freeing the
+                // array drops none).
+                unsafe {
+                    drop(Box::from_raw(ptr::slice_from_raw_parts_mut(entries, chunk_len(c))));
+                    drop(Box::from_raw(ptr::slice_from_raw_parts_mut(bits, chunk_len(c).div_ceil(64))));
+                }
             }
         }
     }
