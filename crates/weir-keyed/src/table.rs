@@ -153,17 +153,59 @@ const fn chunk_len(c: usize) -> usize {
     FIRST_CHUNK << c
 }
 
-/// Allocates chunk `c`: its entries (one array, so that an entry is one step from
-/// the chunk's address), and its bitmap, one bit per entry, set when the
-/// collector reclaims the entry (its slot may then be reused). Returns both
-/// addresses, leaked (freed by the shard's drop).
-fn allocate_chunk<K, V>(c: usize) -> (usize, usize) {
-    let entries: Box<[Entry<K, V>]> = (0..chunk_len(c)).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect();
-    let bits: Box<[AtomicU64]> = (0..chunk_len(c).div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
-    (
-        Box::into_raw(entries).cast::<Entry<K, V>>().expose_provenance(),
-        Box::into_raw(bits).cast::<AtomicU64>().expose_provenance(),
-    )
+/// The layout of chunk `c`'s allocation: its entries (one array, so that an entry
+/// is one step from the chunk's address), then its bitmap, one bit per entry, set
+/// when the collector reclaims the entry (its slot may then be reused). Returns
+/// the layout and where the bitmap starts.
+fn chunk_layout<K, V>(c: usize) -> (Layout, usize) {
+    let entries = Layout::array::<Entry<K, V>>(chunk_len(c)).expect("a chunk of at most 2^24 entries");
+    let bits = Layout::array::<AtomicU64>(chunk_len(c).div_ceil(64)).expect("a chunk of at most 2^24 entries");
+    let (layout, bitmap) = entries.extend(bits).expect("a chunk of at most 2^24 entries");
+    (layout.pad_to_align(), bitmap)
+}
+
+/// Allocates chunk `c` (see `chunk_layout`), leaked: its address (freed by
+/// `free_chunk`).
+fn allocate_chunk<K, V>(c: usize) -> usize {
+    let (layout, bitmap) = chunk_layout::<K, V>(c);
+    // SAFETY: the layout has a non-zero size (a chunk holds at least 8 entries).
+    let block = unsafe { alloc::alloc(layout) };
+    if block.is_null() {
+        alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: the block is `layout`: `chunk_len(c)` entries from its start, the
+    // bitmap's words at `bitmap`, each written once here before the chunk is shared.
+    unsafe {
+        for at in 0..chunk_len(c) {
+            block.cast::<Entry<K, V>>().add(at).write(UnsafeCell::new(MaybeUninit::uninit()));
+        }
+        for word in 0..chunk_len(c).div_ceil(64) {
+            block.add(bitmap).cast::<AtomicU64>().add(word).write(AtomicU64::new(0));
+        }
+    }
+    block.expose_provenance()
+}
+
+/// Frees chunk `c` at `address`, whose entries have all been dropped (or never
+/// written).
+///
+/// # Safety
+///
+/// `address` came from `allocate_chunk::<K, V>(c)`, and no thread can reach it.
+unsafe fn free_chunk<K, V>(c: usize, address: usize) {
+    let (layout, bitmap) = chunk_layout::<K, V>(c);
+    let block = ptr::with_exposed_provenance_mut::<u8>(address);
+    // SAFETY: the caller's contract; the cells and words are dropped (they own
+    // loom's bookkeeping under loom; dropping a cell of `MaybeUninit` drops no
+    // entry), then the block, with the layout it had.
+    unsafe {
+        ptr::drop_in_place(ptr::slice_from_raw_parts_mut(block.cast::<Entry<K, V>>(), chunk_len(c)));
+        ptr::drop_in_place(ptr::slice_from_raw_parts_mut(
+            block.add(bitmap).cast::<AtomicU64>(),
+            chunk_len(c).div_ceil(64),
+        ));
+        alloc::dealloc(block, layout);
+    }
 }
 
 /// An index array, one allocation: its length (written once, before the array is
@@ -281,9 +323,6 @@ pub struct Shard<K, V> {
     /// lock): no atomic needed (loom checks this). With the index address, the
     /// first seven (up to 1 016 slots) share the shard's first cache line.
     chunks: [UnsafeCell<usize>; CHUNKS],
-    /// The chunks' reclamation bitmaps (the address of their first word), written
-    /// with the chunk, read under the lock.
-    bitmaps: [UnsafeCell<usize>; CHUNKS],
     writer: Mutex<Writer>,
     _owns: PhantomData<(K, V)>,
 }
@@ -301,7 +340,6 @@ impl<K, V> Shard<K, V> {
         Self {
             index: AtomicUsize::new(Index::allocate(MIN_INDEX)),
             chunks: std::array::from_fn(|_| UnsafeCell::new(0)),
-            bitmaps: std::array::from_fn(|_| UnsafeCell::new(0)),
             writer: Mutex::new(Writer {
                 live: 0,
                 used: 0,
@@ -356,10 +394,9 @@ impl<K, V> Shard<K, V> {
         }
     }
 
-    /// The address of chunk `c`'s bitmap. The caller holds the lock.
+    /// The address of chunk `c`'s bitmap (the chunk is allocated).
     fn bitmap_address(&self, c: usize) -> usize {
-        // SAFETY: written once, with the chunk, under the lock the caller holds.
-        self.bitmaps[c].with(|address| unsafe { *address })
+        self.chunk_address(c) + chunk_layout::<K, V>(c).1
     }
 
     /// The key `key` (with hash `hash`)'s value, if the shard holds it.
@@ -525,15 +562,13 @@ impl<K: Hash + Eq, V> Shard<K, V> {
             if slot >= MAX_SLOTS {
                 return None;
             }
-            let (entries, bits) = allocate_chunk::<K, V>(chunk);
+            let new = allocate_chunk::<K, V>(chunk);
             // Published by the Release store of the first word pointing into it
             // (`try_insert`), which is what readers acquire.
-            // SAFETY: only holders of the lock write a chunk's addresses, once;
-            // readers read the entries' only after acquiring a word that points into
-            // the chunk, which is published after this write.
-            self.chunks[chunk].with_mut(|address| unsafe { *address = entries });
-            // SAFETY: as above; read only under the lock.
-            self.bitmaps[chunk].with_mut(|address| unsafe { *address = bits });
+            // SAFETY: only holders of the lock write a chunk's address, once; readers
+            // read it only after acquiring a word that points into the chunk, which
+            // is published after this write.
+            self.chunks[chunk].with_mut(|address| unsafe { *address = new });
         }
         writer.fresh += 1;
         Some(slot)
@@ -752,15 +787,9 @@ impl<K, V> Drop for Shard<K, V> {
         for c in 0..CHUNKS {
             let chunk = self.chunk_address(c);
             if chunk != 0 {
-                let entries = ptr::with_exposed_provenance_mut::<Entry<K, V>>(chunk);
-                let bits = ptr::with_exposed_provenance_mut::<AtomicU64>(self.bitmap_address(c));
-                // SAFETY: both allocated by `allocate_chunk` as boxed slices of these
-                // lengths, freed only here (entries are `MaybeUninit`: freeing the
-                // array drops none).
-                unsafe {
-                    drop(Box::from_raw(ptr::slice_from_raw_parts_mut(entries, chunk_len(c))));
-                    drop(Box::from_raw(ptr::slice_from_raw_parts_mut(bits, chunk_len(c).div_ceil(64))));
-                }
+                // SAFETY: allocated by `allocate_chunk`, freed only here; every
+                // entry was dropped above (or never written).
+                unsafe { free_chunk::<K, V>(c, chunk) };
             }
         }
     }
