@@ -28,6 +28,21 @@ const KEYS_PER_SHARD: usize = 512;
 /// The most shards a store uses.
 const MAX_SHARDS: usize = 1 << 16;
 
+/// Entries and indexes retired by a thread before the collector looks for ones to
+/// reclaim (each look costs a process-wide memory barrier, a system call): the
+/// collector's default, 32, made a sweep that evicts millions of keys spend most
+/// of its time in those barriers.
+#[cfg(not(loom))]
+const RETIRE_BATCH: usize = 256;
+
+/// The store's epoch collector.
+fn new_collector() -> Collector {
+    #[cfg(not(loom))]
+    return Collector::new().batch_size(RETIRE_BATCH);
+    #[cfg(loom)]
+    return Collector::new();
+}
+
 /// A per-key limiter: one state of algorithm `A` per key, at most `max_keys` keys.
 ///
 /// See the [crate docs](crate) for the map, eviction and the memory bound.
@@ -246,7 +261,7 @@ where
         let shards: Vec<_> = (0..shards).map(|_| Shard::new()).collect();
         let bounds = (0..shards.len()).map(|_| IdleBound::new()).collect();
         Self {
-            collector: Collector::new(),
+            collector: new_collector(),
             shards: shards.into_boxed_slice(),
             hasher,
             policies: [algorithm.policy()],
@@ -376,7 +391,7 @@ where
         let hash = self.hash(key);
         let guard = self.collector.enter();
         match self.shard(hash).get(hash, key, &guard) {
-            Some(state) if !self.algorithm.is_retired(state) => self.snapshot_of(hash, key, state, now, &guard),
+            Some(state) if !self.algorithm.is_retired(state) => self.snapshot_of(|| hash, key, state, now, &guard),
             _ => self.algorithm.snapshot(&self.algorithm.new_state(), now),
         }
     }
@@ -483,16 +498,17 @@ where
         for shard in self.shards.iter() {
             for (key, state) in shard.iter(&guard) {
                 if !self.algorithm.is_retired(state) {
-                    f(key, self.snapshot_of(self.hash(key), key, state, now, &guard));
+                    f(key, self.snapshot_of(|| self.hash(key), key, state, now, &guard));
                 }
             }
         }
     }
 
-    /// `state`'s snapshot, read from its hot bucket if the key is hot.
+    /// `state`'s snapshot, read from its hot bucket if the key is hot (`hash` gives
+    /// the key's hash, asked for only then).
     pub(crate) fn snapshot_of<Q>(
         &self,
-        hash: u64,
+        hash: impl FnOnce() -> u64,
         key: &Q,
         state: &A::State,
         now: weir_core::Nanos,
@@ -506,7 +522,7 @@ where
             match gcra.state_kind(gcra_state) {
                 StateKind::Live => {}
                 StateKind::Promoted => {
-                    if let Some(stripes) = self.hot_keys.get(hash, key, guard)
+                    if let Some(stripes) = self.hot_keys.get(hash(), key, guard)
                         && stripes.owner() == owner_of(gcra_state)
                     {
                         return gcra.snapshot(stripes.bucket(), now);

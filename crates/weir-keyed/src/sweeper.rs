@@ -102,7 +102,10 @@ where
             let retired = self.algorithm.try_retire(state, now)
                 || (self.hot.is_some() && self.try_retire_hot(|| self.hash(key), key, state, now, guard));
             if retired {
-                if self.unlink(shard, self.hash(key), key, state, guard) {
+                // Unlinked here and counted once for the shard below: a sweep that
+                // evicts many keys writes the shared count once, not per key.
+                let hash = self.hash(key);
+                if shard.remove_if(hash, key, |_, current| std::ptr::eq(current, state), guard).is_some() {
                     evicted += 1;
                 }
             } else if publishing.is_some()
@@ -113,6 +116,11 @@ where
                 // load): the exact time, dearer, is computed for those alone.
                 no_idle_before = no_idle_before.min(at.as_u64());
             }
+        }
+        if evicted > 0 {
+            // Ordering: Relaxed; see `remove` (the count lags the unlinking above by
+            // this shard's sweep: the store only looks fuller for that long).
+            self.live.fetch_sub(evicted, Ordering::Relaxed);
         }
         match publishing {
             Some(_) => (evicted, self.publish_bound(bound, no_idle_before, insertions)),

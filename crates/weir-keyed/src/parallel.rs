@@ -1,0 +1,84 @@
+//! Parallel sweeps and iteration over a store's shards, on rayon's thread pool (the
+//! `rayon` feature): for large stores, where a sweep or a metrics pass over every
+//! key is long enough to spread over cores.
+
+use crate::{Keyed, KeyedAlgorithm};
+use rayon::prelude::*;
+use std::hash::{BuildHasher, Hash};
+use weir_core::{Clock, Snapshot};
+
+/// Shards handed to one rayon task at least: enough work per task to amortize the
+/// task and its epoch guard (one shard holds about 512 keys at full capacity).
+const SHARDS_PER_TASK: usize = 8;
+
+impl<K, A, C, S> Keyed<K, A, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A: KeyedAlgorithm + Sync,
+    A::State: Send + Sync + 'static,
+    C: Clock + Sync,
+    S: BuildHasher + Clone + Sync,
+{
+    /// [`sweep_all`](Self::sweep_all) with the shards spread over rayon's thread
+    /// pool: returns how many keys were evicted. Runs concurrently with checks, as
+    /// `sweep_all` does; every shard is swept at the same clock reading.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_core::{ManualClock, Quota};
+    /// use weir_keyed::{Keyed, KeyedConfig};
+    ///
+    /// let clock = ManualClock::new();
+    /// let store: Keyed<u64, _, _> = Keyed::gcra_with_clock(Quota::per_second(1)?, KeyedConfig::new(100_000)?, clock.clone());
+    /// for key in 0..10_000 {
+    ///     assert!(store.check(&key).is_allowed());
+    /// }
+    /// clock.advance(Duration::from_secs(1)); // every bucket is full again: idle
+    /// assert_eq!(store.par_sweep_all(), 10_000);
+    /// assert!(store.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn par_sweep_all(&self) -> usize {
+        let now = self.clock.now();
+        (0..self.shards.len())
+            .into_par_iter()
+            .with_min_len(SHARDS_PER_TASK)
+            .map_init(|| self.collector.enter(), |guard, index| self.sweep_shard(index, now, guard, None).0)
+            .sum()
+    }
+
+    /// [`for_each`](Self::for_each) with the shards spread over rayon's thread
+    /// pool: calls `f` with every stored key and its state (one clock reading for
+    /// all), from several threads at once. Weakly consistent, as `for_each` is.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use weir_core::{ManualClock, Quota};
+    /// use weir_keyed::{Keyed, KeyedConfig};
+    ///
+    /// let store: Keyed<u64, _, _> =
+    ///     Keyed::gcra_with_clock(Quota::per_second(10)?, KeyedConfig::new(100_000)?, ManualClock::new());
+    /// for key in 0..1_000 {
+    ///     let _ = store.check_n(&key, 4)?;
+    /// }
+    /// let remaining = AtomicU64::new(0);
+    /// store.par_for_each(|_, snapshot| {
+    ///     remaining.fetch_add(snapshot.remaining(), Ordering::Relaxed);
+    /// });
+    /// assert_eq!(remaining.into_inner(), 1_000 * 6);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn par_for_each(&self, f: impl Fn(&K, Snapshot) + Sync + Send) {
+        let now = self.clock.now();
+        (0..self.shards.len()).into_par_iter().with_min_len(SHARDS_PER_TASK).for_each_init(
+            || self.collector.enter(),
+            |guard, index| {
+                for (key, state) in self.shards[index].iter(guard) {
+                    if !self.algorithm.is_retired(state) {
+                        f(key, self.snapshot_of(|| self.hash(key), key, state, now, guard));
+                    }
+                }
+            },
+        );
+    }
+}
