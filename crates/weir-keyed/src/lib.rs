@@ -66,9 +66,31 @@
 //! reclamation), and the index is rebuilt, at the size its keys need, when its
 //! words in use pass 7/8 of it. Memory follows the keys stored, not the bound.
 //!
-//! A faster hasher can be plugged in as `S` where keys are trusted. A flood of keys
-//! that collide (were the hash's seed known) could only lengthen the probes of the
-//! shards it lands in, never change a decision.
+//! **The hash.** The hash of a check's key is on its critical path (the index
+//! word's address depends on it). Measured on the 2-core dev VM
+//! (`examples/hashers.rs`: a check of an existing `u64` key among 100 000 drawn
+//! uniformly, GCRA on the default clock, one thread, best of 3):
+//!
+//! | hasher (per-store random seed) | ns per check | ns per hash of a `u64` | collision floods |
+//! |---|---:|---:|---|
+//! | std `RandomState`, SipHash-1-3 (the default) | 63.0 | 3.92 | resists them: a keyed PRF |
+//! | foldhash `quality` | 47.9 | 0.71 | "minimally" resistant (its authors): not against an attacker who can probe timings |
+//! | foldhash `fast` | 41.4 | 0.50 | as above |
+//!
+//! (ahash, not a dependency here, is in foldhash's class unless built with AES
+//! instructions enabled.) The default stays SipHash: a store's keys (client IPs,
+//! API keys) come from untrusted clients, and a flood of colliding keys, were the
+//! seed known, could make every check of the shards it lands in probe a long run
+//! of the index (it could never change a decision). Where keys are trusted, pass
+//! `foldhash::fast::RandomState::default()` (or any `BuildHasher`) to
+//! [`Keyed::with_hasher`]: a third off a check of a key not in cache.
+//!
+//! **What a check costs**, against governor's keyed limiter in the same run (2-core
+//! dev VM, BENCHMARKS.md, "Keyed store: its own table"): on one thread 0.7× its
+//! throughput for a key in cache and 0.4× with keys spread over 100 000 (SipHash
+//! for both; weir's epoch guard and second cache line are the difference); on two
+//! threads 1.3× for both, and one key hit by both threads 1.7× (3.1× in hot-key
+//! mode), since governor's shard locks write a shared line on every check.
 //!
 //! # Exact idle eviction
 //!
@@ -121,10 +143,12 @@
 //! store of 100 000 keeps memory bounded (`tests/flood.rs` measures it).
 //!
 //! Memory per `u64` key (GCRA state, `weir-bench memory --full`, 10⁶ keys, 2-core
-//! dev VM, BENCHMARKS.md): 34.6 heap bytes (51.6 resident) in a full store, 44.1
-//! (61.8) in a store at 10% of its bound; governor's DashMap-based store, 35.7
-//! (36.1). Quick runs, with fewer keys, measure a few bytes less for every store.
-//! papaya's boxed entries and per-shard tables are the price of lock-free reads.
+//! dev VM, BENCHMARKS.md): 26.2 heap bytes (27.5 resident) in a full store, 42.5
+//! (45.1) in a store at 10% of its bound; governor's DashMap-based store, 35.7
+//! (35.9). A full store's key costs its entry (16 bytes: the key and the state), its
+//! index word at a load of 2/3 to 7/8 (5 to 6 bytes) and its share of its shard's
+//! header and slab rounding; a sparse store pays more of the per-shard fixed part
+//! (shards are sized for the bound).
 //!
 //! **Finding an idle key.** Each shard keeps a bound: no key of it can be idle
 //! before that clock reading (the least of its keys' idle times,

@@ -20,10 +20,10 @@ use weir_gcra::{GcraAlgorithm, LeaseStripes, StateKind};
 
 /// Keys per shard the shard count aims for at full capacity: a sweep step scans one
 /// shard, so this is the work of one step. Smaller shards sweep faster but each
-/// carries a minimum table, which costs memory when a store is far below its bound
-/// (measured, `weir-bench memory`: 256 keys per shard cost 65 heap bytes per key in a
-/// store at 10% of its bound, 512 cost 44, 1024 cost 37; a full store costs 30–35
-/// with any of them).
+/// carries a fixed part (its header, smallest index and first chunk), which costs
+/// memory when a store is far below its bound (`weir-bench memory --full`: 42.5
+/// heap bytes per key at 10% of the bound with 512 keys per shard, 26.2 in a full
+/// store).
 const KEYS_PER_SHARD: usize = 512;
 /// The most shards a store uses.
 const MAX_SHARDS: usize = 1 << 16;
