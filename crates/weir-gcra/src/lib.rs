@@ -551,7 +551,15 @@ impl Algorithm for GcraAlgorithm {
             return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
         }
         if admission.is_allowed() {
-            self.refund_ticks(state, quota.credit_ticks(n), clock);
+            // What is left of the admission's debt: time since it was decided has
+            // been repaying it, and crediting more would give back capacity that a
+            // later admission took (over-admission). The same rule as a lease's
+            // give-back.
+            let credit = quota.credit_ticks(n);
+            let admitted_at = admission.decided_at().as_u64();
+            self.refund_ticks_with(state, clock, |now| {
+                credit.saturating_sub(ticks::from_nanos(now.as_u64().saturating_sub(admitted_at)))
+            });
         }
         Ok(())
     }

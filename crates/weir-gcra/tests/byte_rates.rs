@@ -139,3 +139,24 @@ fn refunds_in_small_pieces_never_create_capacity() {
     }
     assert!(admitted <= 1_000, "1000 bytes refunded one at a time, then {admitted} admitted in calls of 100");
 }
+
+/// A refund that comes after the bucket refilled gives back only what is left of
+/// the admission's debt: it never frees capacity that later admissions took.
+#[test]
+fn a_late_refund_never_frees_a_later_admissions_capacity() {
+    let clock = ManualClock::new();
+    let limiter = Gcra::with_clock(Quota::per_second(10).unwrap().with_burst(2).unwrap(), clock.clone());
+    let first = limiter.check();
+    assert!(first.is_allowed());
+    clock.advance(Duration::from_secs(1)); // full again: the first admission is repaid
+    assert!(limiter.check().is_allowed() && limiter.check().is_allowed());
+    assert!(limiter.check().is_denied());
+    limiter.refund(1, &first).unwrap();
+    assert!(limiter.check().is_denied(), "a refund of a repaid admission freed a later one's capacity");
+    // A refund right after its admission still gives it back.
+    clock.advance(Duration::from_millis(100));
+    let fresh = limiter.check();
+    assert!(fresh.is_allowed());
+    limiter.refund(1, &fresh).unwrap();
+    assert!(limiter.check().is_allowed());
+}

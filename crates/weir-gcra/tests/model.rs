@@ -82,13 +82,15 @@ impl Model {
             Some(Decision::denied(self.snapshot(), ceil_ns(self.used + cost - self.tolerance())))
         }
     }
-    /// Refunds `n` of an admission (`allowed`) or of a denial (nothing).
-    fn refund(&mut self, n: u64, allowed: bool) -> bool {
+    /// Refunds `n` of an admission (`allowed`) made `since_ns` ago, or of a denial
+    /// (nothing): what is left of its debt, the credit less the time since.
+    fn refund(&mut self, n: u64, allowed: bool, since_ns: u64) -> bool {
         if n > self.quota.burst() {
             return false;
         }
         if allowed {
-            self.used = (self.used - self.credit(n)).max(0);
+            let credit = (self.credit(n) - since_ns as i128 * TICKS).max(0);
+            self.used = (self.used - credit).max(0);
         }
         true
     }
@@ -122,6 +124,7 @@ proptest! {
         let mut model = Model { quota: q, used: 0, last: 0 };
         let mut elapsed = 0u64;
         let mut last = limiter.check_n(0).unwrap(); // the decision a refund gives back
+        let mut last_at = 0u64; // when `last` was decided, in ns of `elapsed`
         for op in ops {
             match op {
                 Op::Advance(ns) => {
@@ -134,6 +137,7 @@ proptest! {
                     let actual = limiter.check_n(n);
                     if let Ok(d) = actual {
                         last = d;
+                        last_at = elapsed;
                     }
                     match expected {
                         None => prop_assert!(actual.is_err()),
@@ -143,7 +147,8 @@ proptest! {
                 }
                 Op::Refund(n) => {
                     model.drain(elapsed);
-                    prop_assert_eq!(limiter.refund(n, &last).is_ok(), model.refund(n, last.is_allowed()));
+                    let since = elapsed - last_at;
+                    prop_assert_eq!(limiter.refund(n, &last).is_ok(), model.refund(n, last.is_allowed(), since));
                 }
                 Op::SetQuota(q) => {
                     model.drain(elapsed);
