@@ -78,8 +78,9 @@
 //! the caller did not use, e.g. a request that failed before doing any work, or the
 //! earlier quotas of an all-of check that a later one denied. It credits `n × T`
 //! (rounded down, so that a call given back in pieces never credits more than it was
-//! charged: [`Quota::credit_ticks`]), never beyond a full bucket, and nothing for a
-//! denial:
+//! charged: [`Quota::credit_ticks`]) less the time since the admission was decided
+//! (that time has been repaying its debt; crediting it again would free capacity a
+//! later admission took), never beyond a full bucket, and nothing for a denial:
 //!
 //! ```
 //! use weir_core::{ManualClock, Quota};
@@ -335,8 +336,10 @@ impl GcraAlgorithm {
     /// a full bucket. `n` greater than the burst is an error: no single check could
     /// have taken it.
     ///
-    /// The same as [`Algorithm::refund`] given an admission, for callers that do not
-    /// keep it: a token bucket credits `n` units' time whenever they were taken.
+    /// [`Algorithm::refund`] without the admission, for a refund made right after
+    /// it: credits `n` units' time whenever they were taken, so a refund made after
+    /// the bucket refilled could free capacity a later admission took; prefer the
+    /// trait's method, which subtracts the time since the admission.
     /// (Called on a `GcraAlgorithm`, `algorithm.refund(state, n, clock)` is this
     /// method; the trait's is `Algorithm::refund(&algorithm, state, n, &admission,
     /// clock)`.)
@@ -534,11 +537,10 @@ impl Algorithm for GcraAlgorithm {
     }
 
     /// Credits `n` units' time (`n × T` under the quota in force, rounded down:
-    /// [`Quota::credit_ticks`]), never below a full bucket; nothing for a denied
-    /// `admission`. When the admission was made
-    /// does not matter to a token bucket: its debt is repaid in order, and what the
-    /// refill has already repaid is not credited twice (the TAT never goes below
-    /// now).
+    /// [`Quota::credit_ticks`]) less the time since `admission` was decided, never
+    /// below a full bucket; nothing for a denied `admission`. The time since repaid
+    /// that much of the admission's debt already; crediting it again could give back
+    /// capacity that a later admission took.
     fn refund<C: Clock + ?Sized>(
         &self,
         state: &GcraState,
