@@ -37,8 +37,8 @@
 //! - [`AllOf`] (`alloc`): several quotas at once (per minute, per day, a burst), a
 //!   request denied by one consuming nothing from the others;
 //! - [`QuotaCell`]: a quota replaced at run time while checks read it lock-free;
-//! - [`sync`]: the one module weir's crates take atomics from (loom's under `cfg(loom)`);
-//!   for weir's own crates, not part of what the `weir` facade offers users.
+//! - [`stripes`]: the stripe counts of weir's striped limiters, and how threads are
+//!   spread over them.
 //!
 //! With the `tokio` feature, [`TokioClock`] reads tokio's (pausable) time, so any
 //! limiter can be tested under `#[tokio::test(start_paused = true)]`.
@@ -84,12 +84,41 @@ mod all_of;
 pub mod clock;
 mod decision;
 mod limiter;
-pub mod nanos;
+mod nanos;
 mod quota;
 mod quota_cell;
 mod single;
 mod store;
-pub mod sync;
+pub mod stripes;
+mod sync;
+
+/// Not part of weir's public API and not covered by its semver promises: what
+/// weir's own crates share with each other. Hidden from the docs; a program that
+/// uses weir never needs it.
+#[doc(hidden)]
+pub mod __private {
+    /// The atomics facade every weir crate takes its atomics from (loom's under
+    /// `cfg(loom)`, so the model checker sees every atomic operation).
+    pub mod sync {
+        pub use crate::sync::*;
+    }
+    pub use crate::nanos::{duration_as_nanos_saturating, ticks};
+    use crate::stripes::MAX_STRIPES;
+
+    /// The stripe count for a request of `stripes`: rounded up to a power of two, or
+    /// `None` when it is 0 or above [`MAX_STRIPES`](crate::stripes::MAX_STRIPES) (each limiter turns that into its
+    /// own typed error).
+    pub fn checked_stripes(stripes: usize) -> Option<usize> {
+        if stripes == 0 || stripes > MAX_STRIPES { None } else { Some(stripes.next_power_of_two()) }
+    }
+
+    /// The calling thread's stripe number before the modulo: its round-robin thread
+    /// number (0 without `std`, and under loom, whose models pick stripes explicitly).
+    #[inline]
+    pub fn thread_stripe() -> usize {
+        crate::sync::thread_index()
+    }
+}
 
 #[cfg(feature = "alloc")]
 pub use all_of::{AllOf, AllOfError, AllOfMembers};
@@ -104,7 +133,7 @@ pub use clock::TokioClock;
 pub use clock::{CoarseClockError, InstantClock, MonotonicClock};
 pub use decision::{Decision, DenyReason, InsufficientCapacity, Snapshot};
 pub use limiter::{Algorithm, Limiter, Retire};
-pub use nanos::{Nanos, ticks};
+pub use nanos::Nanos;
 pub use quota::{MAX_TOLERANCE_TICKS, Quota, QuotaError};
 pub use quota_cell::QuotaCell;
 pub use store::{AsyncKeyedLimiter, KeyedLimiter, Local, Policy};

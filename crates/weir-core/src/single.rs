@@ -27,7 +27,7 @@ macro_rules! single_limiter {
         #[derive(Debug)]
         pub struct $name<C = $crate::MonotonicClock> {
             algorithm: $algorithm,
-            state: $crate::sync::CachePadded<$state>,
+            state: $crate::__private::sync::CachePadded<$state>,
             clock: C,
         }
 
@@ -36,7 +36,7 @@ macro_rules! single_limiter {
         #[derive(Debug)]
         pub struct $name<C> {
             algorithm: $algorithm,
-            state: $crate::sync::CachePadded<$state>,
+            state: $crate::__private::sync::CachePadded<$state>,
             clock: C,
         }
 

@@ -99,9 +99,9 @@
 use crate::{GcraAlgorithm, GcraState};
 use core::fmt;
 use core::time::Duration;
+use weir_core::__private::sync::{AtomicU64, CachePadded, Ordering};
 #[cfg(feature = "std")]
 use weir_core::Limiter;
-use weir_core::sync::{AtomicU64, CachePadded, Ordering};
 use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Snapshot};
 
 use alloc::boxed::Box;
@@ -116,8 +116,7 @@ pub const MAX_LEASE: u64 = (1 << PERMIT_BITS) - 1;
 const EXPIRY_SHIFT_NS: u32 = 12;
 /// The largest expiry (below [`REVOKED`]'s and [`CLAIMED`]'s).
 const MAX_EXPIRY: u64 = (u64::MAX >> PERMIT_BITS) - 2;
-/// The most stripes a limiter may have.
-pub const MAX_STRIPES: usize = 1 << 12;
+pub use weir_core::stripes::MAX_STRIPES;
 
 /// How a [`LeasedGcra`] spreads its bucket over stripes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,20 +130,18 @@ impl LeaseConfig {
     /// `stripes` stripes (rounded up to a power of two), leases of at most 64
     /// permits, usable for 1 ms.
     pub fn new(stripes: usize) -> Result<Self, LeaseConfigError> {
-        if stripes == 0 {
-            return Err(LeaseConfigError::ZeroStripes);
-        }
-        if stripes > MAX_STRIPES {
-            return Err(LeaseConfigError::TooManyStripes(stripes));
-        }
-        Ok(Self { stripes: stripes.next_power_of_two(), max_lease: 64, lifetime: Duration::from_millis(1) })
+        let stripes = match weir_core::__private::checked_stripes(stripes) {
+            Some(stripes) => stripes,
+            None if stripes == 0 => return Err(LeaseConfigError::ZeroStripes),
+            None => return Err(LeaseConfigError::TooManyStripes(stripes)),
+        };
+        Ok(Self { stripes, max_lease: 64, lifetime: Duration::from_millis(1) })
     }
 
     /// One stripe per available core (rounded up to a power of two).
     #[cfg(feature = "std")]
     pub fn per_core() -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_STRIPES);
-        Self { stripes: cores.next_power_of_two(), max_lease: 64, lifetime: Duration::from_millis(1) }
+        Self { stripes: weir_core::stripes::default_stripes(), max_lease: 64, lifetime: Duration::from_millis(1) }
     }
 
     /// Leases of at most `max_lease` permits (1 ..= 65535). 1 makes the limiter exact.
@@ -183,7 +180,7 @@ impl LeaseConfig {
     /// `stripes × min(max_lease, ⌈lifetime / T⌉ + 1)` (see the module docs).
     pub fn over_admission_bound(&self, quota: &Quota) -> u64 {
         let lifetime_ticks =
-            weir_core::ticks::from_nanos(weir_core::nanos::duration_as_nanos_saturating(self.lifetime));
+            weir_core::__private::ticks::from_nanos(weir_core::__private::duration_as_nanos_saturating(self.lifetime));
         // ⌈lifetime / T⌉ + 1, with T exact (a byte rate's T is not a whole tick).
         let per_stripe = if quota.is_whole_ticks() {
             lifetime_ticks.div_ceil(quota.emission_interval_ticks()).saturating_add(1)
@@ -263,7 +260,7 @@ fn charge_of(quota: &Quota) -> u64 {
     if quota.is_whole_ticks() {
         return quota.emission_interval_ticks();
     }
-    let period_ticks = quota.period().as_nanos() * weir_core::ticks::PER_NANO as u128;
+    let period_ticks = quota.period().as_nanos() * weir_core::__private::ticks::PER_NANO as u128;
     // Under 1000 ticks: below 2⁴² in 2⁻³² tick, clear of the mark.
     FRACTIONAL_CHARGE | ((period_ticks << 32) / quota.count() as u128) as u64
 }
@@ -322,7 +319,7 @@ impl LeaseStripes {
     /// A full bucket spread as `config` says; lease expiries count from `origin`.
     pub fn new(config: LeaseConfig, origin: Nanos) -> Self {
         let stripes: Vec<CachePadded<Stripe>> = (0..config.stripes).map(|_| CachePadded::default()).collect();
-        let lifetime_ns = weir_core::nanos::duration_as_nanos_saturating(config.lifetime);
+        let lifetime_ns = weir_core::__private::duration_as_nanos_saturating(config.lifetime);
         Self {
             state: CachePadded::new(GcraState::new()),
             latest_ns: CachePadded::new(AtomicU64::new(origin.as_u64())),
@@ -556,7 +553,7 @@ impl LeaseStripes {
         algorithm.refund_ticks_with(&self.state, clock, |now| {
             // Ordering: Relaxed; a monotone hint (see `latest_ns`).
             let latest = self.latest_ns.fetch_max(now.as_u64(), Ordering::Relaxed).max(now.as_u64());
-            owed.saturating_sub(weir_core::ticks::from_nanos(latest.saturating_sub(charged_at)))
+            owed.saturating_sub(weir_core::__private::ticks::from_nanos(latest.saturating_sub(charged_at)))
         });
         Ok(())
     }
@@ -583,7 +580,7 @@ impl LeaseStripes {
             // Ordering: Relaxed; a monotone hint (see `latest_ns`), read after the
             // refill that granted this lease raised it.
             let latest = self.latest_ns.fetch_max(now.as_u64(), Ordering::Relaxed).max(now.as_u64());
-            owed.saturating_sub(weir_core::ticks::from_nanos(latest.saturating_sub(granted_at)))
+            owed.saturating_sub(weir_core::__private::ticks::from_nanos(latest.saturating_sub(granted_at)))
         });
     }
 
@@ -696,14 +693,14 @@ impl<C: Clock> LeasedGcra<C> {
     #[cfg(feature = "std")]
     #[inline]
     pub fn check(&self) -> Decision {
-        self.check_on(stripe_of_this_thread(), 1).unwrap_or_else(|_| self.never_admits())
+        self.check_on(weir_core::__private::thread_stripe(), 1).unwrap_or_else(|_| self.never_admits())
     }
 
     /// Checks a request of cost `n` on the calling thread's stripe.
     #[cfg(feature = "std")]
     #[inline]
     pub fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
-        self.check_on(stripe_of_this_thread(), n)
+        self.check_on(weir_core::__private::thread_stripe(), n)
     }
 
     /// Checks a request of cost `n` on stripe `stripe` (taken modulo the stripe
@@ -819,11 +816,4 @@ impl<C: Clock> Limiter for LeasedGcra<C> {
     fn snapshot(&self) -> Snapshot {
         LeasedGcra::snapshot(self)
     }
-}
-
-/// The calling thread's stripe index: weir-core's round-robin thread index.
-#[cfg(feature = "std")]
-#[inline]
-pub fn stripe_of_this_thread() -> usize {
-    weir_core::sync::thread_index()
 }

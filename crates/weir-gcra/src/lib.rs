@@ -120,8 +120,9 @@ extern crate std;
 pub mod leased;
 pub use leased::{LeaseConfig, LeaseConfigError, LeaseStripes, LeasedGcra};
 
-use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, QuotaCell, Retire, Snapshot, ticks};
+use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
+use weir_core::__private::ticks;
+use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, QuotaCell, Retire, Snapshot};
 
 /// The latest time, in ticks since the limiter's creation, that a limiter uses. Later
 /// readings are clamped to it, so `now + capacity in use` (at most 2⁶³ ticks, see
@@ -587,7 +588,7 @@ impl Retire for GcraAlgorithm {
         // changes the TAT, and the new value is judged again (retired only if it is
         // still idle at `now`, which changes no decision at or after `now`); one that
         // comes after finds RETIRED and is denied. A promoted TAT is never idle.
-        weir_core::sync::replace_if(&state.tat, RETIRED, |tat| tat <= now)
+        weir_core::__private::sync::replace_if(&state.tat, RETIRED, |tat| tat <= now)
     }
 
     fn is_retired(&self, state: &GcraState) -> bool {

@@ -234,7 +234,7 @@ proptest! {
         }
         for (q, admitted) in spans {
             let bound = config.over_admission_bound(&q);
-            let t_ns = weir_core::ticks::to_nanos_ceil(q.emission_interval_ticks());
+            let t_ns = weir_core::__private::ticks::to_nanos_ceil(q.emission_interval_ticks());
             for i in 0..admitted.len() {
                 let mut cost = 0u64;
                 for j in i..admitted.len() {

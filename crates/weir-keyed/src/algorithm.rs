@@ -75,7 +75,7 @@ pub trait KeyedAlgorithm: Retire {
 /// exact time until then (GCRA rounds up to the next whole ns, when the TAT is
 /// reached).
 fn idle_after_reset<A: Algorithm>(algorithm: &A, state: &A::State, now: Nanos) -> Nanos {
-    let reset = weir_core::nanos::duration_as_nanos_saturating(algorithm.snapshot(state, now).reset_after());
+    let reset = weir_core::__private::duration_as_nanos_saturating(algorithm.snapshot(state, now).reset_after());
     Nanos::new(now.as_u64().saturating_add(reset))
 }
 

@@ -9,9 +9,8 @@ use crate::table::{Guard, Inserted};
 use crate::{Keyed, KeyedAlgorithm, KeyedConfigError};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use weir_core::sync::Ordering;
+use weir_core::__private::sync::Ordering;
 use weir_core::{Clock, Decision, InsufficientCapacity, Nanos, Retire};
-use weir_gcra::leased::stripe_of_this_thread;
 use weir_gcra::{GcraAlgorithm, GcraState, LeaseConfig, LeaseStripes, StateKind};
 
 /// Hot-key mode for a GCRA store: when checks of one key collide (a check loses
@@ -199,7 +198,7 @@ where
     {
         match self.hot_keys.get(hash, key, guard) {
             Some(stripes) if stripes.owner() == owner_of(gcra_state) => {
-                let decision = stripes.check_on(gcra, stripe_of_this_thread(), n, &now);
+                let decision = stripes.check_on(gcra, weir_core::__private::thread_stripe(), n, &now);
                 match decision {
                     Ok(d) if d.is_denied() && gcra.is_retired(stripes.bucket()) => {
                         // A sweep retired the hot bucket (it was idle, every lease

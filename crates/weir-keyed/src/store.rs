@@ -9,9 +9,9 @@ use crate::{AtCapacity, HotKeys, KeyedAlgorithm, KeyedConfig};
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
+use weir_core::__private::sync::{AtomicBool, AtomicUsize, CachePadded, Ordering};
 #[cfg(doc)]
 use weir_core::Limiter;
-use weir_core::sync::{AtomicBool, AtomicUsize, CachePadded, Ordering};
 use weir_core::{
     Algorithm, AsyncKeyedLimiter, Clock, Decision, DenyReason, InsufficientCapacity, KeyedLimiter, MonotonicClock,
     Policy, Quota, Snapshot,
@@ -661,7 +661,7 @@ where
     }
 
     pub(crate) fn capacity_denial(&self) -> Decision {
-        let retry = weir_core::nanos::duration_as_nanos_saturating(self.config.capacity_retry_after);
+        let retry = weir_core::__private::duration_as_nanos_saturating(self.config.capacity_retry_after);
         Decision::denied_because(DenyReason::KeyCapacity, Snapshot::new(self.algorithm.limit(), 0, 0), retry)
     }
 

@@ -203,9 +203,14 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
     /// With real leases (more than one permit each) a hot key over-admits, within
-    /// the documented bound: over every prefix of the schedule, each key admits at
-    /// most what an exact bucket admits plus `LeaseConfig::over_admission_bound`,
-    /// however promotions, sweeps and lease expiries interleave.
+    /// the documented bound: each key's admissions, fed in order into a bucket of
+    /// `burst + LeaseConfig::over_admission_bound` permits refilled at the quota's
+    /// rate, always fit (over every interval, at most burst + bound + elapsed / T
+    /// are admitted), however promotions, sweeps and lease expiries interleave.
+    ///
+    /// (Comparing running totals with an exact bucket fed the same requests is not
+    /// this bound: a 3-permit request that the exact bucket denies for lack of one
+    /// permit would count as 3 over.)
     #[test]
     fn hot_keys_over_admit_at_most_the_lease_bound(
         per_second in prop::sample::select(vec![5u64, 10, 100, 1_000, 10_000]),
@@ -232,8 +237,8 @@ proptest! {
         let clock = ManualClock::new();
         let s = store(quota, lease, &clock);
         let mut now_ns = 0u64;
-        // Per key: the reference, and what each admitted so far.
-        let mut keys: HashMap<u8, (Meter, u64, u64)> = HashMap::new();
+        // Per key: a bucket of burst + bound that every admission must fit.
+        let mut keys: HashMap<u8, Meter> = HashMap::new();
         for op in ops {
             match op {
                 Op::Advance(ns) => {
@@ -242,18 +247,13 @@ proptest! {
                 }
                 Op::Check { key, n } => {
                     let n = n.min(burst);
-                    let (meter, by_store, by_model) =
-                        keys.entry(key).or_insert((Meter::new(1_000_000_000 / per_second, burst), 0, 0));
+                    let meter = keys.entry(key).or_insert(Meter::new(1_000_000_000 / per_second, burst + bound));
                     if s.check_n(&(key as u64), n).unwrap().is_allowed() {
-                        *by_store += n;
+                        prop_assert!(
+                            meter.check(n, now_ns),
+                            "key {}: {} admitted at {} ns beyond the burst {} + bound {}", key, n, now_ns, burst, bound
+                        );
                     }
-                    if meter.check(n, now_ns) {
-                        *by_model += n;
-                    }
-                    prop_assert!(
-                        *by_store <= *by_model + bound,
-                        "key {}: admitted {} against the exact {} + bound {}", key, by_store, by_model, bound
-                    );
                 }
                 Op::Promote(key) => {
                     s.promote(&(key as u64));

@@ -3,10 +3,11 @@
 
 use core::fmt;
 use core::time::Duration;
+use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
+use weir_core::__private::ticks;
 #[cfg(any(feature = "std", loom))]
 use weir_core::Nanos;
-use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_core::{Clock, Quota, ticks};
+use weir_core::{Clock, Quota};
 
 use crate::queue::{BoundedQueue, PopError, PushError, Snooze};
 use crate::{BuildError, LeakSchedule, LeakSlot};

@@ -50,9 +50,10 @@
 
 use core::fmt;
 use core::time::Duration;
-use weir_core::nanos::duration_as_nanos_saturating;
-use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_core::{Clock, MAX_TOLERANCE_TICKS, Nanos, Quota, ticks};
+use weir_core::__private::duration_as_nanos_saturating;
+use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
+use weir_core::__private::ticks;
+use weir_core::{Clock, MAX_TOLERANCE_TICKS, Nanos, Quota};
 
 use crate::BuildError;
 

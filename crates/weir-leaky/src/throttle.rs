@@ -59,7 +59,7 @@
 
 use core::fmt;
 use core::time::Duration;
-use weir_core::sync::{AtomicU64, CachePadded, Ordering};
+use weir_core::__private::sync::{AtomicU64, CachePadded, Ordering};
 use weir_core::{Clock, Nanos, Quota, TokioClock};
 
 use crate::schedule::RawSlot;

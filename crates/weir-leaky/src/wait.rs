@@ -20,7 +20,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 
 use core::time::Duration;
 use std::sync::PoisonError;
-use weir_core::sync::{AtomicU64, CachePadded, Ordering, fence};
+use weir_core::__private::sync::{AtomicU64, CachePadded, Ordering, fence};
 use weir_core::{Clock, Nanos};
 
 /// One blocking sleeper, in `Waiters::sleepers`.

@@ -260,7 +260,7 @@ async fn leases(url: &str, secs: f64) {
         let limiter = RedisLimiter::gcra(&redis, quota).with_prefix("bench:overshoot:").unwrap();
         clients.push(Arc::new(Leased::new(limiter, config).unwrap()));
     }
-    let admitted = Arc::new(weir_core::sync::AtomicU64::new(0));
+    let admitted = Arc::new(weir_core::__private::sync::AtomicU64::new(0));
     let started = Instant::now();
     let mut handles = Vec::new();
     for c in &clients {
@@ -271,7 +271,7 @@ async fn leases(url: &str, secs: f64) {
                 while Instant::now() < deadline {
                     if c.check("shared").await.unwrap().is_allowed() {
                         // Ordering: Relaxed; a count read after the tasks are joined.
-                        admitted.fetch_add(1, weir_core::sync::Ordering::Relaxed);
+                        admitted.fetch_add(1, weir_core::__private::sync::Ordering::Relaxed);
                     }
                 }
             }));
@@ -282,7 +282,7 @@ async fn leases(url: &str, secs: f64) {
     }
     let elapsed = started.elapsed().as_secs_f64();
     // Ordering: Relaxed; the tasks are joined.
-    let admitted = admitted.load(weir_core::sync::Ordering::Relaxed) as f64;
+    let admitted = admitted.load(weir_core::__private::sync::Ordering::Relaxed) as f64;
     let exact = burst + rate * elapsed;
     let (decisions, trips): (u64, u64) =
         clients.iter().map(|c| (c.decisions(), c.round_trips())).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));

@@ -31,7 +31,7 @@ use crate::limiter::deciding;
 use crate::{ConfigError, Error, RedisLimiter};
 use core::fmt;
 use core::time::Duration;
-use weir_core::sync::{AtomicBool, AtomicU64, Ordering};
+use weir_core::__private::sync::{AtomicBool, AtomicU64, Ordering};
 use weir_core::{AsyncKeyedLimiter, Clock, Decision, MonotonicClock, Nanos, Policy, Quota, Snapshot};
 use weir_keyed::{Keyed, KeyedConfig};
 

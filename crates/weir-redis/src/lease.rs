@@ -56,7 +56,7 @@ use core::time::Duration;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
-use weir_core::sync::{AtomicU64, Ordering};
+use weir_core::__private::sync::{AtomicU64, Ordering};
 use weir_core::{AsyncKeyedLimiter, Clock, Decision, InsufficientCapacity, MonotonicClock, Nanos, Policy, Snapshot};
 
 /// How leases are sized and how long they live.

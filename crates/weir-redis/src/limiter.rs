@@ -4,7 +4,7 @@ use crate::math::{GcraMicros, NS, WindowMicros};
 use crate::{ConfigError, Error, Redis, scripts};
 use core::fmt;
 use std::sync::Arc;
-use weir_core::sync::{AtomicU64, Ordering};
+use weir_core::__private::sync::{AtomicU64, Ordering};
 use weir_core::{AsyncKeyedLimiter, Clock, Decision, InsufficientCapacity, Nanos, Policy, Quota, Snapshot};
 
 /// The most quotas in one tier.

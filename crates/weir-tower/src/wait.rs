@@ -258,7 +258,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_core::sync::{AtomicU64, Ordering};
+    use weir_core::__private::sync::{AtomicU64, Ordering};
     use weir_core::{KeyedLimiter, Local, Quota, TokioClock};
     use weir_keyed::{KeyedConfig, KeyedGcra};
 

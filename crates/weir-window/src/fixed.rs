@@ -66,7 +66,7 @@
 
 use crate::WindowError;
 use crate::frame::{self, Frame};
-use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
+use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
 use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
 
 /// Fixed-window parameters shared by any number of [`FixedWindowState`]s: the limit,
@@ -346,7 +346,7 @@ impl Retire for FixedWindowAlgorithm {
         // One CAS to RETIRED while the word is idle (see `replace_if`): an admission
         // that lands first changes the word and it is judged again; one that comes
         // after finds RETIRED and is denied.
-        weir_core::sync::replace_if(&state.word, RETIRED, |word| {
+        weir_core::__private::sync::replace_if(&state.word, RETIRED, |word| {
             let (window, count) = self.unpack(word);
             count == 0 || window_now > window
         })

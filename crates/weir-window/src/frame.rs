@@ -31,7 +31,7 @@ pub(crate) fn limit_and_period(quota: &Quota) -> Result<(u64, u64), WindowError>
         return Err(WindowError::BurstIsNotCount { count: quota.count(), burst: quota.burst() });
     }
     // A quota's period is non-zero and at most u64::MAX ns (validated by Quota).
-    let period = weir_core::nanos::duration_as_nanos_saturating(quota.period()).max(1);
+    let period = weir_core::__private::duration_as_nanos_saturating(quota.period()).max(1);
     Ok((quota.count(), period))
 }
 

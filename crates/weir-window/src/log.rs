@@ -84,7 +84,7 @@ use crate::frame;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt;
-use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering, fence};
+use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering, fence};
 use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
 
 /// The largest limit a sliding log accepts: 2²⁴ (16,777,216) timestamps, 128 MiB.

@@ -81,7 +81,7 @@
 
 use crate::WindowError;
 use crate::frame::{self, Frame};
-use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering};
+use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
 use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
 
 /// Sliding-window-counter parameters shared by any number of
@@ -437,7 +437,7 @@ const RETIRED: u64 = u64::MAX;
 impl Retire for SlidingWindowAlgorithm {
     fn try_retire(&self, state: &SlidingWindowState, now: Nanos) -> bool {
         // As for the fixed window: one CAS to RETIRED while the word is idle.
-        weir_core::sync::replace_if(&state.word, RETIRED, |word| self.idle_word(word, now))
+        weir_core::__private::sync::replace_if(&state.word, RETIRED, |word| self.idle_word(word, now))
     }
 
     fn is_retired(&self, state: &SlidingWindowState) -> bool {

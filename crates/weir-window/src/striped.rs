@@ -203,11 +203,10 @@ use crate::WindowError;
 use crate::frame::{self, Frame};
 use alloc::boxed::Box;
 use core::fmt;
-use weir_core::sync::{AtomicU64, Backoff, CachePadded, Ordering, fence};
+use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering, fence};
 use weir_core::{Clock, Decision, InsufficientCapacity, Limiter, Nanos, Quota, Snapshot};
 
-/// The most stripes a striped limiter may have.
-pub const MAX_STRIPES: usize = 1024;
+pub use weir_core::stripes::MAX_STRIPES;
 
 /// How a [`StripedSlidingWindow`] trades accuracy for throughput near its limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -328,12 +327,10 @@ impl Core {
         let (limit, period) = frame::limit_and_period(&builder.quota)?;
         let stripes = match builder.stripes {
             Some(0) => return Err(WindowError::ZeroStripes),
-            Some(s) if s > MAX_STRIPES => return Err(WindowError::TooManyStripes { stripes: s, max: MAX_STRIPES }),
-            Some(s) => s,
+            Some(s) => weir_core::__private::checked_stripes(s)
+                .ok_or(WindowError::TooManyStripes { stripes: s, max: MAX_STRIPES })?,
             None => default_stripes(),
-        }
-        .next_power_of_two()
-        .min(MAX_STRIPES);
+        };
         let batch = match builder.batch {
             Some(0) => return Err(WindowError::ZeroBatch),
             Some(b) if b > limit => return Err(WindowError::BatchAboveLimit { batch: b, limit }),
@@ -924,24 +921,8 @@ impl Core {
     }
 }
 
-/// The default stripe count: the available parallelism with `std`, else 1.
-fn default_stripes() -> usize {
-    #[cfg(feature = "std")]
-    {
-        std::thread::available_parallelism().map_or(1, core::num::NonZeroUsize::get)
-    }
-    #[cfg(not(feature = "std"))]
-    {
-        1
-    }
-}
-
-/// The calling thread's stripe number (before `mod stripes`): weir-core's
-/// round-robin thread index.
-#[inline]
-fn thread_stripe() -> usize {
-    weir_core::sync::thread_index()
-}
+use weir_core::__private::thread_stripe;
+use weir_core::stripes::default_stripes;
 
 /// Builds a [`StripedSlidingWindow`]: stripes, batch, mode and window alignment.
 ///

@@ -241,7 +241,7 @@ fn bad_input_is_a_typed_error() {
     assert_eq!(build(StripedBuilder::new(q).stripes(0)), Err(WindowError::ZeroStripes));
     assert_eq!(
         build(StripedBuilder::new(q).stripes(5000)),
-        Err(WindowError::TooManyStripes { stripes: 5000, max: 1024 })
+        Err(WindowError::TooManyStripes { stripes: 5000, max: 4096 })
     );
     assert_eq!(build(StripedBuilder::new(q).batch(0)), Err(WindowError::ZeroBatch));
     assert_eq!(build(StripedBuilder::new(q).batch(101)), Err(WindowError::BatchAboveLimit { batch: 101, limit: 100 }));
