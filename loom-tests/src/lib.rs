@@ -15,9 +15,10 @@ pub use history::RealTime;
 pub use history::{Span, interleavings, linearizations};
 
 /// Stores of weir-keyed for the eviction models (`keyed_eviction.rs`,
-/// `window_eviction.rs`) and the table models (`keyed_table.rs`): the production
-/// `Keyed` (its `check_n`, sweeps, `remove` and promotion, over its own table, whose
-/// atomics, lock and cells are loom's), on a clock frozen at 0.
+/// `window_eviction.rs`): the production `Keyed` (its `check_n`, sweeps, `remove`
+/// and promotion) over the small model map weir-keyed uses under loom in place of
+/// its table (the table's own protocol is modelled in `keyed_eviction.rs`'s
+/// `mod table`), on a clock frozen at 0.
 #[cfg(all(loom, feature = "keyed"))]
 pub mod keyed {
     use loom::sync::Arc;

@@ -2,7 +2,8 @@
 //! with its retry on a retired state, the sweep's retire-then-unlink, `remove`, and
 //! hot-key promotion with its owner checks, `check_hot`'s clean-up and
 //! `retire_promoted`), over the small model map weir-keyed uses under loom in place
-//! of papaya (each map operation one atomic step, as each of papaya's is).
+//! of its table (each map operation one atomic step, as each of the table's is to
+//! the store); and, in `mod table`, the table's own publication protocol.
 //!
 //! At a clock frozen at 0 no state that admitted anything is ever idle, so whatever
 //! the interleaving, a key admits at most its burst; and eviction only drops idle
@@ -167,6 +168,32 @@ fn a_search_publishing_bounds_never_hides_a_key_inserted_meanwhile() {
     });
 }
 
+/// Two first checks of one new key in a store at its bound but for that key (one
+/// place left): whichever inserts the key, the other finds it, so both are decided
+/// on its one state and neither is refused for capacity; the store ends with the
+/// key in its one free place.
+#[test]
+fn racing_first_checks_of_a_new_key_share_the_last_place() {
+    use weir_core::DenyReason;
+    use weir_keyed::{AtCapacity, KeyedConfig};
+    loom::model(|| {
+        let config = KeyedConfig::new(2).unwrap().at_capacity(AtCapacity::Deny);
+        let store = Arc::new(Keyed::with_hasher(gcra(4), config, Nanos::ZERO, Hasher::default()));
+        assert!(store.check(&9).is_allowed()); // one place left
+        let other = {
+            let store = store.clone();
+            thread::spawn(move || store.check(&1))
+        };
+        let mine = store.check(&1);
+        let theirs = other.join().unwrap();
+        for decision in [mine, theirs] {
+            assert_ne!(decision.deny_reason(), Some(DenyReason::KeyCapacity), "refused while the store had room");
+            assert!(decision.is_allowed());
+        }
+        assert_eq!(store.len(), 2);
+    });
+}
+
 /// The table a store keeps its keys in, on its own: its publication protocol
 /// (an entry written, then its index word published; an index rebuilt, then its
 /// address published; a word turned into a tombstone) under loom's atomics, lock
@@ -183,10 +210,10 @@ mod table {
 
     fn insert(shard: &Shard<u8, u64>, collector: &Collector, key: u8, value: u64) -> Result<u64, u64> {
         let guard = collector.enter();
-        match shard.try_insert(hash(key), key, value, &Hasher::default(), &guard) {
+        match shard.try_insert(hash(key), key, value, || true, &Hasher::default(), &guard) {
             Ok(value) => Ok(*value),
             Err(Inserted::Held(value)) => Err(*value),
-            Err(Inserted::Full) => unreachable!("a model's slab is small"),
+            Err(Inserted::Refused | Inserted::Full) => unreachable!("admitted, and a model's slab is small"),
         }
     }
 

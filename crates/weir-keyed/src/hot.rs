@@ -255,7 +255,7 @@ where
         let mut dropped_stale = false;
         let ours = loop {
             let stripes = LeaseStripes::new(config.lease, self.clock.now()).with_owner(owner);
-            match self.hot_keys.try_insert(hash, key.to_owned(), stripes, &self.hasher, guard) {
+            match self.hot_keys.try_insert(hash, key.to_owned(), stripes, || true, &self.hasher, guard) {
                 Ok(ours) => break Some(ours),
                 // Stripes of another state of this key. Whose are stale? If ours is
                 // still the key's linked, live state, theirs: their state was linked

@@ -153,7 +153,8 @@
 //! **Finding an idle key.** Each shard keeps a bound: no key of it can be idle
 //! before that clock reading (the least of its keys' idle times,
 //! [`KeyedAlgorithm::earliest_idle`], as of the shard's last search; a check only
-//! moves a key's idle time later, and each new key lowers the bound to its own).
+//! moves a key's idle time later, and each new key and each refund lowers the
+//! bound to its key's).
 //! The store keeps the least of them. A new key that finds the store full goes
 //! round the shards from the sweep's clock hand, skipping each whose bound is
 //! still ahead and sweeping the others, until a sweep evicts an idle key; if none

@@ -3,9 +3,11 @@
 //! the store: a lookup reads one published word, an insertion or unlinking is one
 //! store of a word under the shard's lock). The store's own protocols (eviction,
 //! promotion, the idle bounds) are modelled over it in `loom-tests`, in models that
-//! stay small; the table's protocol is modelled on its own code
-//! (`loom-tests/tests/keyed_table.rs`). Entries are never freed before the map is,
-//! as the epoch guards keep them in the real table.
+//! stay small; the table's publication protocol is modelled on its own code
+//! (`loom-tests/tests/keyed_eviction.rs`, `mod table`), without its collector:
+//! under loom retired slots are never reused, so slot reuse and reclamation are
+//! checked by miri on the table's unit tests, not by loom. Entries are never freed
+//! before the map is, as the epoch guards keep them in the real table.
 
 use crate::table::{Guard, Inserted};
 use loom::sync::Mutex;
@@ -56,12 +58,16 @@ impl<K: Eq, V> Shard<K, V> {
         _hash: u64,
         key: K,
         value: V,
+        admit: impl FnOnce() -> bool,
         _hasher: &S,
         _guard: &'g Guard<'_>,
     ) -> Result<&'g V, Inserted<'g, V>> {
         let mut linked = self.linked.lock().unwrap();
         if let Some(at) = self.find(&linked, &key) {
             return Err(Inserted::Held(self.entry(linked[at]).1));
+        }
+        if !admit() {
+            return Err(Inserted::Refused);
         }
         let slot = self.arena.iter().position(|slot| slot.get().is_none()).expect("a loom model's map is small");
         let _ = self.arena[slot].set((key, value));

@@ -431,10 +431,15 @@ where
         }
         let hash = self.hash(key);
         let guard = self.collector.enter();
-        let Some(state) = self.shard(hash).get(hash, key, &guard) else {
+        let index = self.shard_index(hash);
+        let Some(state) = self.shards[index].get(hash, key, &guard) else {
             return Ok(());
         };
-        self.refund_state(hash, key, state, n, admission, &guard)
+        self.refund_state(hash, key, state, n, admission, &guard)?;
+        // The refund may have made the key idle sooner than the idle bounds say: a
+        // full store looking for room must not skip it.
+        self.note_new_key(index, state, self.clock.now());
+        Ok(())
     }
 
     /// Forgets `key` (its next check starts from a fresh state); returns whether it
@@ -610,47 +615,62 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.reserve()?;
-        let inserted = shard.try_insert(hash, key.to_owned(), self.algorithm.new_state(), &self.hasher, guard);
-        match inserted {
-            Ok(state) => Ok((state, true)),
-            Err(found) => {
-                // Ordering: Relaxed; give back the reservation (see `remove`).
-                self.live.fetch_sub(1, Ordering::Relaxed);
-                match found {
-                    Inserted::Held(current) => Ok((current, false)),
-                    // The shard's slab is at its limit (only for stores of more than
-                    // 2⁴⁰ keys): as full as the store.
-                    Inserted::Full => Err(Full),
+        loop {
+            // The place in the bound is taken under the shard's lock, once the key is
+            // known to be absent: a racing first check of the same key then either
+            // finds it or inserts it itself, and never sees the store full for a
+            // place taken for this very key.
+            let inserted = shard.try_insert(
+                hash,
+                key.to_owned(),
+                self.algorithm.new_state(),
+                || self.take_place(),
+                &self.hasher,
+                guard,
+            );
+            match inserted {
+                Ok(state) => return Ok((state, true)),
+                Err(Inserted::Held(current)) => return Ok((current, false)),
+                Err(Inserted::Refused) => self.make_room()?,
+                Err(Inserted::Full) => {
+                    // Ordering: Relaxed; give back the place (see `remove`). The
+                    // shard's slab is at its limit (only for stores of more than 2⁴⁰
+                    // keys): as full as the store.
+                    self.live.fetch_sub(1, Ordering::Relaxed);
+                    return Err(Full);
                 }
             }
         }
     }
 
-    /// Takes one of the `max_keys` places, evicting idle keys if the policy allows.
-    pub(crate) fn reserve(&self) -> Result<(), Full> {
+    /// Takes one of the `max_keys` places if one is free; never evicts (it runs
+    /// under a shard's lock, and eviction takes shard locks).
+    fn take_place(&self) -> bool {
         // Ordering: Relaxed; the bound needs only the atomicity of the CAS on this
         // counter, not ordering with other memory.
         let mut live = self.live.load(Ordering::Relaxed);
-        loop {
-            if live >= self.config.max_keys {
-                if matches!(self.config.at_capacity, AtCapacity::Deny) {
-                    return Err(Full);
-                }
-                let evicted = self.evict_for_room();
-                // Ordering: Relaxed; see above.
-                live = self.live.load(Ordering::Relaxed);
-                if !evicted && live >= self.config.max_keys {
-                    return Err(Full);
-                }
-                continue;
-            }
+        while live < self.config.max_keys {
             // Ordering: Relaxed; see above.
             match self.live.compare_exchange_weak(live, live + 1, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Ok(()),
+                Ok(_) => return true,
                 Err(actual) => live = actual,
             }
         }
+        false
+    }
+
+    /// After a full store refused a place: evicts idle keys if the policy allows,
+    /// and says whether another try can succeed.
+    fn make_room(&self) -> Result<(), Full> {
+        if matches!(self.config.at_capacity, AtCapacity::Deny) {
+            return Err(Full);
+        }
+        let evicted = self.evict_for_room();
+        // Ordering: Relaxed; see `take_place`.
+        if !evicted && self.live.load(Ordering::Relaxed) >= self.config.max_keys {
+            return Err(Full);
+        }
+        Ok(())
     }
 
     pub(crate) fn at_capacity(&self, n: u64) -> Result<Decision, InsufficientCapacity> {

@@ -17,12 +17,13 @@ pub(crate) struct IdleBound {
     /// No key that is neither hot nor retired can be idle before this clock reading
     /// (ns; 0: unknown). Published by a search for an idle key, as the least of the
     /// keys' [`KeyedAlgorithm::earliest_idle`] (for the store, of the shards'
-    /// bounds); lowered by each new key to its own, after its first check. A check
-    /// only moves a key's idle time later, so the bound holds until the clock
-    /// reaches it.
+    /// bounds); lowered by each new key to its own, after its first check, and by
+    /// each refund to the refunded key's. A check only moves a key's idle time
+    /// later (a refund moves it earlier, and lowers the bound), so the bound holds
+    /// until the clock reaches it.
     pub(crate) no_idle_before_ns: AtomicU64,
-    /// New keys taken in: a search that sees it change while it runs may have
-    /// missed one, and publishes "unknown" (see `Keyed::publish_bound`).
+    /// New keys taken in and refunds made: a search that sees it change while it
+    /// runs may have missed one, and publishes "unknown" (see `Keyed::publish_bound`).
     pub(crate) insertions: AtomicU64,
 }
 
@@ -176,9 +177,9 @@ where
     }
 
     /// Accounts for a key just inserted into shard `index` with state `state`, after
-    /// its first check (or right away, for a key inserted unchecked): lowers the
-    /// shard's bound, then the store's, to the key's earliest idle time (see
-    /// `publish_bound`).
+    /// its first check (or right away, for a key inserted unchecked), or for a key
+    /// whose idle time a refund moved earlier: lowers the shard's bound, then the
+    /// store's, to the key's earliest idle time (see `publish_bound`).
     pub(crate) fn note_new_key(&self, index: usize, state: &A::State, now: Nanos) {
         let at = self.earliest_idle(state, now);
         for bound in [&self.bounds[index], &*self.store_bound] {

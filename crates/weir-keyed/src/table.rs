@@ -467,13 +467,17 @@ impl<K, V> Shard<K, V> {
 impl<K: Hash + Eq, V> Shard<K, V> {
     /// Inserts `value` for `key` (hash `hash`) unless the shard holds `key`: `Ok`
     /// with the inserted value, or what was found instead (the value held for
-    /// `key`, or a slab at `MAX_SLOTS`). `hasher` is the store's, for rebuilding the
+    /// `key`, a refusal by `admit`, or a slab at `MAX_SLOTS`). `admit` runs under
+    /// the shard's lock once `key` is known to be absent, so that whatever it
+    /// takes (a place in the store's bound) is taken only for an insertion no
+    /// other thread can make first. `hasher` is the store's, for rebuilding the
     /// index.
     pub fn try_insert<'g, S: BuildHasher>(
         &'g self,
         hash: u64,
         key: K,
         value: V,
+        admit: impl FnOnce() -> bool,
         hasher: &S,
         guard: &'g Guard<'_>,
     ) -> Result<&'g V, Inserted<'g, V>> {
@@ -481,6 +485,9 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         let index = self.index(guard);
         if let Some((_, (_, held))) = self.find(index, hash, |k, _| *k == key, guard) {
             return Err(Inserted::Held(held));
+        }
+        if !admit() {
+            return Err(Inserted::Refused);
         }
         let Some(slot) = self.take_slot(&mut writer) else {
             return Err(Inserted::Full);
@@ -799,7 +806,9 @@ impl<K, V> Drop for Shard<K, V> {
 pub enum Inserted<'g, V> {
     /// The key is held, with this value.
     Held(&'g V),
-    /// The shard's slab is full.
+    /// The key is absent and `admit` refused the insertion.
+    Refused,
+    /// The shard's slab is full (after `admit` allowed the insertion).
     Full,
 }
 
@@ -816,7 +825,7 @@ mod tests {
         value: u64,
         guard: &'g Guard<'_>,
     ) -> bool {
-        shard.try_insert(hasher.hash_one(key), key, value, hasher, guard).is_ok()
+        shard.try_insert(hasher.hash_one(key), key, value, || true, hasher, guard).is_ok()
     }
 
     #[test]
@@ -877,7 +886,7 @@ mod tests {
             for key in 0..32 {
                 let guard = collector.enter();
                 let hash = hasher.hash_one(key);
-                assert!(shard.try_insert(hash, key, format!("{round}"), &hasher, &guard).is_ok());
+                assert!(shard.try_insert(hash, key, format!("{round}"), || true, &hasher, &guard).is_ok());
             }
             for key in 0..32 {
                 let guard = collector.enter();

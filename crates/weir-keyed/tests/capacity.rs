@@ -139,3 +139,116 @@ fn a_full_window_store_with_one_idle_key_admits_a_new_key() {
     // Key 7's entry expires at 1 s; the others' (from 0.5 s) at 1.5 s.
     run(|now| SlidingLogAlgorithm::new(quota, now).unwrap(), 500, true, 1_250, "sliding log");
 }
+
+/// A refund makes a key idle again (its bucket full): a full store whose last
+/// search found no idle key must see it, not trust the bound that search published.
+#[test]
+fn a_key_made_idle_by_a_refund_makes_room() {
+    let clock = ManualClock::new();
+    let store: Store =
+        Keyed::gcra_with_clock(Quota::per_minute(3).unwrap(), KeyedConfig::new(1).unwrap(), clock.clone());
+    let admission = store.check_n(&1, 3).unwrap(); // key 1: bucket spent, idle in 60 s
+    assert!(admission.is_allowed());
+    clock.advance(Duration::from_millis(1));
+    // Full, key 1 busy: the search publishes "no idle key before 60 s".
+    assert_eq!(store.check(&2).deny_reason(), Some(DenyReason::KeyCapacity));
+    store.refund(&1, 3, &admission).unwrap(); // the request was not served: key 1 is full, so idle
+    assert_eq!(store.snapshot(&1).remaining(), 3);
+    let decision = store.check(&2);
+    assert!(decision.is_allowed(), "a new key was refused ({:?}) while key 1 is idle", decision.deny_reason());
+}
+
+mod racing_first_checks {
+    //! Two first checks of one new key: whichever inserts it, the other finds it.
+    //! A place in the bound is taken only under the shard's lock, after the key was
+    //! found absent, so no order of the two gives a capacity denial.
+
+    use std::hash::{Hash, Hasher};
+    use std::sync::mpsc::{Receiver, Sender, channel};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    use weir_core::{DenyReason, ManualClock, Quota};
+    use weir_gcra::GcraAlgorithm;
+    use weir_keyed::{AtCapacity, Keyed, KeyedConfig};
+
+    type Pause = Arc<Mutex<Option<(std::thread::ThreadId, Sender<()>, Receiver<()>)>>>;
+
+    /// A key whose clone (the store's `to_owned` when it inserts a new key) pauses
+    /// the thread named in the pause slot until told to go on.
+    struct Key(u64, Pause);
+
+    impl Clone for Key {
+        fn clone(&self) -> Self {
+            let pause = {
+                let mut slot = self.1.lock().unwrap();
+                match &*slot {
+                    Some((id, _, _)) if *id == std::thread::current().id() => slot.take(),
+                    _ => None,
+                }
+            };
+            if let Some((_, paused, go)) = pause {
+                paused.send(()).unwrap();
+                go.recv_timeout(Duration::from_secs(20)).expect("resumed");
+            }
+            Key(self.0, self.1.clone())
+        }
+    }
+    impl PartialEq for Key {
+        fn eq(&self, other: &Self) -> bool {
+            self.0 == other.0
+        }
+    }
+    impl Eq for Key {}
+    impl Hash for Key {
+        fn hash<H: Hasher>(&self, state: &mut H) {
+            self.0.hash(state)
+        }
+    }
+
+    /// Thread A's first check of key 1 is paused inside its insertion; thread B's
+    /// first check of key 1 runs meanwhile.
+    fn race(policy: AtCapacity, max_keys: usize, stored_before: u64) {
+        let pause: Pause = Arc::new(Mutex::new(None));
+        let store: Arc<Keyed<Key, GcraAlgorithm, ManualClock>> = Arc::new(Keyed::gcra_with_clock(
+            Quota::per_second(10).unwrap(),
+            KeyedConfig::new(max_keys).unwrap().at_capacity(policy),
+            ManualClock::new(),
+        ));
+        for k in 0..stored_before {
+            assert!(store.check(&Key(100 + k, pause.clone())).is_allowed()); // busy keys
+        }
+        let (paused_tx, paused_rx) = channel();
+        let (go_tx, go_rx) = channel();
+        let a = {
+            let store = store.clone();
+            let pause = pause.clone();
+            std::thread::spawn(move || {
+                *pause.lock().unwrap() = Some((std::thread::current().id(), paused_tx, go_rx));
+                store.check(&Key(1, pause.clone()))
+            })
+        };
+        paused_rx.recv_timeout(Duration::from_secs(20)).expect("A paused in its insertion");
+        let b = store.check(&Key(1, pause.clone()));
+        go_tx.send(()).unwrap();
+        let a = a.join().unwrap();
+        assert!(a.is_allowed(), "A: {:?}", a.deny_reason());
+        assert_ne!(b.deny_reason(), Some(DenyReason::KeyCapacity), "B refused for capacity while the store had room");
+        assert!(b.is_allowed());
+        assert_eq!(store.len(), stored_before as usize + 1);
+    }
+
+    #[test]
+    fn deny_policy_store_with_room() {
+        race(AtCapacity::Deny, 2, 1);
+    }
+
+    #[test]
+    fn evict_idle_policy_store_with_room_and_no_idle_key() {
+        race(AtCapacity::EvictIdle, 2, 1);
+    }
+
+    #[test]
+    fn empty_store_of_one() {
+        race(AtCapacity::EvictIdle, 1, 0);
+    }
+}
