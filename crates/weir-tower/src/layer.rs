@@ -83,16 +83,18 @@ impl Shared {
 
     /// The middleware's own answer to a refused request, after telling the hook.
     fn refuse(&self, policy: usize, parts: &Parts, refusal: Refusal) -> Response<Bytes> {
-        let policy = self.policies.get(policy).map_or("", |p| &*p.name);
+        let compiled = self.policies.get(policy);
+        let policy = compiled.map_or("", |p| &*p.name);
         let path = parts.uri.path();
         match refusal {
-            Refusal::Denied { decision, quota, key, headers } => {
+            Refusal::Denied { decision, limit, tier, key, headers } => {
+                let quota = compiled.map_or("", |p| p.quota_name(limit, tier, &decision));
                 let retry_after = decision.retry_after();
                 tracing::debug!(
-                    target: "weir_tower", policy, quota = &*quota, key = %key, path,
+                    target: "weir_tower", policy, quota, key = %key, path,
                     retry_after_s = retry_after.map(retry_after_secs), "rate limited"
                 );
-                let why = (Rejection::RateLimited, &*quota, Some(&key), Some(&decision), retry_after);
+                let why = (Rejection::RateLimited, quota, Some(&key), Some(&decision), retry_after);
                 self.respond(parts, policy, why, Some(headers))
             }
             Refusal::TurnedAway { retry_after, key } => {
@@ -391,14 +393,13 @@ where
         let Some(policy) = shared.policies.get(policy_index) else {
             return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), None);
         };
-        let keys: Keys = match policy.keys(&parts) {
-            Ok(keys) => keys,
-            Err(_) => return ResponseFuture::rejected(shared.unidentified(policy_index, &parts)),
-        };
+        let mut keys: Keys = Default::default();
+        if policy.keys(&parts, &mut keys).is_err() {
+            return ResponseFuture::rejected(shared.unidentified(policy_index, &parts));
+        }
         let (tiers, ready) = policy.cached_tiers(&keys);
         if ready {
             // Every store in memory, every tier cached: decided here, no future kept.
-            let mut keys = keys;
             return match policy.decide_now(&mut keys, &tiers, shared.legacy_headers) {
                 Verdict::Allowed(headers) => {
                     ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), headers)

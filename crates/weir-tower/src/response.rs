@@ -84,11 +84,7 @@ fn small_numbers() -> &'static [HeaderValue] {
     SMALL_NUMBERS.get_or_init(|| {
         (0..1000usize)
             .map(|n| {
-                let (start, len) = match n {
-                    0..10 => (n, 1),
-                    10..100 => (10 + (n - 10) * 2, 2),
-                    _ => (190 + (n - 100) * 3, 3),
-                };
+                let (start, len) = small_digits_at(n);
                 let digits = core::str::from_utf8(&SMALL_DIGITS[start..start + len]).unwrap_or("0");
                 HeaderValue::from_static(digits)
             })
@@ -96,17 +92,23 @@ fn small_numbers() -> &'static [HeaderValue] {
     })
 }
 
-/// `n` as a header value: below 1000 without allocating.
-#[inline]
-pub(crate) fn number(n: u64) -> HeaderValue {
-    match small_numbers().get(n as usize) {
-        Some(value) if n < 1000 => value.clone(),
-        _ => HeaderValue::from(n),
+/// Where the digits of `n < 1000` start in `SMALL_DIGITS`, and how many there are.
+const fn small_digits_at(n: usize) -> (usize, usize) {
+    match n {
+        0..10 => (n, 1),
+        10..100 => (10 + (n - 10) * 2, 2),
+        _ => (190 + (n - 100) * 3, 3),
     }
 }
 
-/// The decimal digits of `n`, at the end of `buf`.
+/// The decimal digits of `n`: below 1000 from the static table, else written at the
+/// end of `buf`.
+#[inline]
 fn digits(n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    if n < 1000 {
+        let (start, len) = small_digits_at(n as usize);
+        return SMALL_DIGITS.get(start..start + len).unwrap_or(b"0");
+    }
     let (mut n, mut at) = (n, buf.len());
     loop {
         at -= 1;
@@ -118,60 +120,96 @@ fn digits(n: u64, buf: &mut [u8; 20]) -> &[u8] {
     }
 }
 
-/// `"name";r=remaining;t=reset`: one allocation, of exactly its length.
-fn ratelimit_value(quoted_name: &str, remaining: u64, reset: u64) -> HeaderValue {
+/// `n` as a header value: below 1000 from the static table (no allocation), else
+/// one allocation of exactly its digits.
+#[inline]
+pub(crate) fn number(n: u64) -> HeaderValue {
+    match small_numbers().get(n as usize) {
+        Some(value) if n < 1000 => value.clone(),
+        _ => {
+            let mut buf = [0u8; 20];
+            let digits = Bytes::copy_from_slice(digits(n, &mut buf));
+            HeaderValue::from_maybe_shared(digits).unwrap_or(HeaderValue::from_static("0"))
+        }
+    }
+}
+
+/// `"name";r=remaining;t=reset`, from the quota's prefix `"name";r=` (made when the
+/// policy is compiled): one allocation, of exactly its length.
+fn ratelimit_value(prefix: &[u8], remaining: u64, reset: u64) -> HeaderValue {
     let (mut r, mut t) = ([0u8; 20], [0u8; 20]);
     let (r, t) = (digits(remaining, &mut r), digits(reset, &mut t));
-    let mut value = Vec::with_capacity(quoted_name.len() + 6 + r.len() + t.len());
-    value.extend_from_slice(quoted_name.as_bytes());
-    value.extend_from_slice(b";r=");
+    let mut value = Vec::with_capacity(prefix.len() + 3 + r.len() + t.len());
+    value.extend_from_slice(prefix);
     value.extend_from_slice(r);
     value.extend_from_slice(b";t=");
     value.extend_from_slice(t);
     HeaderValue::from_maybe_shared(Bytes::from(value)).unwrap_or(HeaderValue::from_static(""))
 }
 
-/// The header values for one decided request, formatted from the decision as the
-/// limiter made it.
+/// The legacy headers' numbers, as the limiter decided them; made header values as
+/// they are written (numbers below 1000 from a static table), so that the response's
+/// future carries three integers, not three header values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Legacy {
+    /// `X-RateLimit-Limit`.
+    pub(crate) limit: u64,
+    /// `X-RateLimit-Remaining`.
+    pub(crate) remaining: u64,
+    /// `X-RateLimit-Reset`: whole seconds until the quota is full again.
+    pub(crate) reset_secs: u64,
+}
+
+/// The headers for one decided request, from the decision as the limiter made it.
 #[derive(Debug, Clone)]
 pub(crate) struct RateLimitHeaders {
-    /// `RateLimit-Policy`: every quota applied to the request.
+    /// `RateLimit-Policy`: every quota applied to the request (made when the layer is
+    /// built, cloned here).
     pub(crate) policy: HeaderValue,
     /// `RateLimit`: the deciding quota's remaining and reset.
     pub(crate) ratelimit: HeaderValue,
     /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`, when switched on.
-    pub(crate) legacy: Option<[HeaderValue; 3]>,
+    pub(crate) legacy: Option<Legacy>,
 }
 
 impl RateLimitHeaders {
-    /// The headers for `decision`, made by the quota named `quoted_name` (already an
-    /// sf-string), under the quotas listed in `policy`.
-    pub(crate) fn new(policy: HeaderValue, quoted_name: &str, decision: &Decision, legacy: bool) -> Self {
+    /// The headers for `decision`, made by the quota whose `RateLimit` prefix
+    /// (`"name";r=`, the name an sf-string) is `prefix`, under the quotas listed in
+    /// `policy`.
+    pub(crate) fn new(policy: HeaderValue, prefix: &[u8], decision: &Decision, legacy: bool) -> Self {
         // `t`: when more quota comes back: for a denial, when this request would be
         // admitted; for an admission, when the quota is whole again.
         let t = match decision.retry_after() {
             Some(retry) => retry_after_secs(retry),
             None => ceil_secs(decision.reset_after()),
         };
-        let ratelimit = ratelimit_value(quoted_name, decision.remaining(), t);
-        let legacy = legacy.then(|| {
-            [number(decision.limit()), number(decision.remaining()), number(ceil_secs(decision.reset_after()))]
+        let ratelimit = ratelimit_value(prefix, decision.remaining(), t);
+        let legacy = legacy.then(|| Legacy {
+            limit: decision.limit(),
+            remaining: decision.remaining(),
+            reset_secs: ceil_secs(decision.reset_after()),
         });
         Self { policy, ratelimit, legacy }
     }
 
-    /// Writes the headers into `headers` (replacing any of the same names).
+    /// How many headers [`write`](Self::write) adds.
+    pub(crate) fn len(&self) -> usize {
+        if self.legacy.is_some() { 5 } else { 2 }
+    }
+
+    /// Writes the headers into `headers`, replacing any of the same names the
+    /// service set: the limiter's decision is what the client is told.
     pub(crate) fn write(self, headers: &mut HeaderMap) {
-        // Room for these and one more (the server's `content-length`), made before
-        // they go in: a map that must grow anyway grows while it holds only the
-        // service's own headers, not ours as well.
-        headers.reserve(if self.legacy.is_some() { 6 } else { 3 });
+        // Room for these and one more (the `content-length` axum's router adds after
+        // the layer), made before they go in: one growth at most, while the map
+        // holds only the service's own headers.
+        headers.reserve(self.len() + 1);
         headers.insert(RATELIMIT_POLICY, self.policy);
         headers.insert(RATELIMIT, self.ratelimit);
-        if let Some([limit, remaining, reset]) = self.legacy {
-            headers.insert(X_RATELIMIT_LIMIT, limit);
-            headers.insert(X_RATELIMIT_REMAINING, remaining);
-            headers.insert(X_RATELIMIT_RESET, reset);
+        if let Some(Legacy { limit, remaining, reset_secs }) = self.legacy {
+            headers.insert(X_RATELIMIT_LIMIT, number(limit));
+            headers.insert(X_RATELIMIT_REMAINING, number(remaining));
+            headers.insert(X_RATELIMIT_RESET, number(reset_secs));
         }
     }
 }
@@ -350,7 +388,7 @@ mod tests {
         for n in [0, 1, 9, 10, 42, 99, 100, 567, 999, 1000, 123_456, u64::MAX] {
             assert_eq!(number(n), n.to_string().as_str());
         }
-        let long = ratelimit_value(&"n".repeat(90), 1234567, 0);
+        let long = ratelimit_value(format!("{};r=", "n".repeat(90)).as_bytes(), 1234567, 0);
         assert_eq!(long, format!("{};r=1234567;t=0", "n".repeat(90)).as_str());
     }
 
@@ -365,7 +403,7 @@ mod tests {
     #[test]
     fn headers_carry_the_decision_as_made() {
         let d = Decision::allowed(Snapshot::new(100, 42, 17_200_000_000));
-        let h = RateLimitHeaders::new(HeaderValue::from_static("\"minute\";q=100;w=60"), "\"minute\"", &d, true);
+        let h = RateLimitHeaders::new(HeaderValue::from_static("\"minute\";q=100;w=60"), b"\"minute\";r=", &d, true);
         let mut map = HeaderMap::new();
         h.write(&mut map);
         assert_eq!(map["ratelimit"], "\"minute\";r=42;t=18");
@@ -374,7 +412,7 @@ mod tests {
         assert_eq!(map["x-ratelimit-remaining"], "42");
         assert_eq!(map["x-ratelimit-reset"], "18");
         let denied = Decision::denied(Snapshot::new(100, 0, 60_000_000_000), 300_000_000);
-        let h = RateLimitHeaders::new(HeaderValue::from_static("x"), "\"minute\"", &denied, false);
+        let h = RateLimitHeaders::new(HeaderValue::from_static("x"), b"\"minute\";r=", &denied, false);
         assert_eq!(h.ratelimit, "\"minute\";r=0;t=1");
         assert!(h.legacy.is_none());
     }
