@@ -54,10 +54,6 @@ pub(crate) fn policy_item(quoted_name: &str, limit: u64, window: Duration) -> St
     format!("{quoted_name};q={limit};w={}", ceil_secs(window).max(1))
 }
 
-/// The header values of 0 to 999, made once per process: a `HeaderValue` of a
-/// `&'static str` is cloned without allocating or touching a shared counter.
-static SMALL_NUMBERS: std::sync::OnceLock<Box<[HeaderValue]>> = std::sync::OnceLock::new();
-
 /// "0" to "999", one after the other.
 static SMALL_DIGITS: [u8; 2890] = small_digits();
 
@@ -80,16 +76,26 @@ const fn small_digits() -> [u8; 2890] {
     out
 }
 
-fn small_numbers() -> &'static [HeaderValue] {
-    SMALL_NUMBERS.get_or_init(|| {
-        (0..1000usize)
-            .map(|n| {
-                let (start, len) = small_digits_at(n);
-                let digits = core::str::from_utf8(&SMALL_DIGITS[start..start + len]).unwrap_or("0");
-                HeaderValue::from_static(digits)
-            })
-            .collect()
-    })
+/// The header values of 0 to 999, made at compile time: a `HeaderValue` of a
+/// `&'static str` is cloned without allocating or touching a shared counter, and the
+/// table is read without a check that it was made.
+static SMALL_NUMBERS: [HeaderValue; 1000] = small_numbers();
+
+const fn small_numbers() -> [HeaderValue; 1000] {
+    let mut out = [const { HeaderValue::from_static("0") }; 1000];
+    let mut n = 0;
+    while n < 1000 {
+        let (start, len) = small_digits_at(n);
+        let digits = SMALL_DIGITS.split_at(start).1.split_at(len).0;
+        let digits = match core::str::from_utf8(digits) {
+            Ok(digits) => digits,
+            Err(_) => "0",
+        };
+        // The value replaced is a static "0": nothing to drop.
+        core::mem::forget(core::mem::replace(&mut out[n], HeaderValue::from_static(digits)));
+        n += 1;
+    }
+    out
 }
 
 /// Where the digits of `n < 1000` start in `SMALL_DIGITS`, and how many there are.
@@ -124,7 +130,7 @@ fn digits(n: u64, buf: &mut [u8; 20]) -> &[u8] {
 /// one allocation of exactly its digits.
 #[inline]
 pub(crate) fn number(n: u64) -> HeaderValue {
-    match small_numbers().get(n as usize) {
+    match SMALL_NUMBERS.get(n as usize) {
         Some(value) if n < 1000 => value.clone(),
         _ => {
             let mut buf = [0u8; 20];
