@@ -3,7 +3,7 @@
 
 use crate::ip::ClientIp;
 use crate::key::{Key, KeySource, MissingKey};
-use crate::response::{RateLimitHeaders, policy_item, sf_string};
+use crate::response::{RateLimitHeaders, policy_item, problem_tail, sf_string};
 use crate::store::{Store, StoreError};
 use crate::throttle::KeyedThrottle;
 use crate::tier::Tiers;
@@ -197,10 +197,13 @@ struct QuotaText {
     ratelimit_prefix: Box<[u8]>,
     /// The name as events and problem bodies show it (the sf-string's content).
     name: Box<str>,
+    /// The end of a problem body refusing a request for this quota: the policy's
+    /// name and this one's (see [`problem_tail`]).
+    problem_tail: Box<[u8]>,
 }
 
 impl Variant {
-    fn new(store: &Store, names: impl Iterator<Item = String>) -> Self {
+    fn new(policy: &str, store: &Store, names: impl Iterator<Item = String>) -> Self {
         let quoted_names: Vec<String> = names.map(|n| sf_string(&n)).collect();
         let items: Vec<String> = quoted_names
             .iter()
@@ -209,9 +212,13 @@ impl Variant {
             .collect();
         let quotas = quoted_names
             .iter()
-            .map(|quoted| QuotaText {
-                ratelimit_prefix: format!("{quoted};r=").into_bytes().into_boxed_slice(),
-                name: quoted.trim_matches('"').into(),
+            .map(|quoted| {
+                let name = quoted.trim_matches('"');
+                QuotaText {
+                    ratelimit_prefix: format!("{quoted};r=").into_bytes().into_boxed_slice(),
+                    name: name.into(),
+                    problem_tail: problem_tail(policy, name).into_bytes().into_boxed_slice(),
+                }
             })
             .collect();
         Self { quotas, items: items.join(", ").into_boxed_str() }
@@ -285,7 +292,8 @@ pub(crate) fn compile(policy: Policy) -> Result<CompiledPolicy, String> {
         let clash = mine.iter().any(|n| seen.contains(n));
         seen.extend(mine);
         let rename = |n: &Arc<str>| if clash { format!("{n}-{}", i + 1) } else { n.to_string() };
-        let variants = stores.iter().map(|store| Variant::new(store, store.names().iter().map(rename))).collect();
+        let variants =
+            stores.iter().map(|store| Variant::new(&name, store, store.names().iter().map(rename))).collect();
         compiled.push(CompiledLimit { limit, variants });
     }
     let local = compiled.iter().all(|l| match &l.limit.kind {
@@ -557,10 +565,11 @@ impl CompiledPolicy {
     }
 
     /// The name of the quota of limit `i` (in its tier `tier`) that made `decision`,
-    /// as events and problem bodies show it.
-    pub(crate) fn quota_name(&self, i: usize, tier: Option<usize>, decision: &Decision) -> &str {
+    /// as events and problem bodies show it, and the end of a problem body naming it
+    /// (none if the quota is unknown).
+    pub(crate) fn quota_text(&self, i: usize, tier: Option<usize>, decision: &Decision) -> (&str, Option<&[u8]>) {
         let quota = self.variant(i, tier).and_then(|v| v.quota(decision.policy_index()));
-        quota.map_or("", |q| &q.name)
+        quota.map_or(("", None), |q| (&q.name, Some(&q.problem_tail)))
     }
 
     /// `RateLimit-Policy`: the quotas of every limit that applied to the request.

@@ -115,16 +115,38 @@ fn digits(n: u64, buf: &mut [u8; 20]) -> &[u8] {
         let (start, len) = small_digits_at(n as usize);
         return SMALL_DIGITS.get(start..start + len).unwrap_or(b"0");
     }
+    // Two digits at a time, from the last, as `itoa` does.
     let (mut n, mut at) = (n, buf.len());
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[at..];
-        }
+    while n >= 100 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        at -= 2;
+        buf[at] = PAIRS[pair];
+        buf[at + 1] = PAIRS[pair + 1];
     }
+    if n >= 10 {
+        let pair = n as usize * 2;
+        at -= 2;
+        buf[at] = PAIRS[pair];
+        buf[at + 1] = PAIRS[pair + 1];
+    } else {
+        at -= 1;
+        buf[at] = b'0' + n as u8;
+    }
+    &buf[at..]
 }
+
+/// "00" to "99", one after the other.
+static PAIRS: [u8; 200] = {
+    let mut out = [0u8; 200];
+    let mut n = 0;
+    while n < 100 {
+        out[2 * n] = b'0' + (n / 10) as u8;
+        out[2 * n + 1] = b'0' + (n % 10) as u8;
+        n += 1;
+    }
+    out
+};
 
 /// `n` as a header value: below 1000 from the static table (no allocation), else
 /// one allocation of exactly its digits.
@@ -233,6 +255,15 @@ pub enum Rejection {
 }
 
 impl Rejection {
+    /// The problem body's `title` and `detail`.
+    fn words(self) -> (&'static str, &'static str) {
+        match self {
+            Self::RateLimited => ("Too Many Requests", "The rate limit for this client is exhausted."),
+            Self::Unidentified => ("Client Not Identified", "The request does not say which client it is from."),
+            Self::Unavailable => ("Rate Limiter Unavailable", "The rate limiter could not decide; try again."),
+        }
+    }
+
     /// The status the middleware answers with.
     pub fn status(self) -> StatusCode {
         match self {
@@ -273,31 +304,86 @@ type DenyBodyFn = dyn Fn(&Denied<'_>) -> DenyBody + Send + Sync;
 /// own function.
 #[derive(Clone)]
 pub(crate) enum BodyStyle {
-    Problem { type_uri: Arc<str> },
+    Problem(Arc<ProblemHeads>),
     Custom(Arc<DenyBodyFn>),
 }
 
 impl Default for BodyStyle {
     fn default() -> Self {
-        Self::Problem { type_uri: Arc::from("about:blank") }
+        Self::problem("about:blank")
+    }
+}
+
+/// The start of each rejection's problem body, made once per layer: `type`,
+/// `title`, `status`, and `detail` up to where a retry time may follow.
+#[derive(Debug)]
+pub(crate) struct ProblemHeads([Box<[u8]>; 3]);
+
+impl ProblemHeads {
+    fn new(type_uri: &str) -> Self {
+        let head = |rejection: Rejection| {
+            let (title, detail) = rejection.words();
+            let mut out = String::from("{\"type\":");
+            json_string(&mut out, type_uri);
+            out.push_str(",\"title\":\"");
+            out.push_str(title);
+            out.push_str("\",\"status\":");
+            out.push_str(rejection.status().as_str());
+            out.push_str(",\"detail\":\"");
+            out.push_str(detail);
+            out.into_bytes().into_boxed_slice()
+        };
+        Self([Rejection::RateLimited, Rejection::Unidentified, Rejection::Unavailable].map(head))
+    }
+
+    fn head(&self, rejection: Rejection) -> &[u8] {
+        let [limited, unidentified, unavailable] = &self.0;
+        match rejection {
+            Rejection::RateLimited => limited,
+            Rejection::Unidentified => unidentified,
+            Rejection::Unavailable => unavailable,
+        }
     }
 }
 
 impl BodyStyle {
+    pub(crate) fn problem(type_uri: &str) -> Self {
+        Self::Problem(Arc::new(ProblemHeads::new(type_uri)))
+    }
+
     pub(crate) fn custom(f: impl Fn(&Denied<'_>) -> DenyBody + Send + Sync + 'static) -> Self {
         Self::Custom(Arc::new(f))
     }
 
     /// The rejection response: status, `Retry-After`, body; `headers` too if given.
-    pub(crate) fn response(&self, denied: &Denied<'_>, headers: Option<RateLimitHeaders>) -> Response<Bytes> {
+    /// `tail` is the end of the problem body for `denied`'s policy and quota, if it
+    /// was made beforehand (see [`problem_tail`]).
+    pub(crate) fn response(
+        &self,
+        denied: &Denied<'_>,
+        headers: Option<RateLimitHeaders>,
+        tail: Option<&[u8]>,
+    ) -> Response<Bytes> {
         let DenyBody { content_type, body } = match self {
-            Self::Problem { type_uri } => DenyBody { content_type: PROBLEM_JSON, body: problem_json(type_uri, denied) },
+            Self::Problem(heads) => {
+                let made;
+                let tail = match tail {
+                    Some(tail) => tail,
+                    None => {
+                        made = problem_tail(denied.policy, denied.quota);
+                        made.as_bytes()
+                    }
+                };
+                DenyBody { content_type: PROBLEM_JSON, body: problem_json(heads.head(denied.rejection), denied, tail) }
+            }
             Self::Custom(f) => f(denied),
         };
         let mut response = Response::new(body);
         *response.status_mut() = denied.rejection.status();
-        // Every header of a refusal, and the server's `content-length`, without growing.
-        *response.headers_mut() = HeaderMap::with_capacity(9);
+        // Every header of the refusal, and the `content-length` axum's router adds
+        // after the layer, in a map made for them: it never grows.
+        let count = 1 + usize::from(denied.retry_after_secs.is_some()) + headers.as_ref().map_or(0, |h| h.len());
+        *response.headers_mut() = HeaderMap::with_capacity(count + 1);
         let map = response.headers_mut();
         map.insert(CONTENT_TYPE, content_type);
         if let Some(secs) = denied.retry_after_secs {
@@ -310,44 +396,48 @@ impl BodyStyle {
     }
 }
 
-/// An RFC 9457 problem: `type`, `title`, `status`, `detail`, and the extension
-/// members `retry_after` (seconds), `policy` and `quota`.
-fn problem_json(type_uri: &str, denied: &Denied<'_>) -> Bytes {
-    let status = denied.rejection.status();
-    let (title, detail) = match denied.rejection {
-        Rejection::RateLimited => ("Too Many Requests", "The rate limit for this client is exhausted."),
-        Rejection::Unidentified => ("Client Not Identified", "The request does not say which client it is from."),
-        Rejection::Unavailable => ("Rate Limiter Unavailable", "The rate limiter could not decide; try again."),
-    };
-    let mut out = String::with_capacity(160 + type_uri.len() + denied.policy.len() + denied.quota.len());
-    let mut buf = [0u8; 20];
-    out.push_str("{\"type\":");
-    json_string(&mut out, type_uri);
-    out.push_str(",\"title\":\"");
-    out.push_str(title);
-    out.push_str("\",\"status\":");
-    out.push_str(status.as_str());
-    out.push_str(",\"detail\":\"");
-    out.push_str(detail);
-    if let Some(secs) = denied.retry_after_secs {
-        let secs_digits = core::str::from_utf8(digits(secs, &mut buf)).unwrap_or("1");
-        out.push_str(" Retry after ");
-        out.push_str(secs_digits);
-        out.push_str(if secs == 1 { " second.\"" } else { " seconds.\"" });
-        out.push_str(",\"retry_after\":");
-        out.push_str(secs_digits);
-    } else {
-        out.push('"');
-    }
-    if !denied.policy.is_empty() {
+/// The end of a problem body: the extension members `policy` and `quota` (each
+/// only if not empty), and the closing brace.
+pub(crate) fn problem_tail(policy: &str, quota: &str) -> String {
+    let mut out = String::with_capacity(24 + policy.len() + quota.len());
+    if !policy.is_empty() {
         out.push_str(",\"policy\":");
-        json_string(&mut out, denied.policy);
+        json_string(&mut out, policy);
     }
-    if !denied.quota.is_empty() {
+    if !quota.is_empty() {
         out.push_str(",\"quota\":");
-        json_string(&mut out, denied.quota);
+        json_string(&mut out, quota);
     }
     out.push('}');
+    out
+}
+
+/// An RFC 9457 problem: `type`, `title`, `status`, `detail` (from `head`), the
+/// extension member `retry_after` (seconds), and `tail` (`policy`, `quota`): written
+/// into one buffer of exactly its length, which becomes the body without a copy.
+fn problem_json(head: &[u8], denied: &Denied<'_>, tail: &[u8]) -> Bytes {
+    let mut buf = [0u8; 20];
+    let retry = denied.retry_after_secs.map(|secs| (secs, digits(secs, &mut buf)));
+    const RETRY_AFTER_TEXT: &[u8] = b" Retry after ";
+    const RETRY_AFTER_MEMBER: &[u8] = b",\"retry_after\":";
+    let (seconds, retry_len) = match retry {
+        Some((1, digits)) => (&b" second.\""[..], 2 * digits.len()),
+        Some((_, digits)) => (&b" seconds.\""[..], 2 * digits.len()),
+        None => (&b"\""[..], 0),
+    };
+    let retry_len = retry_len + if retry.is_some() { RETRY_AFTER_TEXT.len() + RETRY_AFTER_MEMBER.len() } else { 0 };
+    let mut out = Vec::with_capacity(head.len() + retry_len + seconds.len() + tail.len());
+    out.extend_from_slice(head);
+    if let Some((_, digits)) = retry {
+        out.extend_from_slice(RETRY_AFTER_TEXT);
+        out.extend_from_slice(digits);
+        out.extend_from_slice(seconds);
+        out.extend_from_slice(RETRY_AFTER_MEMBER);
+        out.extend_from_slice(digits);
+    } else {
+        out.extend_from_slice(seconds);
+    }
+    out.extend_from_slice(tail);
     Bytes::from(out)
 }
 
@@ -391,8 +481,12 @@ mod tests {
 
     #[test]
     fn numbers_are_header_values() {
-        for n in [0, 1, 9, 10, 42, 99, 100, 567, 999, 1000, 123_456, u64::MAX] {
+        for n in [0, 1, 9, 10, 42, 99, 100, 567, 999, 1000, 1001, 9999, 10_000, 86_400, 123_456, u64::MAX - 1, u64::MAX]
+        {
             assert_eq!(number(n), n.to_string().as_str());
+        }
+        for n in (0..100_000).chain((1..64).map(|shift| 1u64 << shift)).chain((1..20).map(|e| 10u64.pow(e) - 1)) {
+            assert_eq!(digits(n, &mut [0; 20]), n.to_string().as_bytes(), "{n}");
         }
         let long = ratelimit_value(format!("{};r=", "n".repeat(90)).as_bytes(), 1234567, 0);
         assert_eq!(long, format!("{};r=1234567;t=0", "n".repeat(90)).as_str());
@@ -433,7 +527,9 @@ mod tests {
             retry_after_secs: Some(1),
             decision: Some(&d),
         };
-        let body = problem_json("about:blank", &denied);
+        let heads = ProblemHeads::new("about:blank");
+        let tail = problem_tail(denied.policy, denied.quota);
+        let body = problem_json(heads.head(denied.rejection), &denied, tail.as_bytes());
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["status"], 429);
         assert_eq!(v["retry_after"], 1);
