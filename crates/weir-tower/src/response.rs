@@ -5,7 +5,7 @@ use bytes::Bytes;
 use core::fmt::Write as _;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use weir_core::Decision;
 
@@ -225,6 +225,17 @@ impl RateLimitHeaders {
         if self.legacy.is_some() { 5 } else { 2 }
     }
 
+    /// The values, in the order [`write`](Self::write) inserts them.
+    pub(crate) fn into_values(self, mut f: impl FnMut(HeaderValue)) {
+        f(self.policy);
+        f(self.ratelimit);
+        if let Some(Legacy { limit, remaining, reset_secs }) = self.legacy {
+            f(number(limit));
+            f(number(remaining));
+            f(number(reset_secs));
+        }
+    }
+
     /// Writes the headers into `headers`, replacing any of the same names the
     /// service set: the limiter's decision is what the client is told.
     pub(crate) fn write(self, headers: &mut HeaderMap) {
@@ -380,19 +391,62 @@ impl BodyStyle {
         };
         let mut response = Response::new(body);
         *response.status_mut() = denied.rejection.status();
-        // Every header of the refusal, and the `content-length` axum's router adds
-        // after the layer, in a map made for them: it never grows.
-        let count = 1 + usize::from(denied.retry_after_secs.is_some()) + headers.as_ref().map_or(0, |h| h.len());
-        *response.headers_mut() = HeaderMap::with_capacity(count + 1);
-        let map = response.headers_mut();
-        map.insert(CONTENT_TYPE, content_type);
-        if let Some(secs) = denied.retry_after_secs {
-            map.insert(RETRY_AFTER, number(secs));
+        // The map of the refusal's shape, cloned, its values set in its order: no
+        // header name is hashed.
+        let retry = denied.retry_after_secs;
+        let mut map = refusal_map(retry.is_some(), headers.as_ref().map_or(0, RateLimitHeaders::len)).clone();
+        let mut slots = map.values_mut();
+        let mut set = |value: HeaderValue| {
+            if let Some(slot) = slots.next() {
+                *slot = value;
+            }
+        };
+        set(content_type);
+        if let Some(secs) = retry {
+            set(number(secs));
         }
         if let Some(headers) = headers {
-            headers.write(map);
+            headers.into_values(set);
         }
+        *response.headers_mut() = map;
         response
+    }
+}
+
+/// The header maps of refusals, one per shape, made once per process: every header
+/// a refusal carries, in the order its values are set (`Content-Type`,
+/// `Retry-After`, then those of [`RateLimitHeaders::into_values`]), with placeholder
+/// values. A clone keeps the index's room (cloned whole) but its entries fit only
+/// these headers: the `content-length` axum's router adds after the layer moves them
+/// once, which costs less than hashing every name again.
+static REFUSAL_MAPS: LazyLock<[HeaderMap; 6]> = LazyLock::new(|| {
+    let shape = |i: usize| {
+        let (retry, headers) = (i >= 3, [0, 2, 5][i % 3]);
+        let mut map = HeaderMap::with_capacity(2 + headers + 1);
+        map.insert(CONTENT_TYPE, PROBLEM_JSON);
+        if retry {
+            map.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        let names = [RATELIMIT_POLICY, RATELIMIT, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET];
+        for name in names.into_iter().take(headers) {
+            map.insert(name, HeaderValue::from_static("0"));
+        }
+        map
+    };
+    core::array::from_fn(shape)
+});
+
+/// The map of a refusal with `Retry-After` or not, and `headers` rate-limit headers
+/// (0, 2 or 5).
+fn refusal_map(retry: bool, headers: usize) -> &'static HeaderMap {
+    let [none, two, all, retry_none, retry_two, retry_all] = &*REFUSAL_MAPS;
+    match (retry, headers) {
+        (false, 0) => none,
+        (false, 2) => two,
+        (false, _) => all,
+        (true, 0) => retry_none,
+        (true, 2) => retry_two,
+        (true, _) => retry_all,
     }
 }
 
@@ -518,6 +572,46 @@ mod tests {
     }
 
     #[test]
+    fn refusals_carry_every_header_in_order_as_the_limiter_decided() {
+        let d = Decision::denied(Snapshot::new(100, 0, 86_400_000_000_000), 3_600_000_000_000);
+        let denied = |retry: Option<u64>| Denied {
+            rejection: Rejection::RateLimited,
+            policy: "api",
+            quota: "day",
+            retry_after_secs: retry,
+            decision: Some(&d),
+        };
+        let policy = HeaderValue::from_static("\"day\";q=100;w=86400");
+        for legacy in [false, true] {
+            for retry in [None, Some(3600)] {
+                let headers = RateLimitHeaders::new(policy.clone(), b"\"day\";r=", &d, legacy);
+                let response = BodyStyle::default().response(&denied(retry), Some(headers), None);
+                let got: Vec<(&str, &str)> =
+                    response.headers().iter().map(|(n, v)| (n.as_str(), v.to_str().unwrap())).collect();
+                let mut want = vec![("content-type", "application/problem+json")];
+                want.extend(retry.map(|_| ("retry-after", "3600")));
+                want.extend([("ratelimit-policy", "\"day\";q=100;w=86400"), ("ratelimit", "\"day\";r=0;t=3600")]);
+                if legacy {
+                    want.extend([
+                        ("x-ratelimit-limit", "100"),
+                        ("x-ratelimit-remaining", "0"),
+                        ("x-ratelimit-reset", "86400"),
+                    ]);
+                }
+                assert_eq!(got, want, "legacy {legacy}, retry {retry:?}");
+            }
+            let custom = BodyStyle::custom(|_| DenyBody {
+                content_type: HeaderValue::from_static("text/plain"),
+                body: Bytes::new(),
+            });
+            let response = custom.response(&denied(Some(1)), None, None);
+            let got: Vec<(&str, &str)> =
+                response.headers().iter().map(|(n, v)| (n.as_str(), v.to_str().unwrap())).collect();
+            assert_eq!(got, [("content-type", "text/plain"), ("retry-after", "1")]);
+        }
+    }
+
+    #[test]
     fn problem_bodies_are_valid_json() {
         let d = Decision::denied(Snapshot::new(5, 0, 1), 1);
         let denied = Denied {
@@ -530,6 +624,11 @@ mod tests {
         let heads = ProblemHeads::new("about:blank");
         let tail = problem_tail(denied.policy, denied.quota);
         let body = problem_json(heads.head(denied.rejection), &denied, tail.as_bytes());
+        assert_eq!(
+            body,
+            "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The rate limit for \
+             this client is exhausted. Retry after 1 second.\",\"retry_after\":1,\"policy\":\"auth \\\"strict\\\"\",\"quota\":\"5m\"}"
+        );
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["status"], 429);
         assert_eq!(v["retry_after"], 1);
