@@ -572,6 +572,28 @@ mod tests {
     }
 
     #[test]
+    fn the_limiters_headers_replace_those_the_service_set() {
+        let d = Decision::allowed(Snapshot::new(100, 42, 17_200_000_000));
+        let mut map = HeaderMap::new();
+        map.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        map.insert(RATELIMIT, HeaderValue::from_static("\"own\";r=1;t=1"));
+        map.append(X_RATELIMIT_LIMIT, HeaderValue::from_static("1"));
+        map.append(X_RATELIMIT_LIMIT, HeaderValue::from_static("2"));
+        RateLimitHeaders::new(HeaderValue::from_static("\"minute\";q=100;w=60"), b"\"minute\";r=", &d, true)
+            .write(&mut map);
+        assert_eq!(map.get_all(RATELIMIT).iter().collect::<Vec<_>>(), ["\"minute\";r=42;t=18"]);
+        assert_eq!(map.get_all(X_RATELIMIT_LIMIT).iter().collect::<Vec<_>>(), ["100"]);
+        assert_eq!(map[CONTENT_TYPE], "text/plain");
+        assert_eq!(map.len(), 6);
+        // With the legacy headers off, the service's own legacy headers stay.
+        let mut map = HeaderMap::new();
+        map.insert(X_RATELIMIT_LIMIT, HeaderValue::from_static("7"));
+        RateLimitHeaders::new(HeaderValue::from_static("x"), b"\"minute\";r=", &d, false).write(&mut map);
+        assert_eq!(map[X_RATELIMIT_LIMIT], "7");
+        assert_eq!(map[RATELIMIT], "\"minute\";r=42;t=18");
+    }
+
+    #[test]
     fn refusals_carry_every_header_in_order_as_the_limiter_decided() {
         let d = Decision::denied(Snapshot::new(100, 0, 86_400_000_000_000), 3_600_000_000_000);
         let denied = |retry: Option<u64>| Denied {
