@@ -93,6 +93,17 @@ impl Key {
         }
     }
 
+    /// A key of `N` bytes of encoding, known to fit inline (the bytes past them are
+    /// zero, as [`encode`](Self::encode) leaves them).
+    #[inline]
+    fn inline<const N: usize>(encoding: [u8; N]) -> Self {
+        const { assert!(N <= INLINE) };
+        let mut bytes = [0u8; INLINE];
+        bytes[..N].copy_from_slice(&encoding);
+        // `N <= INLINE < 256`.
+        Self(Repr::Inline { len: N as u8, bytes })
+    }
+
     /// The client address `ip`, as is (an IPv4-mapped IPv6 address is its IPv4
     /// address).
     pub fn ip(ip: IpAddr) -> Self {
@@ -109,15 +120,18 @@ impl Key {
         match ip {
             IpAddr::V4(v4) => {
                 let prefix = prefix.min(32);
-                let bits = u32::from(v4) & mask32(prefix);
-                Self::encode(KeyKind::Ip, &[&[prefix], &bits.to_be_bytes()])
+                let [a, b, c, d] = (u32::from(v4) & mask32(prefix)).to_be_bytes();
+                Self::inline([KeyKind::Ip.tag(), prefix, a, b, c, d])
             }
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
                 Some(v4) => Self::ip_grouped(IpAddr::V4(v4), prefix.saturating_sub(96)),
                 None => {
                     let prefix = prefix.min(128);
-                    let bits = u128::from(v6) & mask128(prefix);
-                    Self::encode(KeyKind::Ip, &[&[prefix], &bits.to_be_bytes()])
+                    let mut encoding = [0u8; 18];
+                    encoding[0] = KeyKind::Ip.tag();
+                    encoding[1] = prefix;
+                    encoding[2..].copy_from_slice(&(u128::from(v6) & mask128(prefix)).to_be_bytes());
+                    Self::inline(encoding)
                 }
             },
         }
@@ -202,10 +216,14 @@ impl PartialEq for Key {
 
 impl Eq for Key {}
 
+/// One `write` of the encoding, without a length before it: a keyed store hashes a
+/// key on every check, and SipHash mixes the length in anyway. (Keys that are a
+/// prefix of one another hash alike only under a hasher that ignores the length;
+/// they are still told apart by `Eq`.)
 impl Hash for Key {
     #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.bytes().hash(state);
+        state.write(self.bytes());
     }
 }
 

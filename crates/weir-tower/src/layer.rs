@@ -83,17 +83,19 @@ impl Shared {
 
     /// The middleware's own answer to a refused request, after telling the hook.
     fn refuse(&self, policy: usize, parts: &Parts, refusal: Refusal) -> Response<Bytes> {
-        let policy = self.policies.get(policy).map_or("", |p| &*p.name);
+        let compiled = self.policies.get(policy);
+        let policy = compiled.map_or("", |p| &*p.name);
         let path = parts.uri.path();
         match refusal {
-            Refusal::Denied { decision, quota, key, headers } => {
+            Refusal::Denied { decision, limit, tier, key, headers } => {
+                let (quota, tail) = compiled.map_or(("", None), |p| p.quota_text(limit, tier, &decision));
                 let retry_after = decision.retry_after();
                 tracing::debug!(
-                    target: "weir_tower", policy, quota = &*quota, key = %key, path,
+                    target: "weir_tower", policy, quota, key = %key, path,
                     retry_after_s = retry_after.map(retry_after_secs), "rate limited"
                 );
-                let why = (Rejection::RateLimited, &*quota, Some(&key), Some(&decision), retry_after);
-                self.respond(parts, policy, why, Some(headers))
+                let why = (Rejection::RateLimited, quota, Some(&key), Some(&decision), retry_after);
+                self.respond(parts, policy, why, Some(headers), tail)
             }
             Refusal::TurnedAway { retry_after, key } => {
                 tracing::debug!(
@@ -105,11 +107,12 @@ impl Shared {
                     policy,
                     (Rejection::RateLimited, "throttle", Some(&key), None, Some(retry_after)),
                     None,
+                    None,
                 )
             }
             Refusal::Unavailable { error, key } => {
                 tracing::warn!(target: "weir_tower", policy, key = %key, path, %error, "rate limiter unavailable");
-                self.respond(parts, policy, (Rejection::Unavailable, "", Some(&key), None, None), None)
+                self.respond(parts, policy, (Rejection::Unavailable, "", Some(&key), None, None), None, None)
             }
         }
     }
@@ -117,24 +120,26 @@ impl Shared {
     fn unidentified(&self, policy: usize, parts: &Parts) -> Response<Bytes> {
         let policy = self.policies.get(policy).map_or("", |p| &*p.name);
         tracing::debug!(target: "weir_tower", policy, path = parts.uri.path(), "client not identified");
-        self.respond(parts, policy, (Rejection::Unidentified, "", None, None, None), None)
+        self.respond(parts, policy, (Rejection::Unidentified, "", None, None, None), None, None)
     }
 
     /// Tells the hook, then builds the response: `why` is the rejection, the
-    /// deciding quota, the key, the decision and the retry time.
+    /// deciding quota, the key, the decision and the retry time; `tail`, the end of
+    /// the problem body for the policy and quota, if made beforehand.
     fn respond(
         &self,
         parts: &Parts,
         policy: &str,
         why: (Rejection, &str, Option<&Key>, Option<&Decision>, Option<Duration>),
         headers: Option<RateLimitHeaders>,
+        tail: Option<&[u8]>,
     ) -> Response<Bytes> {
         let (rejection, quota, key, decision, retry_after) = why;
         if let Some(hook) = &self.on_limit {
             hook(&LimitEvent { request: parts, policy, rejection, quota, key, decision, retry_after });
         }
         let denied = Denied { rejection, policy, quota, retry_after_secs: retry_after.map(retry_after_secs), decision };
-        self.body.response(&denied, headers)
+        self.body.response(&denied, headers, tail)
     }
 }
 
@@ -301,7 +306,7 @@ impl RateLimitLayerBuilder {
 
     /// The `type` URI of the problem+json bodies (default `about:blank`).
     pub fn problem_type(self, uri: &str) -> Self {
-        Self { body: BodyStyle::Problem { type_uri: Arc::from(uri) }, ..self }
+        Self { body: BodyStyle::problem(uri), ..self }
     }
 
     /// Writes rejection bodies with `body` instead of problem+json.
@@ -391,14 +396,13 @@ where
         let Some(policy) = shared.policies.get(policy_index) else {
             return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), None);
         };
-        let keys: Keys = match policy.keys(&parts) {
-            Ok(keys) => keys,
-            Err(_) => return ResponseFuture::rejected(shared.unidentified(policy_index, &parts)),
-        };
+        let mut keys: Keys = Default::default();
+        if policy.keys(&parts, &mut keys).is_err() {
+            return ResponseFuture::rejected(shared.unidentified(policy_index, &parts));
+        }
         let (tiers, ready) = policy.cached_tiers(&keys);
         if ready {
             // Every store in memory, every tier cached: decided here, no future kept.
-            let mut keys = keys;
             return match policy.decide_now(&mut keys, &tiers, shared.legacy_headers) {
                 Verdict::Allowed(headers) => {
                     ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), headers)

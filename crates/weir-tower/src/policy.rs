@@ -3,7 +3,7 @@
 
 use crate::ip::ClientIp;
 use crate::key::{Key, KeySource, MissingKey};
-use crate::response::{RateLimitHeaders, policy_item, sf_string};
+use crate::response::{RateLimitHeaders, policy_item, problem_tail, sf_string};
 use crate::store::{Store, StoreError};
 use crate::throttle::KeyedThrottle;
 use crate::tier::Tiers;
@@ -181,28 +181,56 @@ impl Policy {
 }
 
 /// One variant of a limit's quotas (a plain store has one; a tiered limit one per
-/// tier): the quoted names, and the `RateLimit-Policy` items.
+/// tier): per quota, what its headers and refusals say of it, made once when the
+/// policy is compiled; and the `RateLimit-Policy` items.
 #[derive(Debug)]
 struct Variant {
-    quoted_names: Box<[Box<str>]>,
+    quotas: Box<[QuotaText]>,
     items: Box<str>,
 }
 
+/// What is said of one quota, made once: its name as the `RateLimit` header starts
+/// with it, and as events and problem bodies show it.
+#[derive(Debug)]
+struct QuotaText {
+    /// `"name";r=`: the name as a structured-field string, then the `r` parameter.
+    ratelimit_prefix: Box<[u8]>,
+    /// The name as events and problem bodies show it (the sf-string's content).
+    name: Box<str>,
+    /// The end of a problem body refusing a request for this quota: the policy's
+    /// name and this one's (see [`problem_tail`]).
+    problem_tail: Box<[u8]>,
+}
+
 impl Variant {
-    fn new(store: &Store, names: impl Iterator<Item = String>) -> Self {
-        let quoted_names: Box<[Box<str>]> = names.map(|n| sf_string(&n).into_boxed_str()).collect();
+    fn new(policy: &str, store: &Store, names: impl Iterator<Item = String>) -> Self {
+        let quoted_names: Vec<String> = names.map(|n| sf_string(&n)).collect();
         let items: Vec<String> = quoted_names
             .iter()
             .zip(store.policies())
             .map(|(name, policy)| policy_item(name, policy.limit(), policy.window()))
             .collect();
-        Self { quoted_names, items: items.join(", ").into_boxed_str() }
+        let quotas = quoted_names
+            .iter()
+            .map(|quoted| {
+                let name = quoted.trim_matches('"');
+                QuotaText {
+                    ratelimit_prefix: format!("{quoted};r=").into_bytes().into_boxed_slice(),
+                    name: name.into(),
+                    problem_tail: problem_tail(policy, name).into_bytes().into_boxed_slice(),
+                }
+            })
+            .collect();
+        Self { quotas, items: items.join(", ").into_boxed_str() }
     }
 
-    fn quoted_name(&self, policy_index: usize) -> &str {
-        self.quoted_names.get(policy_index).or(self.quoted_names.first()).map_or("\"\"", |n| n)
+    fn quota(&self, policy_index: usize) -> Option<&QuotaText> {
+        self.quotas.get(policy_index).or(self.quotas.first())
     }
 }
+
+/// `RateLimit`'s prefix for a quota with no name known.
+const UNNAMED_PREFIX: &[u8] = b"\"\";r=";
 
 /// A limit ready to check: its variants' header parts precomputed.
 #[derive(Debug)]
@@ -264,7 +292,8 @@ pub(crate) fn compile(policy: Policy) -> Result<CompiledPolicy, String> {
         let clash = mine.iter().any(|n| seen.contains(n));
         seen.extend(mine);
         let rename = |n: &Arc<str>| if clash { format!("{n}-{}", i + 1) } else { n.to_string() };
-        let variants = stores.iter().map(|store| Variant::new(store, store.names().iter().map(rename))).collect();
+        let variants =
+            stores.iter().map(|store| Variant::new(&name, store, store.names().iter().map(rename))).collect();
         compiled.push(CompiledLimit { limit, variants });
     }
     let local = compiled.iter().all(|l| match &l.limit.kind {
@@ -323,8 +352,9 @@ pub(crate) type Keys = [Option<Key>; MAX_LIMITS];
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Refusal {
-    /// A limit denied the request.
-    Denied { decision: Decision, quota: Box<str>, key: Key, headers: RateLimitHeaders },
+    /// A limit denied the request: the `limit`-th, checked in its tier `tier` (for a
+    /// tiered limit); its quota's name is looked up when the refusal is answered.
+    Denied { decision: Decision, limit: usize, tier: Option<usize>, key: Key, headers: RateLimitHeaders },
     /// A throttle turned the request away.
     TurnedAway { retry_after: Duration, key: Key },
     /// A store or a tier lookup failed.
@@ -341,9 +371,9 @@ pub(crate) enum Verdict {
 }
 
 impl CompiledPolicy {
-    /// The request's keys, or the index of a limit that denies keyless requests.
-    pub(crate) fn keys(&self, parts: &http::request::Parts) -> Result<Keys, usize> {
-        let mut keys: Keys = Default::default();
+    /// Reads the request's keys into `keys` (where they stay: the array is a few
+    /// hundred bytes, not worth moving), or says which limit denies keyless requests.
+    pub(crate) fn keys(&self, parts: &http::request::Parts, keys: &mut Keys) -> Result<(), usize> {
         for (i, limit) in self.limits.iter().enumerate() {
             keys[i] = match limit.limit.key.key(parts) {
                 Some(key) => Some(key),
@@ -354,7 +384,7 @@ impl CompiledPolicy {
                 },
             };
         }
-        Ok(keys)
+        Ok(())
     }
 
     /// Tiers the cache already knows, and whether the request can then be decided
@@ -473,12 +503,10 @@ impl CompiledPolicy {
         tiers: &[Option<usize>; MAX_LIMITS],
         legacy: bool,
     ) -> Verdict {
-        let variant = self.variant(i, tiers);
-        let quota = variant.map_or("\"\"", |v| v.quoted_name(decision.policy_index()));
-        let headers = RateLimitHeaders::new(self.policy_header(keys, tiers), quota, &decision, legacy);
-        let quota = quota.trim_matches('"').into();
+        let prefix = self.ratelimit_prefix(i, tiers[i], &decision);
+        let headers = RateLimitHeaders::new(self.policy_header(keys, tiers), prefix, &decision, legacy);
         let key = keys[i].take().unwrap_or_else(Key::global);
-        Verdict::Refused(Refusal::Denied { decision, quota, key, headers })
+        Verdict::Refused(Refusal::Denied { decision, limit: i, tier: tiers[i], key, headers })
     }
 
     /// The admission, with the headers of `best` (limit, decision).
@@ -490,9 +518,8 @@ impl CompiledPolicy {
         legacy: bool,
     ) -> Verdict {
         Verdict::Allowed(best.map(|(i, decision)| {
-            let variant = self.variant(i, tiers);
-            let quota = variant.map_or("\"\"", |v| v.quoted_name(decision.policy_index()));
-            RateLimitHeaders::new(self.policy_header(keys, tiers), quota, &decision, legacy)
+            let prefix = self.ratelimit_prefix(i, tiers[i], &decision);
+            RateLimitHeaders::new(self.policy_header(keys, tiers), prefix, &decision, legacy)
         }))
     }
 
@@ -522,12 +549,27 @@ impl CompiledPolicy {
         }
     }
 
-    fn variant(&self, i: usize, tiers: &[Option<usize>; MAX_LIMITS]) -> Option<&Variant> {
+    /// The quotas limit `i` applied: its tier's (`tier`), for a tiered limit.
+    fn variant(&self, i: usize, tier: Option<usize>) -> Option<&Variant> {
         let limit = self.limits.get(i)?;
         match &limit.limit.kind {
-            LimitKind::Tiered(_) => limit.variants.get(tiers[i]?),
+            LimitKind::Tiered(_) => limit.variants.get(tier?),
             _ => limit.variants.first(),
         }
+    }
+
+    /// `"name";r=` for the quota of limit `i` (in its tier `tier`) that made `decision`.
+    fn ratelimit_prefix(&self, i: usize, tier: Option<usize>, decision: &Decision) -> &[u8] {
+        let quota = self.variant(i, tier).and_then(|v| v.quota(decision.policy_index()));
+        quota.map_or(UNNAMED_PREFIX, |q| &q.ratelimit_prefix)
+    }
+
+    /// The name of the quota of limit `i` (in its tier `tier`) that made `decision`,
+    /// as events and problem bodies show it, and the end of a problem body naming it
+    /// (none if the quota is unknown).
+    pub(crate) fn quota_text(&self, i: usize, tier: Option<usize>, decision: &Decision) -> (&str, Option<&[u8]>) {
+        let quota = self.variant(i, tier).and_then(|v| v.quota(decision.policy_index()));
+        quota.map_or(("", None), |q| (&q.name, Some(&q.problem_tail)))
     }
 
     /// `RateLimit-Policy`: the quotas of every limit that applied to the request.
@@ -538,7 +580,7 @@ impl CompiledPolicy {
         }
         let items: Vec<&str> = (0..self.limits.len())
             .filter(|&i| keys[i].is_some())
-            .filter_map(|i| self.variant(i, tiers))
+            .filter_map(|i| self.variant(i, tiers[i]))
             .map(|v| &*v.items)
             .collect();
         HeaderValue::from_str(&items.join(", ")).unwrap_or(HeaderValue::from_static(""))

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use core::fmt::Write as _;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use weir_core::Decision;
 
@@ -54,10 +54,6 @@ pub(crate) fn policy_item(quoted_name: &str, limit: u64, window: Duration) -> St
     format!("{quoted_name};q={limit};w={}", ceil_secs(window).max(1))
 }
 
-/// The header values of 0 to 999, made once per process: a `HeaderValue` of a
-/// `&'static str` is cloned without allocating or touching a shared counter.
-static SMALL_NUMBERS: std::sync::OnceLock<Box<[HeaderValue]>> = std::sync::OnceLock::new();
-
 /// "0" to "999", one after the other.
 static SMALL_DIGITS: [u8; 2890] = small_digits();
 
@@ -80,98 +76,179 @@ const fn small_digits() -> [u8; 2890] {
     out
 }
 
-fn small_numbers() -> &'static [HeaderValue] {
-    SMALL_NUMBERS.get_or_init(|| {
-        (0..1000usize)
-            .map(|n| {
-                let (start, len) = match n {
-                    0..10 => (n, 1),
-                    10..100 => (10 + (n - 10) * 2, 2),
-                    _ => (190 + (n - 100) * 3, 3),
-                };
-                let digits = core::str::from_utf8(&SMALL_DIGITS[start..start + len]).unwrap_or("0");
-                HeaderValue::from_static(digits)
-            })
-            .collect()
-    })
+/// The header values of 0 to 999, made at compile time: a `HeaderValue` of a
+/// `&'static str` is cloned without allocating or touching a shared counter, and the
+/// table is read without a check that it was made.
+static SMALL_NUMBERS: [HeaderValue; 1000] = small_numbers();
+
+const fn small_numbers() -> [HeaderValue; 1000] {
+    let mut out = [const { HeaderValue::from_static("0") }; 1000];
+    let mut n = 0;
+    while n < 1000 {
+        let (start, len) = small_digits_at(n);
+        let digits = SMALL_DIGITS.split_at(start).1.split_at(len).0;
+        let digits = match core::str::from_utf8(digits) {
+            Ok(digits) => digits,
+            Err(_) => "0",
+        };
+        // The value replaced is a static "0": nothing to drop.
+        core::mem::forget(core::mem::replace(&mut out[n], HeaderValue::from_static(digits)));
+        n += 1;
+    }
+    out
 }
 
-/// `n` as a header value: below 1000 without allocating.
-#[inline]
-pub(crate) fn number(n: u64) -> HeaderValue {
-    match small_numbers().get(n as usize) {
-        Some(value) if n < 1000 => value.clone(),
-        _ => HeaderValue::from(n),
+/// Where the digits of `n < 1000` start in `SMALL_DIGITS`, and how many there are.
+const fn small_digits_at(n: usize) -> (usize, usize) {
+    match n {
+        0..10 => (n, 1),
+        10..100 => (10 + (n - 10) * 2, 2),
+        _ => (190 + (n - 100) * 3, 3),
     }
 }
 
-/// The decimal digits of `n`, at the end of `buf`.
+/// The decimal digits of `n`: below 1000 from the static table, else written at the
+/// end of `buf`.
+#[inline]
 fn digits(n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    if n < 1000 {
+        let (start, len) = small_digits_at(n as usize);
+        return SMALL_DIGITS.get(start..start + len).unwrap_or(b"0");
+    }
+    // Two digits at a time, from the last, as `itoa` does.
     let (mut n, mut at) = (n, buf.len());
-    loop {
+    while n >= 100 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        at -= 2;
+        buf[at] = PAIRS[pair];
+        buf[at + 1] = PAIRS[pair + 1];
+    }
+    if n >= 10 {
+        let pair = n as usize * 2;
+        at -= 2;
+        buf[at] = PAIRS[pair];
+        buf[at + 1] = PAIRS[pair + 1];
+    } else {
         at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[at..];
+        buf[at] = b'0' + n as u8;
+    }
+    &buf[at..]
+}
+
+/// "00" to "99", one after the other.
+static PAIRS: [u8; 200] = {
+    let mut out = [0u8; 200];
+    let mut n = 0;
+    while n < 100 {
+        out[2 * n] = b'0' + (n / 10) as u8;
+        out[2 * n + 1] = b'0' + (n % 10) as u8;
+        n += 1;
+    }
+    out
+};
+
+/// `n` as a header value: below 1000 from the static table (no allocation), else
+/// one allocation of exactly its digits.
+#[inline]
+pub(crate) fn number(n: u64) -> HeaderValue {
+    match SMALL_NUMBERS.get(n as usize) {
+        Some(value) if n < 1000 => value.clone(),
+        _ => {
+            let mut buf = [0u8; 20];
+            let digits = Bytes::copy_from_slice(digits(n, &mut buf));
+            HeaderValue::from_maybe_shared(digits).unwrap_or(HeaderValue::from_static("0"))
         }
     }
 }
 
-/// `"name";r=remaining;t=reset`: one allocation, of exactly its length.
-fn ratelimit_value(quoted_name: &str, remaining: u64, reset: u64) -> HeaderValue {
+/// `"name";r=remaining;t=reset`, from the quota's prefix `"name";r=` (made when the
+/// policy is compiled): one allocation, of exactly its length.
+fn ratelimit_value(prefix: &[u8], remaining: u64, reset: u64) -> HeaderValue {
     let (mut r, mut t) = ([0u8; 20], [0u8; 20]);
     let (r, t) = (digits(remaining, &mut r), digits(reset, &mut t));
-    let mut value = Vec::with_capacity(quoted_name.len() + 6 + r.len() + t.len());
-    value.extend_from_slice(quoted_name.as_bytes());
-    value.extend_from_slice(b";r=");
+    let mut value = Vec::with_capacity(prefix.len() + 3 + r.len() + t.len());
+    value.extend_from_slice(prefix);
     value.extend_from_slice(r);
     value.extend_from_slice(b";t=");
     value.extend_from_slice(t);
     HeaderValue::from_maybe_shared(Bytes::from(value)).unwrap_or(HeaderValue::from_static(""))
 }
 
-/// The header values for one decided request, formatted from the decision as the
-/// limiter made it.
+/// The legacy headers' numbers, as the limiter decided them; made header values as
+/// they are written (numbers below 1000 from a static table), so that the response's
+/// future carries three integers, not three header values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Legacy {
+    /// `X-RateLimit-Limit`.
+    pub(crate) limit: u64,
+    /// `X-RateLimit-Remaining`.
+    pub(crate) remaining: u64,
+    /// `X-RateLimit-Reset`: whole seconds until the quota is full again.
+    pub(crate) reset_secs: u64,
+}
+
+/// The headers for one decided request, from the decision as the limiter made it.
 #[derive(Debug, Clone)]
 pub(crate) struct RateLimitHeaders {
-    /// `RateLimit-Policy`: every quota applied to the request.
+    /// `RateLimit-Policy`: every quota applied to the request (made when the layer is
+    /// built, cloned here).
     pub(crate) policy: HeaderValue,
     /// `RateLimit`: the deciding quota's remaining and reset.
     pub(crate) ratelimit: HeaderValue,
     /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`, when switched on.
-    pub(crate) legacy: Option<[HeaderValue; 3]>,
+    pub(crate) legacy: Option<Legacy>,
 }
 
 impl RateLimitHeaders {
-    /// The headers for `decision`, made by the quota named `quoted_name` (already an
-    /// sf-string), under the quotas listed in `policy`.
-    pub(crate) fn new(policy: HeaderValue, quoted_name: &str, decision: &Decision, legacy: bool) -> Self {
+    /// The headers for `decision`, made by the quota whose `RateLimit` prefix
+    /// (`"name";r=`, the name an sf-string) is `prefix`, under the quotas listed in
+    /// `policy`.
+    pub(crate) fn new(policy: HeaderValue, prefix: &[u8], decision: &Decision, legacy: bool) -> Self {
         // `t`: when more quota comes back: for a denial, when this request would be
         // admitted; for an admission, when the quota is whole again.
         let t = match decision.retry_after() {
             Some(retry) => retry_after_secs(retry),
             None => ceil_secs(decision.reset_after()),
         };
-        let ratelimit = ratelimit_value(quoted_name, decision.remaining(), t);
-        let legacy = legacy.then(|| {
-            [number(decision.limit()), number(decision.remaining()), number(ceil_secs(decision.reset_after()))]
+        let ratelimit = ratelimit_value(prefix, decision.remaining(), t);
+        let legacy = legacy.then(|| Legacy {
+            limit: decision.limit(),
+            remaining: decision.remaining(),
+            reset_secs: ceil_secs(decision.reset_after()),
         });
         Self { policy, ratelimit, legacy }
     }
 
-    /// Writes the headers into `headers` (replacing any of the same names).
+    /// How many headers [`write`](Self::write) adds.
+    pub(crate) fn len(&self) -> usize {
+        if self.legacy.is_some() { 5 } else { 2 }
+    }
+
+    /// The values, in the order [`write`](Self::write) inserts them.
+    pub(crate) fn into_values(self, mut f: impl FnMut(HeaderValue)) {
+        f(self.policy);
+        f(self.ratelimit);
+        if let Some(Legacy { limit, remaining, reset_secs }) = self.legacy {
+            f(number(limit));
+            f(number(remaining));
+            f(number(reset_secs));
+        }
+    }
+
+    /// Writes the headers into `headers`, replacing any of the same names the
+    /// service set: the limiter's decision is what the client is told.
     pub(crate) fn write(self, headers: &mut HeaderMap) {
-        // Room for these and one more (the server's `content-length`), made before
-        // they go in: a map that must grow anyway grows while it holds only the
-        // service's own headers, not ours as well.
-        headers.reserve(if self.legacy.is_some() { 6 } else { 3 });
+        // Room for these and one more (the `content-length` axum's router adds after
+        // the layer), made before they go in: one growth at most, while the map
+        // holds only the service's own headers.
+        headers.reserve(self.len() + 1);
         headers.insert(RATELIMIT_POLICY, self.policy);
         headers.insert(RATELIMIT, self.ratelimit);
-        if let Some([limit, remaining, reset]) = self.legacy {
-            headers.insert(X_RATELIMIT_LIMIT, limit);
-            headers.insert(X_RATELIMIT_REMAINING, remaining);
-            headers.insert(X_RATELIMIT_RESET, reset);
+        if let Some(Legacy { limit, remaining, reset_secs }) = self.legacy {
+            headers.insert(X_RATELIMIT_LIMIT, number(limit));
+            headers.insert(X_RATELIMIT_REMAINING, number(remaining));
+            headers.insert(X_RATELIMIT_RESET, number(reset_secs));
         }
     }
 }
@@ -189,6 +266,15 @@ pub enum Rejection {
 }
 
 impl Rejection {
+    /// The problem body's `title` and `detail`.
+    fn words(self) -> (&'static str, &'static str) {
+        match self {
+            Self::RateLimited => ("Too Many Requests", "The rate limit for this client is exhausted."),
+            Self::Unidentified => ("Client Not Identified", "The request does not say which client it is from."),
+            Self::Unavailable => ("Rate Limiter Unavailable", "The rate limiter could not decide; try again."),
+        }
+    }
+
     /// The status the middleware answers with.
     pub fn status(self) -> StatusCode {
         match self {
@@ -229,81 +315,183 @@ type DenyBodyFn = dyn Fn(&Denied<'_>) -> DenyBody + Send + Sync;
 /// own function.
 #[derive(Clone)]
 pub(crate) enum BodyStyle {
-    Problem { type_uri: Arc<str> },
+    Problem(Arc<ProblemHeads>),
     Custom(Arc<DenyBodyFn>),
 }
 
 impl Default for BodyStyle {
     fn default() -> Self {
-        Self::Problem { type_uri: Arc::from("about:blank") }
+        Self::problem("about:blank")
+    }
+}
+
+/// The start of each rejection's problem body, made once per layer: `type`,
+/// `title`, `status`, and `detail` up to where a retry time may follow.
+#[derive(Debug)]
+pub(crate) struct ProblemHeads([Box<[u8]>; 3]);
+
+impl ProblemHeads {
+    fn new(type_uri: &str) -> Self {
+        let head = |rejection: Rejection| {
+            let (title, detail) = rejection.words();
+            let mut out = String::from("{\"type\":");
+            json_string(&mut out, type_uri);
+            out.push_str(",\"title\":\"");
+            out.push_str(title);
+            out.push_str("\",\"status\":");
+            out.push_str(rejection.status().as_str());
+            out.push_str(",\"detail\":\"");
+            out.push_str(detail);
+            out.into_bytes().into_boxed_slice()
+        };
+        Self([Rejection::RateLimited, Rejection::Unidentified, Rejection::Unavailable].map(head))
+    }
+
+    fn head(&self, rejection: Rejection) -> &[u8] {
+        let [limited, unidentified, unavailable] = &self.0;
+        match rejection {
+            Rejection::RateLimited => limited,
+            Rejection::Unidentified => unidentified,
+            Rejection::Unavailable => unavailable,
+        }
     }
 }
 
 impl BodyStyle {
+    pub(crate) fn problem(type_uri: &str) -> Self {
+        Self::Problem(Arc::new(ProblemHeads::new(type_uri)))
+    }
+
     pub(crate) fn custom(f: impl Fn(&Denied<'_>) -> DenyBody + Send + Sync + 'static) -> Self {
         Self::Custom(Arc::new(f))
     }
 
     /// The rejection response: status, `Retry-After`, body; `headers` too if given.
-    pub(crate) fn response(&self, denied: &Denied<'_>, headers: Option<RateLimitHeaders>) -> Response<Bytes> {
+    /// `tail` is the end of the problem body for `denied`'s policy and quota, if it
+    /// was made beforehand (see [`problem_tail`]).
+    pub(crate) fn response(
+        &self,
+        denied: &Denied<'_>,
+        headers: Option<RateLimitHeaders>,
+        tail: Option<&[u8]>,
+    ) -> Response<Bytes> {
         let DenyBody { content_type, body } = match self {
-            Self::Problem { type_uri } => DenyBody { content_type: PROBLEM_JSON, body: problem_json(type_uri, denied) },
+            Self::Problem(heads) => {
+                let made;
+                let tail = match tail {
+                    Some(tail) => tail,
+                    None => {
+                        made = problem_tail(denied.policy, denied.quota);
+                        made.as_bytes()
+                    }
+                };
+                DenyBody { content_type: PROBLEM_JSON, body: problem_json(heads.head(denied.rejection), denied, tail) }
+            }
             Self::Custom(f) => f(denied),
         };
         let mut response = Response::new(body);
         *response.status_mut() = denied.rejection.status();
-        // Every header of a refusal, and the server's `content-length`, without growing.
-        *response.headers_mut() = HeaderMap::with_capacity(9);
-        let map = response.headers_mut();
-        map.insert(CONTENT_TYPE, content_type);
-        if let Some(secs) = denied.retry_after_secs {
-            map.insert(RETRY_AFTER, number(secs));
+        // The map of the refusal's shape, cloned, its values set in its order: no
+        // header name is hashed.
+        let retry = denied.retry_after_secs;
+        let mut map = refusal_map(retry.is_some(), headers.as_ref().map_or(0, RateLimitHeaders::len)).clone();
+        let mut slots = map.values_mut();
+        let mut set = |value: HeaderValue| {
+            if let Some(slot) = slots.next() {
+                *slot = value;
+            }
+        };
+        set(content_type);
+        if let Some(secs) = retry {
+            set(number(secs));
         }
         if let Some(headers) = headers {
-            headers.write(map);
+            headers.into_values(set);
         }
+        *response.headers_mut() = map;
         response
     }
 }
 
-/// An RFC 9457 problem: `type`, `title`, `status`, `detail`, and the extension
-/// members `retry_after` (seconds), `policy` and `quota`.
-fn problem_json(type_uri: &str, denied: &Denied<'_>) -> Bytes {
-    let status = denied.rejection.status();
-    let (title, detail) = match denied.rejection {
-        Rejection::RateLimited => ("Too Many Requests", "The rate limit for this client is exhausted."),
-        Rejection::Unidentified => ("Client Not Identified", "The request does not say which client it is from."),
-        Rejection::Unavailable => ("Rate Limiter Unavailable", "The rate limiter could not decide; try again."),
+/// The header maps of refusals, one per shape, made once per process: every header
+/// a refusal carries, in the order its values are set (`Content-Type`,
+/// `Retry-After`, then those of [`RateLimitHeaders::into_values`]), with placeholder
+/// values. A clone keeps the index's room (cloned whole) but its entries fit only
+/// these headers: the `content-length` axum's router adds after the layer moves them
+/// once, which costs less than hashing every name again.
+static REFUSAL_MAPS: LazyLock<[HeaderMap; 6]> = LazyLock::new(|| {
+    let shape = |i: usize| {
+        let (retry, headers) = (i >= 3, [0, 2, 5][i % 3]);
+        let mut map = HeaderMap::with_capacity(2 + headers + 1);
+        map.insert(CONTENT_TYPE, PROBLEM_JSON);
+        if retry {
+            map.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        let names = [RATELIMIT_POLICY, RATELIMIT, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET];
+        for name in names.into_iter().take(headers) {
+            map.insert(name, HeaderValue::from_static("0"));
+        }
+        map
     };
-    let mut out = String::with_capacity(160 + type_uri.len() + denied.policy.len() + denied.quota.len());
-    let mut buf = [0u8; 20];
-    out.push_str("{\"type\":");
-    json_string(&mut out, type_uri);
-    out.push_str(",\"title\":\"");
-    out.push_str(title);
-    out.push_str("\",\"status\":");
-    out.push_str(status.as_str());
-    out.push_str(",\"detail\":\"");
-    out.push_str(detail);
-    if let Some(secs) = denied.retry_after_secs {
-        let secs_digits = core::str::from_utf8(digits(secs, &mut buf)).unwrap_or("1");
-        out.push_str(" Retry after ");
-        out.push_str(secs_digits);
-        out.push_str(if secs == 1 { " second.\"" } else { " seconds.\"" });
-        out.push_str(",\"retry_after\":");
-        out.push_str(secs_digits);
-    } else {
-        out.push('"');
+    core::array::from_fn(shape)
+});
+
+/// The map of a refusal with `Retry-After` or not, and `headers` rate-limit headers
+/// (0, 2 or 5).
+fn refusal_map(retry: bool, headers: usize) -> &'static HeaderMap {
+    let [none, two, all, retry_none, retry_two, retry_all] = &*REFUSAL_MAPS;
+    match (retry, headers) {
+        (false, 0) => none,
+        (false, 2) => two,
+        (false, _) => all,
+        (true, 0) => retry_none,
+        (true, 2) => retry_two,
+        (true, _) => retry_all,
     }
-    if !denied.policy.is_empty() {
+}
+
+/// The end of a problem body: the extension members `policy` and `quota` (each
+/// only if not empty), and the closing brace.
+pub(crate) fn problem_tail(policy: &str, quota: &str) -> String {
+    let mut out = String::with_capacity(24 + policy.len() + quota.len());
+    if !policy.is_empty() {
         out.push_str(",\"policy\":");
-        json_string(&mut out, denied.policy);
+        json_string(&mut out, policy);
     }
-    if !denied.quota.is_empty() {
+    if !quota.is_empty() {
         out.push_str(",\"quota\":");
-        json_string(&mut out, denied.quota);
+        json_string(&mut out, quota);
     }
     out.push('}');
+    out
+}
+
+/// An RFC 9457 problem: `type`, `title`, `status`, `detail` (from `head`), the
+/// extension member `retry_after` (seconds), and `tail` (`policy`, `quota`): written
+/// into one buffer of exactly its length, which becomes the body without a copy.
+fn problem_json(head: &[u8], denied: &Denied<'_>, tail: &[u8]) -> Bytes {
+    let mut buf = [0u8; 20];
+    let retry = denied.retry_after_secs.map(|secs| (secs, digits(secs, &mut buf)));
+    const RETRY_AFTER_TEXT: &[u8] = b" Retry after ";
+    const RETRY_AFTER_MEMBER: &[u8] = b",\"retry_after\":";
+    let (seconds, retry_len) = match retry {
+        Some((1, digits)) => (&b" second.\""[..], 2 * digits.len()),
+        Some((_, digits)) => (&b" seconds.\""[..], 2 * digits.len()),
+        None => (&b"\""[..], 0),
+    };
+    let retry_len = retry_len + if retry.is_some() { RETRY_AFTER_TEXT.len() + RETRY_AFTER_MEMBER.len() } else { 0 };
+    let mut out = Vec::with_capacity(head.len() + retry_len + seconds.len() + tail.len());
+    out.extend_from_slice(head);
+    if let Some((_, digits)) = retry {
+        out.extend_from_slice(RETRY_AFTER_TEXT);
+        out.extend_from_slice(digits);
+        out.extend_from_slice(seconds);
+        out.extend_from_slice(RETRY_AFTER_MEMBER);
+        out.extend_from_slice(digits);
+    } else {
+        out.extend_from_slice(seconds);
+    }
+    out.extend_from_slice(tail);
     Bytes::from(out)
 }
 
@@ -347,10 +535,14 @@ mod tests {
 
     #[test]
     fn numbers_are_header_values() {
-        for n in [0, 1, 9, 10, 42, 99, 100, 567, 999, 1000, 123_456, u64::MAX] {
+        for n in [0, 1, 9, 10, 42, 99, 100, 567, 999, 1000, 1001, 9999, 10_000, 86_400, 123_456, u64::MAX - 1, u64::MAX]
+        {
             assert_eq!(number(n), n.to_string().as_str());
         }
-        let long = ratelimit_value(&"n".repeat(90), 1234567, 0);
+        for n in (0..100_000).chain((1..64).map(|shift| 1u64 << shift)).chain((1..20).map(|e| 10u64.pow(e) - 1)) {
+            assert_eq!(digits(n, &mut [0; 20]), n.to_string().as_bytes(), "{n}");
+        }
+        let long = ratelimit_value(format!("{};r=", "n".repeat(90)).as_bytes(), 1234567, 0);
         assert_eq!(long, format!("{};r=1234567;t=0", "n".repeat(90)).as_str());
     }
 
@@ -365,7 +557,7 @@ mod tests {
     #[test]
     fn headers_carry_the_decision_as_made() {
         let d = Decision::allowed(Snapshot::new(100, 42, 17_200_000_000));
-        let h = RateLimitHeaders::new(HeaderValue::from_static("\"minute\";q=100;w=60"), "\"minute\"", &d, true);
+        let h = RateLimitHeaders::new(HeaderValue::from_static("\"minute\";q=100;w=60"), b"\"minute\";r=", &d, true);
         let mut map = HeaderMap::new();
         h.write(&mut map);
         assert_eq!(map["ratelimit"], "\"minute\";r=42;t=18");
@@ -374,9 +566,71 @@ mod tests {
         assert_eq!(map["x-ratelimit-remaining"], "42");
         assert_eq!(map["x-ratelimit-reset"], "18");
         let denied = Decision::denied(Snapshot::new(100, 0, 60_000_000_000), 300_000_000);
-        let h = RateLimitHeaders::new(HeaderValue::from_static("x"), "\"minute\"", &denied, false);
+        let h = RateLimitHeaders::new(HeaderValue::from_static("x"), b"\"minute\";r=", &denied, false);
         assert_eq!(h.ratelimit, "\"minute\";r=0;t=1");
         assert!(h.legacy.is_none());
+    }
+
+    #[test]
+    fn the_limiters_headers_replace_those_the_service_set() {
+        let d = Decision::allowed(Snapshot::new(100, 42, 17_200_000_000));
+        let mut map = HeaderMap::new();
+        map.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        map.insert(RATELIMIT, HeaderValue::from_static("\"own\";r=1;t=1"));
+        map.append(X_RATELIMIT_LIMIT, HeaderValue::from_static("1"));
+        map.append(X_RATELIMIT_LIMIT, HeaderValue::from_static("2"));
+        RateLimitHeaders::new(HeaderValue::from_static("\"minute\";q=100;w=60"), b"\"minute\";r=", &d, true)
+            .write(&mut map);
+        assert_eq!(map.get_all(RATELIMIT).iter().collect::<Vec<_>>(), ["\"minute\";r=42;t=18"]);
+        assert_eq!(map.get_all(X_RATELIMIT_LIMIT).iter().collect::<Vec<_>>(), ["100"]);
+        assert_eq!(map[CONTENT_TYPE], "text/plain");
+        assert_eq!(map.len(), 6);
+        // With the legacy headers off, the service's own legacy headers stay.
+        let mut map = HeaderMap::new();
+        map.insert(X_RATELIMIT_LIMIT, HeaderValue::from_static("7"));
+        RateLimitHeaders::new(HeaderValue::from_static("x"), b"\"minute\";r=", &d, false).write(&mut map);
+        assert_eq!(map[X_RATELIMIT_LIMIT], "7");
+        assert_eq!(map[RATELIMIT], "\"minute\";r=42;t=18");
+    }
+
+    #[test]
+    fn refusals_carry_every_header_in_order_as_the_limiter_decided() {
+        let d = Decision::denied(Snapshot::new(100, 0, 86_400_000_000_000), 3_600_000_000_000);
+        let denied = |retry: Option<u64>| Denied {
+            rejection: Rejection::RateLimited,
+            policy: "api",
+            quota: "day",
+            retry_after_secs: retry,
+            decision: Some(&d),
+        };
+        let policy = HeaderValue::from_static("\"day\";q=100;w=86400");
+        for legacy in [false, true] {
+            for retry in [None, Some(3600)] {
+                let headers = RateLimitHeaders::new(policy.clone(), b"\"day\";r=", &d, legacy);
+                let response = BodyStyle::default().response(&denied(retry), Some(headers), None);
+                let got: Vec<(&str, &str)> =
+                    response.headers().iter().map(|(n, v)| (n.as_str(), v.to_str().unwrap())).collect();
+                let mut want = vec![("content-type", "application/problem+json")];
+                want.extend(retry.map(|_| ("retry-after", "3600")));
+                want.extend([("ratelimit-policy", "\"day\";q=100;w=86400"), ("ratelimit", "\"day\";r=0;t=3600")]);
+                if legacy {
+                    want.extend([
+                        ("x-ratelimit-limit", "100"),
+                        ("x-ratelimit-remaining", "0"),
+                        ("x-ratelimit-reset", "86400"),
+                    ]);
+                }
+                assert_eq!(got, want, "legacy {legacy}, retry {retry:?}");
+            }
+            let custom = BodyStyle::custom(|_| DenyBody {
+                content_type: HeaderValue::from_static("text/plain"),
+                body: Bytes::new(),
+            });
+            let response = custom.response(&denied(Some(1)), None, None);
+            let got: Vec<(&str, &str)> =
+                response.headers().iter().map(|(n, v)| (n.as_str(), v.to_str().unwrap())).collect();
+            assert_eq!(got, [("content-type", "text/plain"), ("retry-after", "1")]);
+        }
     }
 
     #[test]
@@ -389,7 +643,14 @@ mod tests {
             retry_after_secs: Some(1),
             decision: Some(&d),
         };
-        let body = problem_json("about:blank", &denied);
+        let heads = ProblemHeads::new("about:blank");
+        let tail = problem_tail(denied.policy, denied.quota);
+        let body = problem_json(heads.head(denied.rejection), &denied, tail.as_bytes());
+        assert_eq!(
+            body,
+            "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The rate limit for \
+             this client is exhausted. Retry after 1 second.\",\"retry_after\":1,\"policy\":\"auth \\\"strict\\\"\",\"quota\":\"5m\"}"
+        );
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["status"], 429);
         assert_eq!(v["retry_after"], 1);
