@@ -11,7 +11,8 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use weir_core::__private::sync::Ordering;
 use weir_core::{Clock, Decision, InsufficientCapacity, Nanos, Retire};
-use weir_gcra::{GcraAlgorithm, GcraState, LeaseConfig, LeaseStripes, StateKind};
+use weir_gcra::__private::{LeaseStripes, StateKind, is_promoted, promote, retire_orphan, retire_promoted, state_kind};
+use weir_gcra::{GcraAlgorithm, GcraState, LeaseConfig};
 
 /// Hot-key mode for a GCRA store: when checks of one key collide (a check loses
 /// `after_lost_races` CAS races to other checks of the same key), the key's bucket
@@ -110,7 +111,7 @@ where
             },
         };
         self.try_promote(shard, hash, key, &self.algorithm, state, &guard);
-        self.algorithm.is_promoted(state)
+        is_promoted(state)
             && self.hot_keys.get(hash, key, &guard).is_some_and(|stripes| stripes.owner() == owner_of(state))
     }
 
@@ -122,7 +123,7 @@ where
     {
         let hash = self.hash(key);
         let guard = self.collector.enter();
-        self.shard(hash).get(hash, key, &guard).is_some_and(|state| self.algorithm.is_promoted(state))
+        self.shard(hash).get(hash, key, &guard).is_some_and(|state| is_promoted(state))
     }
 }
 
@@ -148,20 +149,20 @@ where
         let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) else {
             return false;
         };
-        if !gcra.is_promoted(gcra_state) {
+        if !is_promoted(gcra_state) {
             return false;
         }
         let hash = hash();
         match self.hot_keys.get(hash, key, guard) {
             Some(stripes) if stripes.owner() == owner_of(gcra_state) => {
-                if !gcra.retire_promoted(gcra_state, stripes, now) {
+                if !retire_promoted(gcra, gcra_state, stripes, now) {
                     return false;
                 }
                 self.drop_hot(hash, key, stripes, guard);
                 true
             }
             // Promoted, but its stripes are gone (dropped by a sweep or `remove`).
-            _ => gcra.retire_orphan(gcra_state),
+            _ => retire_orphan(gcra_state),
         }
     }
 
@@ -204,7 +205,7 @@ where
                         // A sweep retired the hot bucket (it was idle, every lease
                         // expired) and may not have finished: finish for it, rather than
                         // wait, and retry on a fresh state.
-                        gcra.retire_orphan(gcra_state);
+                        retire_orphan(gcra_state);
                         self.drop_hot(hash, key, stripes, guard);
                         self.unlink(shard, hash, key, state, guard);
                         None
@@ -216,7 +217,7 @@ where
                 // Promoted, but its own stripes are gone (dropped by a sweep or
                 // `remove`; any stripes here belong to a newer state): finish retiring
                 // this state and retry on whatever the key maps to now.
-                gcra.retire_orphan(gcra_state);
+                retire_orphan(gcra_state);
                 self.unlink(shard, hash, key, state, guard);
                 None
             }
@@ -231,7 +232,7 @@ where
         shard: &Shard<K, A::State>,
         hash: u64,
         key: &Q,
-        gcra: &GcraAlgorithm,
+        _gcra: &GcraAlgorithm,
         gcra_state: &GcraState,
         guard: &Guard<'_>,
     ) where
@@ -242,7 +243,7 @@ where
         // Ordering: Relaxed; the bound needs only the CAS's atomicity (see `reserve`).
         let mut count = self.hot_count.load(Ordering::Relaxed);
         loop {
-            if count >= config.max_hot_keys || gcra.is_promoted(gcra_state) {
+            if count >= config.max_hot_keys || is_promoted(gcra_state) {
                 return;
             }
             // Ordering: Relaxed; see above.
@@ -267,7 +268,7 @@ where
                 Err(Inserted::Held(current))
                     if current.owner() != owner
                         && !dropped_stale
-                        && gcra.state_kind(gcra_state) == StateKind::Live
+                        && state_kind(gcra_state) == StateKind::Live
                         && self.is_linked(shard, hash, key, gcra_state, guard) =>
                 {
                     dropped_stale = true;
@@ -288,7 +289,7 @@ where
             self.hot_count.fetch_sub(1, Ordering::Relaxed);
             return;
         };
-        if !gcra.promote(gcra_state, ours) {
+        if !promote(gcra_state, ours) {
             // Retired or promoted meanwhile: ours was never used.
             release(ours);
             return;
@@ -297,7 +298,7 @@ where
         // ever see it: retire it (its holders retry on the key's current state) and
         // drop its stripes.
         if !self.is_linked(shard, hash, key, gcra_state, guard) {
-            gcra.retire_orphan(gcra_state);
+            retire_orphan(gcra_state);
             release(ours);
         }
     }

@@ -16,7 +16,8 @@ use weir_core::{
     Algorithm, AsyncKeyedLimiter, Clock, Decision, DenyReason, InsufficientCapacity, KeyedLimiter, MonotonicClock,
     Policy, Quota, Snapshot,
 };
-use weir_gcra::{GcraAlgorithm, LeaseStripes, StateKind};
+use weir_gcra::__private::{LeaseStripes, StateKind, check_n_contended, state_kind};
+use weir_gcra::GcraAlgorithm;
 
 /// Keys per shard the shard count aims for at full capacity: a sweep step scans one
 /// shard, so this is the work of one step. Smaller shards sweep faster but each
@@ -332,7 +333,7 @@ where
             let gcra = self.algorithm.as_gcra().zip(self.algorithm.gcra_state(state));
             let hot = self.hot.and_then(|hot| Some((hot, gcra?)));
             let checked = match hot {
-                Some((_, (gcra, gcra_state))) => gcra.check_n_contended(gcra_state, n, &now),
+                Some((_, (gcra, gcra_state))) => check_n_contended(gcra, gcra_state, n, &now),
                 None => self.algorithm.check_n(state, n, &now).map(|decision| (decision, 0)),
             };
             if inserted {
@@ -346,7 +347,7 @@ where
                 // it was idle, so a fresh state decides exactly as it would have),
                 // promoted (decide on its hot stripes), or live (a real denial).
                 let kind = match gcra {
-                    Some((gcra, gcra_state)) => gcra.state_kind(gcra_state),
+                    Some((_, gcra_state)) => state_kind(gcra_state),
                     None if self.algorithm.is_retired(state) => StateKind::Retired,
                     None => StateKind::Live,
                 };
@@ -519,7 +520,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         if let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) {
-            match gcra.state_kind(gcra_state) {
+            match state_kind(gcra_state) {
                 StateKind::Live => {}
                 StateKind::Promoted => {
                     if let Some(stripes) = self.hot_keys.get(hash(), key, guard)
@@ -552,7 +553,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         if let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) {
-            match gcra.state_kind(gcra_state) {
+            match state_kind(gcra_state) {
                 StateKind::Live => {}
                 // Idle (full) when it was retired: nothing to give back.
                 StateKind::Retired => return Ok(()),

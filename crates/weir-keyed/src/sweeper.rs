@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 use weir_core::__private::sync::{AtomicBool, AtomicU64, Ordering};
 use weir_core::{Clock, Nanos};
-use weir_gcra::StateKind;
+use weir_gcra::__private::{StateKind, state_kind};
 
 /// When the keys of a shard (or of the whole store) can next go idle.
 #[derive(Debug)]
@@ -134,7 +134,7 @@ where
     /// idle time earlier).
     pub(crate) fn earliest_idle(&self, state: &A::State, now: Nanos) -> Option<Nanos> {
         let kind = match (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) {
-            (Some(gcra), Some(gcra_state)) => gcra.state_kind(gcra_state),
+            (Some(_), Some(gcra_state)) => state_kind(gcra_state),
             _ if self.algorithm.is_retired(state) => StateKind::Retired,
             _ => StateKind::Live,
         };
