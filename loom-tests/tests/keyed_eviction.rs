@@ -23,12 +23,12 @@ fn gcra(burst: u64) -> GcraAlgorithm {
 
 /// A GCRA store with hot keys: one stripe, leases of one permit (exact), at most
 /// two hot keys (so that two promotions of one key can both hold a slot).
-fn hot_store(burst: u64) -> Keyed<u8, GcraAlgorithm, Nanos, Hasher> {
+fn hot_store(burst: u64) -> Keyed<u8, GcraAlgorithm, Nanos, Hasher, HotKeys> {
     let lease = LeaseConfig::new(1).unwrap().with_max_lease(1).unwrap();
     store(gcra(burst)).with_hot_keys(HotKeys::new(lease).max_hot_keys(2).unwrap())
 }
 
-fn admitted(store: &Keyed<u8, GcraAlgorithm, Nanos, Hasher>, checks: usize) -> u64 {
+fn admitted(store: &Keyed<u8, GcraAlgorithm, Nanos, Hasher, HotKeys>, checks: usize) -> u64 {
     (0..checks).filter(|_| store.check(&1).is_allowed()).count() as u64
 }
 

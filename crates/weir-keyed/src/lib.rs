@@ -236,7 +236,7 @@ pub mod loom_table {
 pub use algorithm::KeyedAlgorithm;
 pub use config::{AtCapacity, KeyedConfig};
 pub use error::{KeyedConfigError, SweeperError};
-pub use hot::HotKeys;
+pub use hot::{HotKeyMode, HotKeys, NoHotKeys};
 pub use store::{Keyed, KeyedGcra};
 #[cfg(feature = "window")]
 pub use store::{KeyedFixedWindow, KeyedSlidingLog, KeyedSlidingWindow};

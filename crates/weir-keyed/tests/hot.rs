@@ -10,7 +10,10 @@ use weir_core::{ManualClock, Quota};
 use weir_gcra::{Gcra, GcraAlgorithm, LeaseConfig};
 use weir_keyed::{HotKeys, Keyed, KeyedConfig, KeyedConfigError};
 
-fn store(quota: Quota, lease: LeaseConfig, clock: &ManualClock) -> Keyed<u64, GcraAlgorithm, ManualClock> {
+/// A GCRA store in hot-key mode.
+type Hot<C> = Keyed<u64, GcraAlgorithm, C, std::hash::RandomState, HotKeys>;
+
+fn store(quota: Quota, lease: LeaseConfig, clock: &ManualClock) -> Hot<ManualClock> {
     Keyed::gcra_with_clock(quota, KeyedConfig::new(1_000).unwrap(), clock.clone()).with_hot_keys(HotKeys::new(lease))
 }
 
@@ -81,7 +84,7 @@ fn idle_hot_keys_free_their_slots_in_a_sparse_store() {
     let clock = ManualClock::new();
     let lease = LeaseConfig::new(2).unwrap().with_lifetime(Duration::from_millis(1)).unwrap();
     let hot = HotKeys::new(lease).max_hot_keys(2).unwrap();
-    let s: Keyed<u64, _, _> =
+    let s: Hot<ManualClock> =
         Keyed::gcra_with_clock(Quota::per_second(1_000).unwrap(), KeyedConfig::new(10_000).unwrap(), clock.clone())
             .with_hot_keys(hot);
     assert!(s.promote(&1) && s.promote(&2));
@@ -305,7 +308,7 @@ impl weir_core::Clock for HookClock {
 fn a_remove_racing_with_a_promotion_leaks_no_hot_slot() {
     let clock = HookClock::new();
     let hot = HotKeys::new(LeaseConfig::new(2).unwrap()).max_hot_keys(1).unwrap();
-    let s: &'static Keyed<u64, GcraAlgorithm, HookClock> = Box::leak(Box::new(
+    let s: &'static Hot<HookClock> = Box::leak(Box::new(
         Keyed::gcra_with_clock(Quota::per_second(10).unwrap(), KeyedConfig::new(100).unwrap(), clock.clone())
             .with_hot_keys(hot),
     ));
@@ -321,7 +324,7 @@ fn a_remove_racing_with_a_promotion_leaks_no_hot_slot() {
 
 #[test]
 fn a_zero_cost_check_of_a_hot_key_reports_its_hot_bucket_and_stores_nothing_new() {
-    let s: Keyed<u64, GcraAlgorithm, ManualClock> =
+    let s: Hot<ManualClock> =
         Keyed::gcra_with_clock(Quota::per_second(10).unwrap(), KeyedConfig::new(100).unwrap(), ManualClock::new())
             .with_hot_keys(HotKeys::new(LeaseConfig::new(2).unwrap()));
     assert!(s.promote(&7));
@@ -359,7 +362,7 @@ fn a_sweeper_with_a_zero_interval_is_an_error() {
 }
 
 /// A store of burst 10 at a frozen clock, with hot keys, on a hook clock.
-fn hooked_store(clock: &HookClock) -> &'static Keyed<u64, GcraAlgorithm, HookClock> {
+fn hooked_store(clock: &HookClock) -> &'static Hot<HookClock> {
     let quota = Quota::per_second(10).unwrap();
     Box::leak(Box::new(
         Keyed::gcra_with_clock(quota, KeyedConfig::new(100).unwrap(), clock.clone())
