@@ -129,13 +129,13 @@ pub fn open_quota() -> Quota {
 
 /// weir's keyed GCRA store, sized for the spread scenarios.
 pub fn weir_keyed() -> Keyed<u64, GcraAlgorithm, MonotonicClock> {
-    Keyed::gcra(open_quota(), KeyedConfig::new(1 << 20).expect("a valid config"))
+    Keyed::gcra(open_quota(), KeyedConfig::builder(1 << 20).build().expect("a valid config"))
 }
 
 /// The same with hot-key mode: a key whose check loses 2 CAS races goes to per-core
 /// lease stripes.
 pub fn weir_keyed_hot() -> Keyed<u64, GcraAlgorithm, MonotonicClock, RandomState, HotKeys> {
-    weir_keyed().with_hot_keys(HotKeys::new(LeaseConfig::per_core()))
+    weir_keyed().with_hot_keys(HotKeys::builder().lease(LeaseConfig::default()).build().expect("a valid configuration"))
 }
 
 /// governor's keyed limiter with the same quota.

@@ -115,7 +115,22 @@ pub(crate) const EXPIRY_SHIFT_NS: u32 = 12;
 /// The largest expiry (below the lease words that mark a stripe claimed or revoked).
 pub(crate) const MAX_EXPIRY: u64 = (u64::MAX >> PERMIT_BITS) - 2;
 
-/// How a [`LeasedGcra`] spreads its bucket over stripes.
+/// How a [`LeasedGcra`] (or a hot key of a per-key store) spreads its bucket over
+/// stripes: how many stripes, the largest lease a stripe takes, and how long a
+/// lease stays spendable. Built with [`LeaseConfig::builder`]; the
+/// [`Default`] is one stripe per hardware thread
+/// ([`default_stripes`](weir_core::stripes::default_stripes)), leases of at most 64
+/// permits, usable for 1 ms.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_gcra::LeaseConfig;
+///
+/// let config = LeaseConfig::builder().stripes(4).max_lease(32).lifetime(Duration::from_micros(100)).build()?;
+/// assert_eq!((config.stripes(), config.max_lease()), (4, 32));
+/// assert!(LeaseConfig::builder().max_lease(0).build().is_err()); // the error names the option
+/// # Ok::<(), weir_gcra::LeaseConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseConfig {
     pub(crate) stripes: usize,
@@ -123,39 +138,75 @@ pub struct LeaseConfig {
     pub(crate) lifetime: Duration,
 }
 
-impl LeaseConfig {
-    /// `stripes` stripes (rounded up to a power of two), leases of at most 64
-    /// permits, usable for 1 ms.
-    pub fn new(stripes: usize) -> Result<Self, LeaseConfigError> {
-        let stripes = match weir_core::__private::checked_stripes(stripes) {
+/// The default lease size and lifetime.
+const DEFAULT_MAX_LEASE: u64 = 64;
+const DEFAULT_LIFETIME: Duration = Duration::from_millis(1);
+
+impl Default for LeaseConfig {
+    /// One stripe per hardware thread, leases of at most 64 permits, usable for 1 ms.
+    fn default() -> Self {
+        Self {
+            stripes: weir_core::stripes::default_stripes(),
+            max_lease: DEFAULT_MAX_LEASE,
+            lifetime: DEFAULT_LIFETIME,
+        }
+    }
+}
+
+/// Builds a [`LeaseConfig`]: every option starts at its default, each setter
+/// replaces one and never fails, and [`build`](Self::build) checks them all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct LeaseConfigBuilder {
+    stripes: usize,
+    max_lease: u64,
+    lifetime: Duration,
+}
+
+impl LeaseConfigBuilder {
+    /// `n` stripes (1 ..= [`MAX_STRIPES`], rounded up to a power of two); threads
+    /// share them round-robin (see [`weir_core::stripes`]). Default: one per
+    /// hardware thread.
+    pub fn stripes(self, n: usize) -> Self {
+        Self { stripes: n, ..self }
+    }
+
+    /// Leases of at most `n` permits (1 ..= [`MAX_LEASE`]); 1 makes the limiter
+    /// exact. Default: 64.
+    pub fn max_lease(self, n: u64) -> Self {
+        Self { max_lease: n, ..self }
+    }
+
+    /// Leases spendable for `lifetime` after their grant (4.096 µs ..= 1 day).
+    /// Default: 1 ms.
+    pub fn lifetime(self, lifetime: Duration) -> Self {
+        Self { lifetime, ..self }
+    }
+
+    /// The configuration, or the first option out of its range.
+    pub fn build(self) -> Result<LeaseConfig, LeaseConfigError> {
+        let stripes = match weir_core::__private::checked_stripes(self.stripes) {
             Some(stripes) => stripes,
-            None if stripes == 0 => return Err(LeaseConfigError::ZeroStripes),
-            None => return Err(LeaseConfigError::TooManyStripes(stripes)),
+            None if self.stripes == 0 => return Err(LeaseConfigError::ZeroStripes),
+            None => return Err(LeaseConfigError::TooManyStripes(self.stripes)),
         };
-        Ok(Self { stripes, max_lease: 64, lifetime: Duration::from_millis(1) })
-    }
-
-    /// One stripe per available core (rounded up to a power of two).
-    #[cfg(feature = "std")]
-    pub fn per_core() -> Self {
-        Self { stripes: weir_core::stripes::default_stripes(), max_lease: 64, lifetime: Duration::from_millis(1) }
-    }
-
-    /// Leases of at most `max_lease` permits (1 ..= 65535). 1 makes the limiter exact.
-    pub fn with_max_lease(self, max_lease: u64) -> Result<Self, LeaseConfigError> {
-        match max_lease {
-            0 => Err(LeaseConfigError::ZeroLease),
-            n if n > MAX_LEASE => Err(LeaseConfigError::LeaseTooLarge(n)),
-            n => Ok(Self { max_lease: n, ..self }),
+        match self.max_lease {
+            0 => return Err(LeaseConfigError::ZeroLease),
+            n if n > MAX_LEASE => return Err(LeaseConfigError::LeaseTooLarge(n)),
+            _ => {}
         }
-    }
-
-    /// Leases usable for `lifetime` after their grant (at least 4.096 µs, at most a day).
-    pub fn with_lifetime(self, lifetime: Duration) -> Result<Self, LeaseConfigError> {
-        if lifetime < Duration::from_nanos(1 << EXPIRY_SHIFT_NS) || lifetime > Duration::from_secs(86_400) {
-            return Err(LeaseConfigError::Lifetime(lifetime));
+        if self.lifetime < Duration::from_nanos(1 << EXPIRY_SHIFT_NS) || self.lifetime > Duration::from_secs(86_400) {
+            return Err(LeaseConfigError::Lifetime(self.lifetime));
         }
-        Ok(Self { lifetime, ..self })
+        Ok(LeaseConfig { stripes, max_lease: self.max_lease, lifetime: self.lifetime })
+    }
+}
+
+impl LeaseConfig {
+    /// A builder starting from the [`Default`]s.
+    pub fn builder() -> LeaseConfigBuilder {
+        let LeaseConfig { stripes, max_lease, lifetime } = Self::default();
+        LeaseConfigBuilder { stripes, max_lease, lifetime }
     }
 
     /// Stripes (a power of two).
@@ -207,13 +258,13 @@ pub enum LeaseConfigError {
 impl fmt::Display for LeaseConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            Self::ZeroStripes => f.write_str("a leased limiter needs at least one stripe"),
+            Self::ZeroStripes => f.write_str("stripes is zero; a leased limiter needs at least one stripe"),
             Self::TooManyStripes(n) => {
-                write!(f, "{n} stripes is more than the {MAX_STRIPES} a leased limiter supports")
+                write!(f, "stripes {n} is more than the {MAX_STRIPES} a leased limiter supports")
             }
-            Self::ZeroLease => f.write_str("the maximum lease is zero; use 1 for an exact limiter, more to scale"),
-            Self::LeaseTooLarge(n) => write!(f, "a lease of {n} permits is more than the maximum of {MAX_LEASE}"),
-            Self::Lifetime(d) => write!(f, "a lease lifetime of {d:?} is outside 4.096 µs ..= 1 day"),
+            Self::ZeroLease => f.write_str("max_lease is zero; use 1 for an exact limiter, more to scale"),
+            Self::LeaseTooLarge(n) => write!(f, "max_lease {n} is more than the largest lease, {MAX_LEASE} permits"),
+            Self::Lifetime(d) => write!(f, "lifetime {d:?} is outside 4.096 µs ..= 1 day"),
         }
     }
 }
@@ -232,7 +283,7 @@ default_clock_struct! {
     /// use weir_gcra::{LeaseConfig, LeasedGcra};
     ///
     /// let quota = Quota::per_second(1_000_000)?; // T = 1 µs
-    /// let config = LeaseConfig::new(4)?.with_max_lease(32)?.with_lifetime(Duration::from_micros(100))?;
+    /// let config = LeaseConfig::builder().stripes(4).max_lease(32).lifetime(Duration::from_micros(100)).build()?;
     /// let limiter = LeasedGcra::with_clock(quota, config, ManualClock::new());
     /// assert!(limiter.check().is_allowed());
     /// // 4 stripes × min(32, 100 µs / 1 µs + 1) = 128
@@ -245,9 +296,20 @@ default_clock_struct! {
 
 #[cfg(feature = "std")]
 impl LeasedGcra<weir_core::MonotonicClock> {
-    /// A full bucket enforcing `quota`, one stripe per core, on the default clock.
-    pub fn new(quota: Quota) -> Self {
-        Self::with_clock(quota, LeaseConfig::per_core(), weir_core::MonotonicClock::new())
+    /// A full bucket enforcing `quota`, spread as `config` says
+    /// ([`LeaseConfig::default`]: one stripe per hardware thread), on the default
+    /// [`MonotonicClock`](weir_core::MonotonicClock).
+    ///
+    /// ```
+    /// use weir_core::Quota;
+    /// use weir_gcra::{LeaseConfig, LeasedGcra};
+    ///
+    /// let limiter = LeasedGcra::new(Quota::per_second(1_000)?, LeaseConfig::default());
+    /// assert!(limiter.check().is_allowed());
+    /// # Ok::<(), weir_core::QuotaError>(())
+    /// ```
+    pub fn new(quota: Quota, config: LeaseConfig) -> Self {
+        Self::with_clock(quota, config, weir_core::MonotonicClock::new())
     }
 }
 
@@ -290,7 +352,7 @@ impl<C: Clock> LeasedGcra<C> {
     /// use weir_core::{ManualClock, Quota};
     /// use weir_gcra::{LeaseConfig, LeasedGcra};
     ///
-    /// let config = LeaseConfig::new(1)?.with_max_lease(4)?;
+    /// let config = LeaseConfig::builder().stripes(1).max_lease(4).build()?;
     /// let limiter = LeasedGcra::with_clock(Quota::per_second(10)?, config, ManualClock::new());
     /// let admission = limiter.check_on(0, 3)?;
     /// limiter.refund(3, &admission)?; // the clock has not moved: all 3 come back
@@ -341,7 +403,7 @@ impl<C: Clock> LeasedGcra<C> {
     /// use weir_core::{ManualClock, Quota};
     /// use weir_gcra::{LeaseConfig, LeasedGcra};
     ///
-    /// let config = LeaseConfig::new(1)?.with_max_lease(64)?;
+    /// let config = LeaseConfig::builder().stripes(1).max_lease(64).build()?;
     /// let limiter = LeasedGcra::with_clock(Quota::per_second(1_000)?, config, ManualClock::new());
     /// assert_eq!(limiter.check_on(0, 1)?.remaining(), 63); // a lease of 64, one spent
     /// limiter.set_quota(Quota::per_second(1)?.with_burst(10)?);

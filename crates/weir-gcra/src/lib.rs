@@ -133,7 +133,7 @@ macro_rules! default_clock_struct {
 pub mod leased;
 mod private;
 mod stripes;
-pub use leased::{LeaseConfig, LeaseConfigError, LeasedGcra};
+pub use leased::{LeaseConfig, LeaseConfigBuilder, LeaseConfigError, LeasedGcra};
 
 /// Cross-crate internals: what weir-keyed's hot keys use of this crate (the
 /// leased engine of one key, and the state transitions that move a key's bucket

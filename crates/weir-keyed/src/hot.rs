@@ -210,15 +210,8 @@ impl<A: KeyedAlgorithm> HotKeyMode<A> for NoHotKeys {
     }
 
     #[inline(always)]
-    fn contended<K, C, S, Q>(
-        _: &Keyed<K, A, C, S, Self>,
-        _: usize,
-        _: u64,
-        _: &Q,
-        _: &A::State,
-        _: u32,
-        _: &Guard<'_>,
-    ) where
+    fn contended<K, C, S, Q>(_: &Keyed<K, A, C, S, Self>, _: usize, _: u64, _: &Q, _: &A::State, _: u32, _: &Guard<'_>)
+    where
         K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
         C: Clock,
@@ -314,6 +307,18 @@ impl<A: KeyedAlgorithm> HotKeyMode<A> for NoHotKeys {
 /// whose bucket is idle with every lease expired is swept like any idle key
 /// (insertions pace sweeps while every hot slot is taken, whatever
 /// [`KeyedConfig::sweep_from`] says).
+///
+/// Built with [`HotKeys::builder`]; the [`Default`] is leases as
+/// [`LeaseConfig::default`], promotion after 2 lost races, at most 64 hot keys.
+///
+/// ```
+/// use weir_gcra::LeaseConfig;
+/// use weir_keyed::HotKeys;
+///
+/// let hot = HotKeys::builder().lease(LeaseConfig::builder().stripes(8).build()?).max_hot_keys(16).build()?;
+/// assert_eq!((hot.lease().stripes(), hot.max_hot_keys()), (8, 16));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HotKeys {
     pub(crate) lease: LeaseConfig,
@@ -321,31 +326,74 @@ pub struct HotKeys {
     pub(crate) max_hot_keys: usize,
 }
 
+impl Default for HotKeys {
+    /// Leases as [`LeaseConfig::default`]; promote after 2 lost races; at most 64
+    /// hot keys.
+    fn default() -> Self {
+        Self { lease: LeaseConfig::default(), after_lost_races: 2, max_hot_keys: 64 }
+    }
+}
+
+/// Builds a [`HotKeys`]: every option starts at its default, each setter replaces
+/// one and never fails, and [`build`](Self::build) checks them all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct HotKeysBuilder {
+    hot: HotKeys,
+}
+
 impl HotKeys {
-    /// Leases as `lease` says; promote a key after 2 lost races; at most 64 hot keys.
-    pub fn new(lease: LeaseConfig) -> Self {
-        Self { lease, after_lost_races: 2, max_hot_keys: 64 }
-    }
-
-    /// Promote a key when one of its checks loses `n` CAS races (at least 1).
-    pub fn after_lost_races(self, n: u32) -> Result<Self, KeyedConfigError> {
-        if n == 0 {
-            return Err(KeyedConfigError::ZeroLostRaces);
-        }
-        Ok(Self { after_lost_races: n, ..self })
-    }
-
-    /// At most `n` hot keys at once (at least 1).
-    pub fn max_hot_keys(self, n: usize) -> Result<Self, KeyedConfigError> {
-        if n == 0 {
-            return Err(KeyedConfigError::ZeroHotKeys);
-        }
-        Ok(Self { max_hot_keys: n, ..self })
+    /// A builder starting from the [`Default`]s.
+    pub fn builder() -> HotKeysBuilder {
+        HotKeysBuilder { hot: Self::default() }
     }
 
     /// The lease configuration of a hot key.
     pub fn lease(&self) -> &LeaseConfig {
         &self.lease
+    }
+
+    /// How many CAS races one check of a key must lose for the key to turn hot.
+    pub fn after_lost_races(&self) -> u32 {
+        self.after_lost_races
+    }
+
+    /// The most keys hot at once.
+    pub fn max_hot_keys(&self) -> usize {
+        self.max_hot_keys
+    }
+}
+
+impl HotKeysBuilder {
+    /// How a hot key's bucket is spread over stripes. Default:
+    /// [`LeaseConfig::default`].
+    pub fn lease(mut self, lease: LeaseConfig) -> Self {
+        self.hot.lease = lease;
+        self
+    }
+
+    /// Promote a key when one of its checks loses `n` CAS races (at least 1).
+    /// Default: 2.
+    pub fn after_lost_races(mut self, n: u32) -> Self {
+        self.hot.after_lost_races = n;
+        self
+    }
+
+    /// At most `n` hot keys at once (at least 1). Default: 64.
+    pub fn max_hot_keys(mut self, n: usize) -> Self {
+        self.hot.max_hot_keys = n;
+        self
+    }
+
+    /// The configuration, or the first option out of its range.
+    pub fn build(self) -> Result<HotKeys, KeyedConfigError> {
+        if self.hot.after_lost_races == 0 {
+            return Err(KeyedConfigError::ZeroLostRaces);
+        }
+        if self.hot.max_hot_keys == 0 {
+            return Err(KeyedConfigError::ZeroHotKeys);
+        }
+        Ok(self.hot)
     }
 }
 
@@ -516,10 +564,10 @@ where
     /// use weir_gcra::LeaseConfig;
     /// use weir_keyed::{HotKeys, Keyed, KeyedConfig};
     ///
-    /// let hot = HotKeys::new(LeaseConfig::new(8)?.with_max_lease(32)?);
-    /// let per_tenant =
-    ///     Keyed::<u64, _, _>::gcra_with_clock(Quota::per_second(1_000_000)?, KeyedConfig::new(10_000)?, ManualClock::new())
-    ///         .with_hot_keys(hot);
+    /// let hot = HotKeys::builder().lease(LeaseConfig::builder().stripes(8).max_lease(32).build()?).build()?;
+    /// let config = KeyedConfig::builder(10_000).build()?;
+    /// let per_tenant = Keyed::<u64, _, _>::gcra_with_clock(Quota::per_second(1_000_000)?, config, ManualClock::new())
+    ///     .with_hot_keys(hot);
     /// assert!(per_tenant.check(&7).is_allowed());
     /// assert!(per_tenant.promote(&7) && per_tenant.is_hot(&7));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -593,7 +641,13 @@ where
 
     /// The hot stripes of `key` whose state is `state`, if they are still there
     /// (stripes of another state of the key are not these).
-    fn stripes_of<'g, Q>(&'g self, hash: u64, key: &Q, state: &GcraState, guard: &'g Guard<'_>) -> Option<&'g LeaseStripes>
+    fn stripes_of<'g, Q>(
+        &'g self,
+        hash: u64,
+        key: &Q,
+        state: &GcraState,
+        guard: &'g Guard<'_>,
+    ) -> Option<&'g LeaseStripes>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -752,7 +806,14 @@ where
     }
 
     /// Whether `key` maps to `state` now.
-    fn is_linked<Q>(&self, shard: &Shard<K, GcraState>, hash: u64, key: &Q, state: &GcraState, guard: &Guard<'_>) -> bool
+    fn is_linked<Q>(
+        &self,
+        shard: &Shard<K, GcraState>,
+        hash: u64,
+        key: &Q,
+        state: &GcraState,
+        guard: &Guard<'_>,
+    ) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,

@@ -7,7 +7,7 @@
 //! use weir_keyed::{AtCapacity, Keyed, KeyedConfig};
 //!
 //! let clock = ManualClock::new();
-//! let config = KeyedConfig::new(100_000)?.at_capacity(AtCapacity::EvictIdle);
+//! let config = KeyedConfig::builder(100_000).at_capacity(AtCapacity::EvictIdle).build()?;
 //! let per_ip = Keyed::gcra_with_clock(Quota::per_second(2)?, config, clock.clone());
 //!
 //! assert!(per_ip.check(&"203.0.113.7").is_allowed());
@@ -38,7 +38,7 @@
 //! let clock = ManualClock::new();
 //! let algorithm = SlidingWindowAlgorithm::new(Quota::per_minute(100)?, clock.now())?;
 //! let per_user: Keyed<String, _, _> =
-//!     Keyed::with_hasher(algorithm, KeyedConfig::new(10_000)?, clock, RandomState::new());
+//!     Keyed::with_hasher(algorithm, KeyedConfig::builder(10_000).build()?, clock, RandomState::new());
 //! assert!(per_user.check_n("alice", 100)?.is_allowed());
 //! assert!(per_user.check("alice").is_denied());
 //! # }
@@ -234,9 +234,9 @@ pub mod loom_table {
 }
 
 pub use algorithm::KeyedAlgorithm;
-pub use config::{AtCapacity, KeyedConfig};
+pub use config::{AtCapacity, KeyedConfig, KeyedConfigBuilder};
 pub use error::{KeyedConfigError, SweeperError};
-pub use hot::{HotKeyMode, HotKeys, NoHotKeys};
+pub use hot::{HotKeyMode, HotKeys, HotKeysBuilder, NoHotKeys};
 pub use store::{Keyed, KeyedGcra};
 #[cfg(feature = "window")]
 pub use store::{KeyedFixedWindow, KeyedSlidingLog, KeyedSlidingWindow};

@@ -30,7 +30,7 @@ where
     /// use weir_keyed::{Keyed, KeyedConfig};
     ///
     /// let clock = ManualClock::new();
-    /// let store: Keyed<u64, _, _> = Keyed::gcra_with_clock(Quota::per_second(1)?, KeyedConfig::new(100_000)?, clock.clone());
+    /// let store: Keyed<u64, _, _> = Keyed::gcra_with_clock(Quota::per_second(1)?, KeyedConfig::builder(100_000).build()?, clock.clone());
     /// for key in 0..10_000 {
     ///     assert!(store.check(&key).is_allowed());
     /// }
@@ -58,7 +58,7 @@ where
     /// use weir_keyed::{Keyed, KeyedConfig};
     ///
     /// let store: Keyed<u64, _, _> =
-    ///     Keyed::gcra_with_clock(Quota::per_second(10)?, KeyedConfig::new(100_000)?, ManualClock::new());
+    ///     Keyed::gcra_with_clock(Quota::per_second(10)?, KeyedConfig::builder(100_000).build()?, ManualClock::new());
     /// for key in 0..1_000 {
     ///     let _ = store.check_n(&key, 4)?;
     /// }

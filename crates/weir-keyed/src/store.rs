@@ -15,8 +15,8 @@ use weir_core::{
     Algorithm, AsyncKeyedLimiter, Clock, Decision, DenyReason, InsufficientCapacity, KeyedLimiter, MonotonicClock,
     Policy, Quota, Snapshot,
 };
-use weir_gcra::GcraAlgorithm;
 use weir_gcra::__private::StateKind;
+use weir_gcra::GcraAlgorithm;
 
 /// Keys per shard the shard count aims for at full capacity: a sweep step scans one
 /// shard, so this is the work of one step. Smaller shards sweep faster but each
@@ -105,7 +105,7 @@ impl<K, A: KeyedAlgorithm, C, S, H: HotKeyMode<A>> fmt::Debug for Keyed<K, A, C,
 /// struct Server {
 ///     per_ip: KeyedGcra<std::net::IpAddr>,
 /// }
-/// let server = Server { per_ip: KeyedGcra::gcra(Quota::per_second(10)?, KeyedConfig::new(100_000)?) };
+/// let server = Server { per_ip: KeyedGcra::gcra(Quota::per_second(10)?, KeyedConfig::builder(100_000).build()?) };
 /// assert!(server.per_ip.check(&"203.0.113.7".parse()?).is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -133,7 +133,7 @@ where
     /// use weir_core::Quota;
     /// use weir_keyed::{KeyedConfig, KeyedGcra};
     ///
-    /// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_minute(100)?, KeyedConfig::new(10_000)?);
+    /// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_minute(100)?, KeyedConfig::builder(10_000).build()?);
     /// assert!(per_user.check("alice").is_allowed());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -176,7 +176,7 @@ mod window_constructors {
         /// use weir_core::Quota;
         /// use weir_keyed::{KeyedConfig, KeyedFixedWindow};
         ///
-        /// let per_ip: KeyedFixedWindow<String> = KeyedFixedWindow::fixed_window(Quota::per_minute(2)?, KeyedConfig::new(1_000)?)?;
+        /// let per_ip: KeyedFixedWindow<String> = KeyedFixedWindow::fixed_window(Quota::per_minute(2)?, KeyedConfig::builder(1_000).build()?)?;
         /// assert!(per_ip.check_n("203.0.113.7", 2)?.is_allowed());
         /// assert!(per_ip.check("203.0.113.7").is_denied());
         /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -203,7 +203,7 @@ mod window_constructors {
         /// use weir_keyed::{KeyedConfig, KeyedSlidingWindow};
         ///
         /// let per_user: KeyedSlidingWindow<String> =
-        ///     KeyedSlidingWindow::sliding_window(Quota::per_minute(100)?, KeyedConfig::new(10_000)?)?;
+        ///     KeyedSlidingWindow::sliding_window(Quota::per_minute(100)?, KeyedConfig::builder(10_000).build()?)?;
         /// assert!(per_user.check_n("alice", 100)?.is_allowed());
         /// assert!(per_user.check("alice").is_denied());
         /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -230,7 +230,7 @@ mod window_constructors {
         /// use weir_core::Quota;
         /// use weir_keyed::{KeyedConfig, KeyedSlidingLog};
         ///
-        /// let per_user: KeyedSlidingLog<u64> = KeyedSlidingLog::sliding_log(Quota::per_minute(3)?, KeyedConfig::new(100)?)?;
+        /// let per_user: KeyedSlidingLog<u64> = KeyedSlidingLog::sliding_log(Quota::per_minute(3)?, KeyedConfig::builder(100).build()?)?;
         /// assert!(per_user.check_n(&7, 3)?.is_allowed());
         /// assert!(per_user.check(&7).is_denied());
         /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -293,7 +293,6 @@ where
     S: BuildHasher + Clone,
     H: HotKeyMode<A>,
 {
-
     /// Checks one request for `key`.
     #[inline]
     pub fn check<Q>(&self, key: &Q) -> Decision
@@ -411,7 +410,7 @@ where
     /// use weir_keyed::{KeyedConfig, KeyedGcra};
     ///
     /// let per_ip: KeyedGcra<String, _> =
-    ///     KeyedGcra::gcra_with_clock(Quota::per_minute(3)?, KeyedConfig::new(100)?, ManualClock::new());
+    ///     KeyedGcra::gcra_with_clock(Quota::per_minute(3)?, KeyedConfig::builder(100).build()?, ManualClock::new());
     /// let admission = per_ip.check_n("203.0.113.7", 3)?;
     /// assert!(per_ip.check("203.0.113.7").is_denied());
     /// per_ip.refund("203.0.113.7", 3, &admission)?; // the request was not served after all
@@ -700,7 +699,7 @@ where
 ///     Ok(store.check_n(client, 1).await?.is_allowed())
 /// }
 ///
-/// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_minute(1)?, KeyedConfig::new(100)?);
+/// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_minute(1)?, KeyedConfig::builder(100).build()?);
 /// let mut first = pin!(admit(&per_user, "alice"));
 /// let mut cx = Context::from_waker(Waker::noop());
 /// assert!(matches!(first.as_mut().poll(&mut cx), Poll::Ready(Ok(true)))); // ready at the first poll

@@ -20,7 +20,7 @@ fn full_store(idle: u64) -> (Store, ManualClock) {
     let clock = ManualClock::new();
     let store = Keyed::gcra_with_clock(
         Quota::per_second(1).unwrap(),
-        KeyedConfig::new(MAX_KEYS as usize).unwrap(),
+        KeyedConfig::builder(MAX_KEYS as usize).build().unwrap(),
         clock.clone(),
     );
     fill(&store, idle, &clock);
@@ -32,7 +32,7 @@ fn full_hot_store(idle: u64, hot: HotKeys) -> (HotStore, ManualClock) {
     let clock = ManualClock::new();
     let store = Keyed::gcra_with_clock(
         Quota::per_second(1).unwrap(),
-        KeyedConfig::new(MAX_KEYS as usize).unwrap(),
+        KeyedConfig::builder(MAX_KEYS as usize).build().unwrap(),
         clock.clone(),
     )
     .with_hot_keys(hot);
@@ -82,7 +82,7 @@ fn a_key_going_idle_just_after_a_denial_makes_room() {
 fn a_key_inserted_after_a_fruitless_search_is_found_when_idle() {
     let clock = ManualClock::new();
     let quota = Quota::per_second(1).unwrap().with_burst(5).unwrap();
-    let store: Store = Keyed::gcra_with_clock(quota, KeyedConfig::new(1024).unwrap(), clock.clone());
+    let store: Store = Keyed::gcra_with_clock(quota, KeyedConfig::builder(1024).build().unwrap(), clock.clone());
     for key in 0..1024 {
         assert!(store.check_n(&key, 5).unwrap().is_allowed()); // idle at 5 s
     }
@@ -98,9 +98,9 @@ fn a_key_inserted_after_a_fruitless_search_is_found_when_idle() {
 /// A hot key gone idle (bucket full, every lease expired) makes room like any key.
 #[test]
 fn a_full_store_evicts_an_idle_hot_key_for_a_new_key() {
-    let lease = LeaseConfig::new(2).unwrap().with_lifetime(Duration::from_millis(1)).unwrap();
+    let lease = LeaseConfig::builder().stripes(2).lifetime(Duration::from_millis(1)).build().unwrap();
     for idle in [3, 4000] {
-        let (store, clock) = full_hot_store(idle, HotKeys::new(lease));
+        let (store, clock) = full_hot_store(idle, HotKeys::builder().lease(lease).build().unwrap());
         assert!(store.is_hot(&idle));
         clock.advance(Duration::from_millis(500) - Duration::from_micros(1)); // its lease expires at 1 s + 1 ms
         assert_eq!(store.check(&(MAX_KEYS + 1)).deny_reason(), Some(DenyReason::KeyCapacity));
@@ -130,8 +130,12 @@ fn a_full_window_store_with_one_idle_key_admits_a_new_key() {
         A::State: Send + Sync + 'static,
     {
         let clock = ManualClock::new();
-        let store: Keyed<u64, A, ManualClock> =
-            Keyed::with_hasher(make(clock.now()), KeyedConfig::new(1024).unwrap(), clock.clone(), RandomState::new());
+        let store: Keyed<u64, A, ManualClock> = Keyed::with_hasher(
+            make(clock.now()),
+            KeyedConfig::builder(1024).build().unwrap(),
+            clock.clone(),
+            RandomState::new(),
+        );
         assert!(store.check(&7).is_allowed());
         clock.advance(Duration::from_millis(others_at));
         for key in (0..1024).filter(|&k| k != 7) {
