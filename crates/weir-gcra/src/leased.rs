@@ -1,19 +1,31 @@
-//! [`LeasedGcra`]: one GCRA bucket that every core can hit at once.
+//! [`LeasedGcra`]: one GCRA bucket that many threads can hit at once.
+//!
+//! ```
+//! use weir_core::Quota;
+//! use weir_gcra::{LeaseConfig, LeasedGcra};
+//!
+//! // One stripe per hardware thread, leases of at most 64 permits, usable for 1 ms.
+//! let limiter = LeasedGcra::new(Quota::per_second(1_000_000)?, LeaseConfig::default());
+//! assert!(limiter.check().is_allowed());
+//! // What it may admit beyond the exact limiter, in any span of time:
+//! assert!(limiter.over_admission_bound() <= limiter.config().stripes() as u64 * 64);
+//! # Ok::<(), weir_core::QuotaError>(())
+//! ```
 //!
 //! # The problem
 //!
-//! An exact limiter shared by every core writes one cache line per admitted request.
-//! Every core wants that line exclusively, so aggregate throughput is bounded by how
-//! fast the line moves between cores, whatever the core count (BENCHMARKS.md: one
-//! shared `fetch_add` falls from 410 M/s on one thread to 111 M/s on two).
+//! An exact limiter shared by many threads writes one cache line per admitted
+//! request. Every core running such a thread wants that line exclusively, so
+//! aggregate throughput is bounded by how fast the line moves between cores,
+//! whatever the core count (measured in BENCHMARKS.md; see DESIGN.md, "weir-gcra").
 //!
 //! # The construction
 //!
-//! Each *stripe* (a cache-padded word; threads are spread over stripes round-robin)
-//! holds a **lease**: a few permits taken from the exact bucket with one
-//! `check_n(L)`. A check first tries to take a permit from its own stripe (one
-//! uncontended CAS on a line no other core writes); only when the lease is empty or
-//! expired does it go to the shared bucket for a new one.
+//! Each *stripe* (a cache-padded word; threads are spread over stripes round-robin,
+//! see [`weir_core::stripes`]) holds a **lease**: a few permits taken from the exact
+//! bucket with one `check_n(L)`. A check first tries to take a permit from its own
+//! stripe (one CAS on a line that only the threads of this stripe write); only when
+//! the lease is empty or expired does it go to the shared bucket for a new one.
 //!
 //! - **Adaptive size.** A new lease is `clamp(remaining / (2·stripes), n, max_lease)`
 //!   permits, `remaining` being what the bucket can admit now: large while the
@@ -26,7 +38,7 @@
 //!   the unused permits' debt, charged at the interval they were granted at, *less the
 //!   time since the grant*: the bucket has been refilling meanwhile and may already
 //!   have repaid that debt, so crediting every unused permit would credit other
-//!   stripes' debt and over-admit (a property test found exactly that). The time is
+//!   stripes' debt and over-admit. The time is
 //!   measured to the latest reading any refill has seen, so neither a stale reading
 //!   nor a clock stepping backwards shortens it.
 //! - **Ownership.** A stripe being refilled is marked claimed; other threads of the
@@ -245,7 +257,7 @@ impl LeaseConfig {
 pub enum LeaseConfigError {
     /// Zero stripes.
     ZeroStripes,
-    /// More than [`MAX_STRIPES`](weir_core::stripes::MAX_STRIPES) stripes.
+    /// More than [`MAX_STRIPES`] stripes.
     TooManyStripes(usize),
     /// A maximum lease of zero permits.
     ZeroLease,
@@ -273,7 +285,7 @@ impl fmt::Display for LeaseConfigError {
 impl std::error::Error for LeaseConfigError {}
 
 default_clock_struct! {
-    /// One GCRA bucket that every core can hit at once: stripes lease batches of
+    /// One GCRA bucket that many threads can hit at once: stripes lease batches of
     /// permits from it, with a documented, bounded over-admission (see the
     /// [module docs](crate::leased)).
     ///

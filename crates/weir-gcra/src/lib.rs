@@ -1,4 +1,25 @@
-//! A lock-free token bucket in GCRA encoding.
+//! A lock-free token bucket in GCRA encoding: a rate with a burst allowance, exact
+//! under concurrency, one atomic word of state.
+//!
+//! # What to use when
+//!
+//! | you need | use |
+//! |---|---|
+//! | one limit (a service, an outgoing API), checked from any number of threads | [`Gcra`] |
+//! | one limit that many threads hit at once, where a stated over-admission buys throughput | [`LeasedGcra`] (module [`leased`]), configured by [`LeaseConfig`] |
+//! | a limit per client (IP, API key, user) | weir-keyed's `Keyed::gcra`, which keeps one [`GcraState`] per key under one [`GcraAlgorithm`] |
+//!
+//! A [`Quota`] here is a rate and a bucket: `Quota::per_minute(100)` refills 100 a
+//! minute into a bucket of 100 (its burst, unless `with_burst` says otherwise), so a
+//! client that saved up takes 100 at once and then one every 0.6 s.
+//!
+//! **Costs.** [`Gcra`]: an admission is one clock read and one CAS on one word, a
+//! denial one clock read and one load, with nothing written to shared memory;
+//! nothing is allocated. [`LeasedGcra`]: most admissions are one CAS on the calling
+//! thread's own stripe, so throughput grows with threads where one shared word
+//! cannot; it pays with a bounded over-admission ([`LeasedGcra::over_admission_bound`]).
+//! Measured costs, against governor in the same runs, are in BENCHMARKS.md; the
+//! reasons behind the design are in DESIGN.md ("weir-gcra").
 //!
 //! # The algorithm
 //!
