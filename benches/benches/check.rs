@@ -81,7 +81,7 @@ fn algorithms(c: &mut Criterion) {
         g.bench_function(name, |b| b.iter(|| black_box(l).check_one()));
     }
     let mut g = c.benchmark_group("algorithms/allowed");
-    let leased = LeasedGcra::with_clock(open(), LeaseConfig::per_core(), MonotonicClock::new());
+    let leased = LeasedGcra::with_clock(open(), LeaseConfig::default(), MonotonicClock::new());
     bench(&mut g, "weir-leased", &leased);
     bench(&mut g, "weir-fixed", &windows::fixed_open());
     bench(&mut g, "weir-sliding", &windows::sliding_open());
@@ -104,7 +104,7 @@ fn algorithms(c: &mut Criterion) {
     // The default bench store is sized for 2²⁰ keys (2 048 shards, so these keys each
     // sit in a different shard); a store sized for 4 096 keys has 8 shards.
     let keyed = weir_keyed();
-    let small = Keyed::gcra(open_quota(), KeyedConfig::new(4_096).expect("a valid config"));
+    let small = Keyed::gcra(open_quota(), KeyedConfig::builder(4_096).build().expect("a valid config"));
     let gov = governor_keyed();
     for key in 0..1_000_u64 {
         let _ = keyed.check(&key);

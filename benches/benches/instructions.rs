@@ -100,7 +100,7 @@ fn gcra_fixed(quota: Quota) -> &'static Gcra<ManualClock> {
 }
 
 fn leased_fixed(quota: Quota) -> &'static LeasedGcra<ManualClock> {
-    weir(LeasedGcra::with_clock(quota, LeaseConfig::per_core(), fixed()))
+    weir(LeasedGcra::with_clock(quota, LeaseConfig::default(), fixed()))
 }
 
 fn fixed_window_fixed(quota: Quota) -> &'static Weir<FixedWindow<ManualClock>> {
@@ -128,7 +128,7 @@ fn governor_fixed(per_hour: bool) -> &'static FixedGovernor {
 }
 
 fn weir_keyed_fixed() -> &'static Keyed<u64, GcraAlgorithm, ManualClock> {
-    let config = KeyedConfig::new(1 << 20).expect("a valid config");
+    let config = KeyedConfig::builder(1 << 20).build().expect("a valid config");
     let store = Keyed::gcra_with_clock(open(), config, fixed());
     warmed(store, |s| {
         (0..KEYS).for_each(|k| {
@@ -153,7 +153,7 @@ fn gcra_default(quota: Quota) -> &'static Gcra<MonotonicClock> {
 }
 
 fn leased_default(quota: Quota) -> &'static LeasedGcra<MonotonicClock> {
-    weir(LeasedGcra::with_clock(quota, LeaseConfig::per_core(), MonotonicClock::new()))
+    weir(LeasedGcra::with_clock(quota, LeaseConfig::default(), MonotonicClock::new()))
 }
 
 fn governor_default(per_hour: bool) -> &'static Governor {

@@ -78,8 +78,8 @@ pub fn subjects() -> Vec<Subject> {
         s("weir-gcra+coarse", zero, |t, d| overload(Gcra::with_clock(quota(), coarse()), t, d)),
         s(
             "weir-leased",
-            || LeaseConfig::per_core().over_admission_bound(&quota()),
-            |t, d| overload(LeasedGcra::with_clock(quota(), LeaseConfig::per_core(), MonotonicClock::new()), t, d),
+            || LeaseConfig::default().over_admission_bound(&quota()),
+            |t, d| overload(LeasedGcra::with_clock(quota(), LeaseConfig::default(), MonotonicClock::new()), t, d),
         ),
         s("governor", zero, |t, d| overload(crate::peers::governor(RATE as u32, BURST as u32), t, d)),
         s("ratelimit", zero, |t, d| overload(ratelimit(RATE, BURST), t, d)),

@@ -105,7 +105,7 @@ fn limiter(name: &str, clock: &ManualClock) -> Option<(Box<dyn Limiter>, usize)>
             (Box::new(l), size_of::<weir_window::StripedSlidingWindow<ManualClock>>() + 2 * 128)
         }
         "leased-gcra" => {
-            let config = weir_gcra::LeaseConfig::new(2).ok()?;
+            let config = weir_gcra::LeaseConfig::builder().stripes(2).build().ok()?;
             let size = size_of::<weir_gcra::LeasedGcra<ManualClock>>() + 2 * 128;
             (Box::new(weir_gcra::LeasedGcra::with_clock(q, config, c)), size)
         }

@@ -5,10 +5,11 @@ use crate::harness::Workload;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Zipf};
+use std::hash::RandomState;
 use std::sync::{Arc, OnceLock};
 use weir_core::{Clock, MonotonicClock, Quota};
 use weir_gcra::{GcraAlgorithm, LeaseConfig};
-use weir_keyed::{HotKeys, Keyed, KeyedConfig};
+use weir_keyed::{HotKeyMode, HotKeys, Keyed, KeyedConfig};
 
 /// Distinct keys in the spread scenarios.
 pub const KEYS: u64 = 100_000;
@@ -21,7 +22,7 @@ pub trait CheckKey: Sync {
     fn check_key(&self, key: u64) -> bool;
 }
 
-impl<C: Clock + Sync> CheckKey for Keyed<u64, GcraAlgorithm, C> {
+impl<C: Clock + Sync, H: HotKeyMode<GcraAlgorithm>> CheckKey for Keyed<u64, GcraAlgorithm, C, RandomState, H> {
     #[inline]
     fn check_key(&self, key: u64) -> bool {
         self.check(&key).is_allowed()
@@ -128,13 +129,13 @@ pub fn open_quota() -> Quota {
 
 /// weir's keyed GCRA store, sized for the spread scenarios.
 pub fn weir_keyed() -> Keyed<u64, GcraAlgorithm, MonotonicClock> {
-    Keyed::gcra(open_quota(), KeyedConfig::new(1 << 20).expect("a valid config"))
+    Keyed::gcra(open_quota(), KeyedConfig::builder(1 << 20).build().expect("a valid config"))
 }
 
 /// The same with hot-key mode: a key whose check loses 2 CAS races goes to per-core
 /// lease stripes.
-pub fn weir_keyed_hot() -> Keyed<u64, GcraAlgorithm, MonotonicClock> {
-    weir_keyed().with_hot_keys(HotKeys::new(LeaseConfig::per_core()))
+pub fn weir_keyed_hot() -> Keyed<u64, GcraAlgorithm, MonotonicClock, RandomState, HotKeys> {
+    weir_keyed().with_hot_keys(HotKeys::builder().lease(LeaseConfig::default()).build().expect("a valid configuration"))
 }
 
 /// governor's keyed limiter with the same quota.

@@ -91,7 +91,8 @@ pub fn probe(subject: &str, keys: u64) -> Result<(), BenchError> {
     let keep: Box<dyn std::any::Any> = match subject {
         "weir-keyed-full" | "weir-keyed-10pct" => {
             let bound = if subject.ends_with("full") { keys } else { keys * 10 };
-            let config = KeyedConfig::new(bound as usize).map_err(|e| BenchError::Measurement(e.to_string()))?;
+            let config =
+                KeyedConfig::builder(bound as usize).build().map_err(|e| BenchError::Measurement(e.to_string()))?;
             let store = Keyed::gcra(held_quota(), config);
             fill(&store, keys);
             if store.len() as u64 != keys {

@@ -103,7 +103,7 @@ pub fn singles() -> Vec<Single> {
         }),
         s("allowed/mutex-bucket", || Box::new(Checks(MutexTokenBucket::new(1e9, 1e9)))),
         s("allowed/weir-leased", || {
-            Box::new(Checks(LeasedGcra::with_clock(open(), LeaseConfig::per_core(), MonotonicClock::new())))
+            Box::new(Checks(LeasedGcra::with_clock(open(), LeaseConfig::default(), MonotonicClock::new())))
         }),
         s("allowed/weir-fixed", || Box::new(Checks(windows::fixed_open()))),
         s("allowed/weir-sliding", || Box::new(Checks(windows::sliding_open()))),

@@ -131,7 +131,7 @@ fn drained_gcra<C: Clock>(clock: C) -> Gcra<C> {
 
 /// A leased GCRA limiter, one stripe per core, that is empty for the next hour.
 pub fn drained_leased() -> LeasedGcra<MonotonicClock> {
-    let limiter = LeasedGcra::with_clock(closed_quota(), LeaseConfig::per_core(), MonotonicClock::new());
+    let limiter = LeasedGcra::with_clock(closed_quota(), LeaseConfig::default(), MonotonicClock::new());
     let _ = limiter.check();
     limiter
 }
@@ -180,14 +180,14 @@ pub fn subjects() -> Vec<Subject> {
         s(HotAllowed, "governor+upkeep", None, |t, d| crate::harness::run(&Shared(governor_upkeep(OPEN, OPEN)), t, d)),
         s(HotAllowed, "weir-leased", gov, |t, d| {
             crate::harness::run(
-                &Shared(LeasedGcra::with_clock(open_quota(), LeaseConfig::per_core(), MonotonicClock::new())),
+                &Shared(LeasedGcra::with_clock(open_quota(), LeaseConfig::default(), MonotonicClock::new())),
                 t,
                 d,
             )
         }),
         s(HotAllowed, "weir-leased+coarse", gov_upkeep, |t, d| {
             crate::harness::run(
-                &Shared(LeasedGcra::with_clock(open_quota(), LeaseConfig::per_core(), coarse_clock())),
+                &Shared(LeasedGcra::with_clock(open_quota(), LeaseConfig::default(), coarse_clock())),
                 t,
                 d,
             )

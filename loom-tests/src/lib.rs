@@ -37,7 +37,7 @@ pub mod keyed {
         A: KeyedAlgorithm,
         A::State: Send + Sync + 'static,
     {
-        Keyed::with_hasher(algorithm, KeyedConfig::new(4).unwrap(), Nanos::new(0), Hasher::default())
+        Keyed::with_hasher(algorithm, KeyedConfig::builder(4).build().unwrap(), Nanos::new(0), Hasher::default())
     }
 
     /// Three checks of one key at one instant, against a state admitting exactly 2,

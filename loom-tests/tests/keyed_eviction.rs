@@ -24,12 +24,12 @@ fn gcra(burst: u64) -> GcraAlgorithm {
 
 /// A GCRA store with hot keys: one stripe, leases of one permit (exact), at most
 /// two hot keys (so that two promotions of one key can both hold a slot).
-fn hot_store(burst: u64) -> Keyed<u8, GcraAlgorithm, Nanos, Hasher> {
-    let lease = LeaseConfig::new(1).unwrap().with_max_lease(1).unwrap();
-    store(gcra(burst)).with_hot_keys(HotKeys::new(lease).max_hot_keys(2).unwrap())
+fn hot_store(burst: u64) -> Keyed<u8, GcraAlgorithm, Nanos, Hasher, HotKeys> {
+    let lease = LeaseConfig::builder().stripes(1).max_lease(1).build().unwrap();
+    store(gcra(burst)).with_hot_keys(HotKeys::builder().lease(lease).max_hot_keys(2).build().unwrap())
 }
 
-fn admitted(store: &Keyed<u8, GcraAlgorithm, Nanos, Hasher>, checks: usize) -> u64 {
+fn admitted(store: &Keyed<u8, GcraAlgorithm, Nanos, Hasher, HotKeys>, checks: usize) -> u64 {
     (0..checks).filter(|_| store.check(&1).is_allowed()).count() as u64
 }
 
@@ -151,8 +151,12 @@ fn a_search_publishing_bounds_never_hides_a_key_inserted_meanwhile() {
     loom::model(|| {
         let clock = ManualClock::new();
         // At most two keys, one shard; one permit every 10 ns, a burst of 4.
-        let store =
-            Arc::new(Keyed::with_hasher(gcra(4), KeyedConfig::new(2).unwrap(), clock.clone(), Hasher::default()));
+        let store = Arc::new(Keyed::with_hasher(
+            gcra(4),
+            KeyedConfig::builder(2).build().unwrap(),
+            clock.clone(),
+            Hasher::default(),
+        ));
         assert!(store.check_n(&1, 4).unwrap().is_allowed()); // idle at 40 ns
         assert!(store.check_n(&2, 4).unwrap().is_allowed()); // idle at 40 ns: full
         let searcher = {

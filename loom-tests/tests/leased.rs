@@ -18,7 +18,7 @@ fn quota(burst: u64) -> Quota {
 }
 
 fn config(stripes: usize, max_lease: u64) -> LeaseConfig {
-    LeaseConfig::new(stripes).unwrap().with_max_lease(max_lease).unwrap()
+    LeaseConfig::builder().stripes(stripes).max_lease(max_lease).build().unwrap()
 }
 
 /// `plan[t]` = the stripes thread `t` checks (cost 1 each), at a frozen clock.
@@ -124,11 +124,11 @@ fn time_moving_during_refills_stays_within_the_bound() {
     let t_ns = 10_000;
     loom::model(move || {
         let clock = ManualClock::new();
-        let config = LeaseConfig::new(1)
-            .unwrap()
-            .with_max_lease(4)
-            .unwrap()
-            .with_lifetime(std::time::Duration::from_nanos(4_096))
+        let config = LeaseConfig::builder()
+            .stripes(1)
+            .max_lease(4)
+            .lifetime(std::time::Duration::from_nanos(4_096))
+            .build()
             .unwrap();
         let l = Arc::new(LeasedGcra::with_clock(
             Quota::per_second(100_000).unwrap().with_burst(8).unwrap(),

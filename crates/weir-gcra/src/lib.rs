@@ -1,4 +1,25 @@
-//! A lock-free token bucket in GCRA encoding.
+//! A lock-free token bucket in GCRA encoding: a rate with a burst allowance, exact
+//! under concurrency, one atomic word of state.
+//!
+//! # What to use when
+//!
+//! | you need | use |
+//! |---|---|
+//! | one limit (a service, an outgoing API), checked from any number of threads | [`Gcra`] |
+//! | one limit that many threads hit at once, where a stated over-admission buys throughput | [`LeasedGcra`] (module [`leased`]), configured by [`LeaseConfig`] |
+//! | a limit per client (IP, API key, user) | weir-keyed's `Keyed::gcra`, which keeps one [`GcraState`] per key under one [`GcraAlgorithm`] |
+//!
+//! A [`Quota`] here is a rate and a bucket: `Quota::per_minute(100)` refills 100 a
+//! minute into a bucket of 100 (its burst, unless `with_burst` says otherwise), so a
+//! client that saved up takes 100 at once and then one every 0.6 s.
+//!
+//! **Costs.** [`Gcra`]: an admission is one clock read and one CAS on one word, a
+//! denial one clock read and one load, with nothing written to shared memory;
+//! nothing is allocated. [`LeasedGcra`]: most admissions are one CAS on the calling
+//! thread's own stripe, so throughput grows with threads where one shared word
+//! cannot; it pays with a bounded over-admission ([`LeasedGcra::over_admission_bound`]).
+//! Measured costs, against governor in the same runs, are in BENCHMARKS.md; the
+//! reasons behind the design are in DESIGN.md ("weir-gcra").
 //!
 //! # The algorithm
 //!
@@ -117,8 +138,35 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+/// Declares a limiter struct generic over its clock `C`, which defaults to
+/// [`MonotonicClock`](weir_core::MonotonicClock) where the `std` feature provides it.
+macro_rules! default_clock_struct {
+    ($(#[$meta:meta])* pub struct $name:ident<C> { $($field:ident: $ty:ty),* $(,)? }) => {
+        #[cfg(feature = "std")]
+        $(#[$meta])*
+        pub struct $name<C = weir_core::MonotonicClock> { $($field: $ty),* }
+        #[cfg(not(feature = "std"))]
+        $(#[$meta])*
+        pub struct $name<C> { $($field: $ty),* }
+    };
+}
+
 pub mod leased;
-pub use leased::{LeaseConfig, LeaseConfigError, LeaseStripes, LeasedGcra};
+mod private;
+mod stripes;
+pub use leased::{LeaseConfig, LeaseConfigBuilder, LeaseConfigError, LeasedGcra};
+
+/// Cross-crate internals: what weir-keyed's hot keys use of this crate (the
+/// leased engine of one key, and the state transitions that move a key's bucket
+/// to it and back). **Not part of the public API**: no stability promise, may
+/// change in any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::private::{
+        StateKind, check_n_contended, is_promoted, promote, retire_orphan, retire_promoted, state_kind,
+    };
+    pub use crate::stripes::LeaseStripes;
+}
 
 use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
 use weir_core::__private::ticks;
@@ -134,8 +182,8 @@ const HORIZON_TICKS: u64 = (1 << 63) - 1;
 /// nothing.
 const RETIRED: u64 = u64::MAX;
 
-/// The TAT of a state whose bucket has moved to a hot-key [`LeaseStripes`]
-/// ([`GcraAlgorithm::promote`]): like [`RETIRED`], beyond any live TAT, so checks on
+/// The TAT of a state whose bucket has moved to a hot-key `LeaseStripes`
+/// (`__private::promote`): like [`RETIRED`], beyond any live TAT, so checks on
 /// it are denied and the caller routes them to the hot bucket.
 const PROMOTED: u64 = u64::MAX - 1;
 
@@ -333,31 +381,6 @@ impl GcraAlgorithm {
         }
     }
 
-    /// Gives back `n` units of capacity taken from `state` but not used, never beyond
-    /// a full bucket. `n` greater than the burst is an error: no single check could
-    /// have taken it.
-    ///
-    /// [`Algorithm::refund`] without the admission, for a refund made right after
-    /// it: credits `n` units' time whenever they were taken, so a refund made after
-    /// the bucket refilled could free capacity a later admission took; prefer the
-    /// trait's method, which subtracts the time since the admission.
-    /// (Called on a `GcraAlgorithm`, `algorithm.refund(state, n, clock)` is this
-    /// method; the trait's is `Algorithm::refund(&algorithm, state, n, &admission,
-    /// clock)`.)
-    pub fn refund<C: Clock + ?Sized>(&self, state: &GcraState, n: u64, clock: &C) -> Result<(), InsufficientCapacity> {
-        let quota = self.quota.load();
-        if n > quota.burst() {
-            return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
-        }
-        self.refund_ticks(state, quota.credit_ticks(n), clock);
-        Ok(())
-    }
-
-    /// Gives back `credit` ticks of capacity in use, never beyond a full bucket.
-    pub(crate) fn refund_ticks<C: Clock + ?Sized>(&self, state: &GcraState, credit: u64, clock: &C) {
-        self.refund_ticks_with(state, clock, |_| credit);
-    }
-
     /// Gives back `credit_at(now)` ticks of capacity in use, never beyond a full
     /// bucket, where `now` is a clock reading taken after the TAT it applies to was
     /// read (so a credit that shrinks with time is never computed from a stale
@@ -404,101 +427,6 @@ fn units_in(quota: &Quota, ticks: u64) -> u64 {
     let period_ticks = quota.period().as_nanos().saturating_mul(u128::from(ticks::PER_NANO));
     let units = (u128::from(ticks) * u128::from(quota.count())).checked_div(period_ticks).unwrap_or(0);
     u64::try_from(units).unwrap_or(u64::MAX)
-}
-
-/// What a GCRA state currently is, read in one load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StateKind {
-    /// A live bucket.
-    Live,
-    /// Retired ([`Retire`]): admits nothing; a per-key store replaces it.
-    Retired,
-    /// Promoted to a hot bucket ([`GcraAlgorithm::promote`]).
-    Promoted,
-}
-
-/// Hot keys: moving one key's bucket to per-core [`LeaseStripes`] and back.
-impl GcraAlgorithm {
-    /// [`Algorithm::check_n`], also returning how many CAS races the check lost to
-    /// other checks of the same state: a per-key store's signal that a key is hot.
-    #[inline]
-    pub fn check_n_contended<C: Clock + ?Sized>(
-        &self,
-        state: &GcraState,
-        n: u64,
-        clock: &C,
-    ) -> Result<(Decision, u32), InsufficientCapacity> {
-        let quota = self.quota.load();
-        if n > quota.burst() {
-            return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
-        }
-        if n == 0 {
-            let now = clock.now();
-            return Ok((Decision::allowed(self.snapshot(state, now)).at(now), 0));
-        }
-        Ok(self.acquire_counting(&quota, state, n, clock))
-    }
-
-    /// Moves `from`'s bucket into `to` (a fresh, not yet shared hot bucket) and marks
-    /// `from` promoted, atomically with respect to checks of `from`: a check that
-    /// lands before the hand-over is carried into `to`'s TAT; one that comes after is
-    /// denied on `from` and sees [`is_promoted`](Self::is_promoted). Returns false if
-    /// `from` was already promoted or retired. Only one thread may promote into a
-    /// given `to`, and `to` must not be checked before this returns true.
-    pub fn promote(&self, from: &GcraState, to: &LeaseStripes) -> bool {
-        // Ordering: Relaxed; see `acquire`.
-        let mut tat = from.tat.load(Ordering::Relaxed);
-        loop {
-            if tat >= PROMOTED {
-                return false;
-            }
-            // Ordering: Relaxed; published by the Release CAS below.
-            to.bucket().tat.store(tat, Ordering::Relaxed);
-            // Ordering: Release publishes `to`'s TAT to checks that see PROMOTED with
-            // the Acquire load in `is_promoted`; Relaxed on failure (nothing read).
-            match from.tat.compare_exchange(tat, PROMOTED, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => return true,
-                Err(actual) => tat = actual,
-            }
-        }
-    }
-
-    /// What `state` is (live, retired or promoted), from a single load, so a caller
-    /// never sees "not retired" and then "not promoted" across a change from one to
-    /// the other.
-    pub fn state_kind(&self, state: &GcraState) -> StateKind {
-        // Ordering: Acquire, as in `is_promoted`.
-        match state.tat.load(Ordering::Acquire) {
-            RETIRED => StateKind::Retired,
-            PROMOTED => StateKind::Promoted,
-            _ => StateKind::Live,
-        }
-    }
-
-    /// Whether `state`'s bucket has moved to a hot bucket.
-    pub fn is_promoted(&self, state: &GcraState) -> bool {
-        // Ordering: Acquire pairs with the Release CAS in `promote`, so the hot
-        // bucket's TAT written before it is visible to this thread.
-        state.tat.load(Ordering::Acquire) == PROMOTED
-    }
-
-    /// Retires a promoted `from` whose hot bucket `to` is idle at `now` with every
-    /// lease expired, so the key can be dropped without changing any decision: `to`'s
-    /// bucket is retired first (checks routed to it are then denied and retry), then
-    /// `from`. Returns whether both were retired.
-    pub fn retire_promoted(&self, from: &GcraState, to: &LeaseStripes, now: Nanos) -> bool {
-        if !to.all_leases_expired(self, now) || !self.try_retire(to.bucket(), now) {
-            return false;
-        }
-        self.retire_orphan(from)
-    }
-
-    /// Marks a promoted `from` retired whatever its hot bucket's state: for a key
-    /// whose hot bucket is gone (retired by a sweep, or removed on purpose).
-    pub fn retire_orphan(&self, from: &GcraState) -> bool {
-        // Ordering: Relaxed; see `try_retire`.
-        from.tat.compare_exchange(PROMOTED, RETIRED, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-    }
 }
 
 impl Algorithm for GcraAlgorithm {
@@ -597,7 +525,7 @@ impl Retire for GcraAlgorithm {
     }
 }
 
-weir_core::single_limiter! {
+default_clock_struct! {
     /// A token bucket in GCRA encoding: the limiter most users want.
     ///
     /// See the [crate docs](crate) for the algorithm, its guarantees and a worked
@@ -614,7 +542,60 @@ weir_core::single_limiter! {
     /// assert_eq!(decision.remaining(), 99);
     /// # Ok::<(), weir_core::QuotaError>(())
     /// ```
-    pub struct Gcra { algorithm: GcraAlgorithm, state: GcraState }
+    #[derive(Debug)]
+    pub struct Gcra<C> { algorithm: GcraAlgorithm, state: CachePadded<GcraState>, clock: C }
+}
+
+impl<C: Clock> Gcra<C> {
+    /// Checks one request: admits it or denies it (consuming nothing).
+    #[inline(always)] // the whole fast path, into the caller
+    pub fn check(&self) -> Decision {
+        Algorithm::check(&self.algorithm, &self.state, &self.clock)
+    }
+
+    /// Checks a request of cost `n`, all or nothing. `n` above the burst is an
+    /// error (it can never be admitted); `n == 0` is admitted and consumes nothing.
+    #[inline]
+    pub fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        Algorithm::check_n(&self.algorithm, &self.state, n, &self.clock)
+    }
+
+    /// Gives back `n` units that `admission` (a decision of this limiter) took and
+    /// the caller did not use: what is left of their debt (see the crate docs,
+    /// "Giving back what was not used"), never beyond a full bucket, nothing for a
+    /// denial. `n` above the burst is an error.
+    #[inline]
+    pub fn refund(&self, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+        Algorithm::refund(&self.algorithm, &self.state, n, admission, &self.clock)
+    }
+
+    /// The current state, without consuming anything.
+    pub fn snapshot(&self) -> Snapshot {
+        Algorithm::snapshot(&self.algorithm, &self.state, self.clock.now())
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<C: Clock> weir_core::Limiter for Gcra<C> {
+    #[inline(always)]
+    fn check(&self) -> Decision {
+        Gcra::check(self)
+    }
+    #[inline]
+    fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
+        Gcra::check_n(self, n)
+    }
+    #[inline]
+    fn refund(&self, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+        Gcra::refund(self, n, admission)
+    }
+    fn snapshot(&self) -> Snapshot {
+        Gcra::snapshot(self)
+    }
 }
 
 #[cfg(feature = "std")]

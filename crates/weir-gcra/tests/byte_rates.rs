@@ -73,7 +73,7 @@ fn a_leased_byte_rate_stays_within_its_bound() {
     for rate in [300_000_000u64, 2_500_000_000, 100_000_000_000] {
         let clock = ManualClock::new();
         let quota = Quota::per_second(rate).unwrap().with_burst(rate / 1000).unwrap();
-        let config = LeaseConfig::new(4).unwrap().with_max_lease(60_000).unwrap();
+        let config = LeaseConfig::builder().stripes(4).max_lease(60_000).build().unwrap();
         let leased = LeasedGcra::with_clock(quota, config, clock.clone());
         let bound = leased.over_admission_bound();
         let chunk = 1_500;

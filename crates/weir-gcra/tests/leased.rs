@@ -14,32 +14,37 @@ fn quota(per_sec: u64, burst: u64) -> Quota {
 
 #[test]
 fn configuration_errors_are_typed() {
-    assert_eq!(LeaseConfig::new(0), Err(LeaseConfigError::ZeroStripes));
-    assert_eq!(LeaseConfig::new(1 << 20), Err(LeaseConfigError::TooManyStripes(1 << 20)));
-    assert_eq!(LeaseConfig::new(3).unwrap().stripes(), 4);
-    assert_eq!(LeaseConfig::new(1).unwrap().with_max_lease(0), Err(LeaseConfigError::ZeroLease));
-    assert_eq!(LeaseConfig::new(1).unwrap().with_max_lease(1 << 20), Err(LeaseConfigError::LeaseTooLarge(1 << 20)));
-    assert!(LeaseConfig::new(1).unwrap().with_lifetime(Duration::ZERO).is_err());
-    assert!(LeaseConfig::new(1).unwrap().with_lifetime(Duration::from_secs(90_000)).is_err());
-    let e = LeaseConfig::new(1).unwrap().with_max_lease(0).unwrap_err();
+    assert_eq!(LeaseConfig::builder().stripes(0).build(), Err(LeaseConfigError::ZeroStripes));
+    assert_eq!(LeaseConfig::builder().stripes(1 << 20).build(), Err(LeaseConfigError::TooManyStripes(1 << 20)));
+    assert_eq!(LeaseConfig::builder().stripes(3).build().unwrap().stripes(), 4);
+    assert_eq!(LeaseConfig::builder().stripes(1).max_lease(0).build(), Err(LeaseConfigError::ZeroLease));
+    assert_eq!(
+        LeaseConfig::builder().stripes(1).max_lease(1 << 20).build(),
+        Err(LeaseConfigError::LeaseTooLarge(1 << 20))
+    );
+    assert!(LeaseConfig::builder().stripes(1).lifetime(Duration::ZERO).build().is_err());
+    assert!(LeaseConfig::builder().stripes(1).lifetime(Duration::from_secs(90_000)).build().is_err());
+    let e = LeaseConfig::builder().stripes(1).max_lease(0).build().unwrap_err();
     assert!(e.to_string().contains("use 1 for an exact limiter"));
 }
 
 #[test]
 fn the_bound_formula() {
     let q = quota(1_000_000, 1_000); // T = 1 µs
-    let c = LeaseConfig::new(8).unwrap().with_max_lease(64).unwrap().with_lifetime(Duration::from_micros(10)).unwrap();
+    let c = LeaseConfig::builder().stripes(8).max_lease(64).lifetime(Duration::from_micros(10)).build().unwrap();
     assert_eq!(c.over_admission_bound(&q), 8 * 11, "min(64, 10 µs / 1 µs + 1) per stripe");
-    let c = c.with_lifetime(Duration::from_millis(1)).unwrap();
+    let c = LeaseConfig::builder().stripes(8).max_lease(64).lifetime(Duration::from_millis(1)).build().unwrap();
     assert_eq!(c.over_admission_bound(&q), 8 * 64, "capped by the lease size");
-    assert_eq!(c.with_max_lease(1).unwrap().over_admission_bound(&q), 0, "leases of 1 are exact");
+    let exact = LeaseConfig::builder().stripes(8).max_lease(1).lifetime(Duration::from_millis(1)).build().unwrap();
+    assert_eq!(exact.over_admission_bound(&q), 0, "leases of 1 are exact");
 }
 
 #[test]
 fn near_the_limit_leases_shrink_to_one() {
     // Burst 10 over 4 stripes: a lease is remaining / 8 = 1 from the start, so the
     // limiter admits exactly the burst, spread over any stripes.
-    let l = LeasedGcra::with_clock(quota(1, 10), LeaseConfig::new(4).unwrap(), ManualClock::new());
+    let l =
+        LeasedGcra::with_clock(quota(1, 10), LeaseConfig::builder().stripes(4).build().unwrap(), ManualClock::new());
     let admitted = (0..100).filter(|i| l.check_on(i % 4, 1).unwrap().is_allowed()).count();
     assert_eq!(admitted, 10);
     assert_eq!(l.snapshot().remaining(), 0);
@@ -48,8 +53,7 @@ fn near_the_limit_leases_shrink_to_one() {
 #[test]
 fn far_from_the_limit_a_stripe_leases_a_batch_and_gives_back_what_is_left() {
     let clock = ManualClock::new();
-    let config =
-        LeaseConfig::new(2).unwrap().with_max_lease(16).unwrap().with_lifetime(Duration::from_millis(1)).unwrap();
+    let config = LeaseConfig::builder().stripes(2).max_lease(16).lifetime(Duration::from_millis(1)).build().unwrap();
     let l = LeasedGcra::with_clock(quota(1_000, 1_000), config, clock.clone());
     let d = l.check_on(0, 1).unwrap();
     assert!(d.is_allowed());
@@ -75,8 +79,7 @@ fn leases_held_through_an_idle_period_cannot_be_spent_on_top_of_a_full_bucket() 
     // completely. Spending everything at that instant admits at most
     // burst + over_admission_bound(), because the old leases have expired.
     let clock = ManualClock::new();
-    let config =
-        LeaseConfig::new(4).unwrap().with_max_lease(64).unwrap().with_lifetime(Duration::from_micros(10)).unwrap();
+    let config = LeaseConfig::builder().stripes(4).max_lease(64).lifetime(Duration::from_micros(10)).build().unwrap();
     let l = LeasedGcra::with_clock(quota(1_000_000, 1_000), config, clock.clone());
     for stripe in 0..4 {
         assert_eq!(l.check_on(stripe, 1).unwrap().remaining(), 63);
@@ -89,7 +92,8 @@ fn leases_held_through_an_idle_period_cannot_be_spent_on_top_of_a_full_bucket() 
 
 #[test]
 fn more_than_the_burst_is_an_error() {
-    let l = LeasedGcra::with_clock(quota(10, 5), LeaseConfig::new(2).unwrap(), ManualClock::new());
+    let l =
+        LeasedGcra::with_clock(quota(10, 5), LeaseConfig::builder().stripes(2).build().unwrap(), ManualClock::new());
     assert!(l.check_on(0, 6).is_err());
     assert!(l.check_on(0, 0).unwrap().is_allowed());
     assert!(l.check_on(1, 5).unwrap().is_allowed());
@@ -99,7 +103,7 @@ fn more_than_the_burst_is_an_error() {
 #[test]
 fn frozen_clock_eight_threads_never_exceed_the_burst() {
     for (burst, max_lease) in [(1_000u64, 64u64), (50_000, 1_000), (7, 4)] {
-        let config = LeaseConfig::new(8).unwrap().with_max_lease(max_lease).unwrap();
+        let config = LeaseConfig::builder().stripes(8).max_lease(max_lease).build().unwrap();
         let l = LeasedGcra::with_clock(quota(1, burst), config, ManualClock::new());
         let barrier = Barrier::new(8);
         let admitted = AtomicU64::new(0);
@@ -163,7 +167,7 @@ proptest! {
     fn leases_of_one_decide_exactly_as_gcra(burst in 1u64..12, ops in ops()) {
         let quotas = quotas(burst);
         let clock = ManualClock::new();
-        let config = LeaseConfig::new(4).unwrap().with_max_lease(1).unwrap();
+        let config = LeaseConfig::builder().stripes(4).max_lease(1).build().unwrap();
         let leased = LeasedGcra::with_clock(quotas[0], config, clock.clone());
         let exact = Gcra::with_clock(quotas[0], clock.clone());
         for op in ops {
@@ -204,8 +208,7 @@ proptest! {
     ) {
         let quotas = quotas(burst);
         let clock = ManualClock::new();
-        let config = LeaseConfig::new(4).unwrap().with_max_lease(max_lease).unwrap()
-            .with_lifetime(Duration::from_micros(lifetime_us)).unwrap();
+        let config = LeaseConfig::builder().stripes(4).max_lease(max_lease).lifetime(Duration::from_micros(lifetime_us)).build().unwrap();
         let l = LeasedGcra::with_clock(quotas[0], config, clock.clone());
         // The admissions (time ns, cost) under each quota in force, in turn.
         let mut spans: Vec<(Quota, Vec<(u64, u64)>)> = vec![(quotas[0], Vec::new())];
@@ -270,8 +273,7 @@ impl Clock for StaleOnce {
 #[test]
 fn a_lease_is_given_back_at_the_interval_it_was_granted_at() {
     let clock = ManualClock::new();
-    let config =
-        LeaseConfig::new(2).unwrap().with_max_lease(64).unwrap().with_lifetime(Duration::from_millis(1)).unwrap();
+    let config = LeaseConfig::builder().stripes(2).max_lease(64).lifetime(Duration::from_millis(1)).build().unwrap();
     let l = LeasedGcra::with_clock(Quota::per_second(1_000).unwrap(), config, clock.clone());
     assert_eq!(l.check_on(0, 1).unwrap().remaining(), 63);
     let slower = Quota::per_second(1).unwrap().with_burst(10).unwrap();
@@ -284,8 +286,7 @@ fn a_lease_is_given_back_at_the_interval_it_was_granted_at() {
 #[test]
 fn a_stale_reading_does_not_make_an_old_lease_look_unpaid() {
     let clock = StaleOnce { inner: ManualClock::new(), stale: Default::default() };
-    let config =
-        LeaseConfig::new(2).unwrap().with_max_lease(64).unwrap().with_lifetime(Duration::from_nanos(4_096)).unwrap();
+    let config = LeaseConfig::builder().stripes(2).max_lease(64).lifetime(Duration::from_nanos(4_096)).build().unwrap();
     let l = LeasedGcra::with_clock(quota(1_000_000, 256), config, clock.clone());
     assert_eq!(l.check_on(0, 1).unwrap().remaining(), 63); // t = 0
     clock.inner.advance(Duration::from_secs(1));
@@ -299,8 +300,7 @@ fn a_stale_reading_does_not_make_an_old_lease_look_unpaid() {
 #[test]
 fn a_clock_stepping_back_does_not_make_an_old_lease_look_unpaid() {
     let clock = ManualClock::new();
-    let config =
-        LeaseConfig::new(2).unwrap().with_max_lease(64).unwrap().with_lifetime(Duration::from_nanos(4_096)).unwrap();
+    let config = LeaseConfig::builder().stripes(2).max_lease(64).lifetime(Duration::from_nanos(4_096)).build().unwrap();
     let l = LeasedGcra::with_clock(quota(1_000_000, 256), config, clock.clone());
     assert_eq!(l.check_on(0, 1).unwrap().remaining(), 63);
     clock.set(weir_core::Nanos::new(1_000_000_000));
@@ -314,7 +314,7 @@ fn a_clock_stepping_back_does_not_make_an_old_lease_look_unpaid() {
 
 #[test]
 fn a_quota_change_during_a_refill_never_turns_a_small_request_into_an_error() {
-    let config = LeaseConfig::new(1).unwrap().with_max_lease(64).unwrap();
+    let config = LeaseConfig::builder().stripes(1).max_lease(64).build().unwrap();
     let big = quota(1_000_000_000, 100_000);
     let small = quota(1_000_000_000, 40);
     let l = LeasedGcra::with_clock(big, config, weir_core::MonotonicClock::new());
@@ -346,7 +346,7 @@ fn a_quota_change_revokes_outstanding_leases() {
     // 1/s with a burst of 10. The exact limiter admits 10 in all; so must the leased one
     // (the bound, 2, allows at most 12).
     let clock = ManualClock::new();
-    let config = LeaseConfig::new(1).unwrap().with_max_lease(64).unwrap();
+    let config = LeaseConfig::builder().stripes(1).max_lease(64).build().unwrap();
     let fast = Quota::per_second(1_000).unwrap();
     let slow = quota(1, 10);
     let leased = LeasedGcra::with_clock(fast, config, clock.clone());
@@ -365,7 +365,7 @@ fn a_quota_change_revokes_outstanding_leases() {
 #[test]
 fn after_a_quota_change_a_request_above_the_new_burst_is_an_error() {
     let clock = ManualClock::new();
-    let config = LeaseConfig::new(1).unwrap().with_max_lease(64).unwrap();
+    let config = LeaseConfig::builder().stripes(1).max_lease(64).build().unwrap();
     let leased = LeasedGcra::with_clock(Quota::per_second(1_000).unwrap(), config, clock.clone());
     assert_eq!(leased.check_on(0, 1).unwrap().remaining(), 63);
     leased.set_quota(quota(1, 10));
@@ -379,7 +379,7 @@ fn after_a_quota_change_a_request_above_the_new_burst_is_an_error() {
 #[test]
 fn a_refund_at_the_grant_instant_gives_everything_back() {
     let clock = ManualClock::new();
-    let config = LeaseConfig::new(2).unwrap().with_max_lease(16).unwrap();
+    let config = LeaseConfig::builder().stripes(2).max_lease(16).build().unwrap();
     let l = LeasedGcra::with_clock(quota(1_000, 100), config, clock.clone());
     let from_bucket = l.check_on(0, 5).unwrap(); // decided on the bucket: a lease of 16, 5 taken
     let from_lease = l.check_on(0, 1).unwrap();
@@ -393,8 +393,7 @@ fn a_refund_at_the_grant_instant_gives_everything_back() {
 #[test]
 fn a_refund_credits_the_debt_less_the_time_since_the_grant() {
     let clock = ManualClock::new();
-    let config =
-        LeaseConfig::new(1).unwrap().with_max_lease(8).unwrap().with_lifetime(Duration::from_millis(10)).unwrap();
+    let config = LeaseConfig::builder().stripes(1).max_lease(8).lifetime(Duration::from_millis(10)).build().unwrap();
     let l = LeasedGcra::with_clock(quota(1_000, 100), config, clock.clone()); // T = 1 ms
     assert!(l.check_on(0, 1).unwrap().is_allowed()); // a lease of 8 at t = 0: 92 left
     clock.advance(Duration::from_millis(3));
@@ -414,7 +413,7 @@ fn a_refund_credits_the_debt_less_the_time_since_the_grant() {
 
 #[test]
 fn a_leased_refund_of_a_denial_gives_nothing_and_too_much_is_an_error() {
-    let l = LeasedGcra::with_clock(quota(1, 5), LeaseConfig::new(1).unwrap(), ManualClock::new());
+    let l = LeasedGcra::with_clock(quota(1, 5), LeaseConfig::builder().stripes(1).build().unwrap(), ManualClock::new());
     assert!(l.check_on(0, 5).unwrap().is_allowed());
     let denied = l.check_on(0, 1).unwrap();
     assert!(denied.is_denied());

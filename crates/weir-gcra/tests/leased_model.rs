@@ -82,11 +82,11 @@ fn run(
     let quotas = quotas(burst);
     let clock = ManualClock::new();
     let latest = ManualClock::new();
-    let config = LeaseConfig::new(4)
-        .unwrap()
-        .with_max_lease(max_lease)
-        .unwrap()
-        .with_lifetime(Duration::from_nanos(lifetime_ns))
+    let config = LeaseConfig::builder()
+        .stripes(4)
+        .max_lease(max_lease)
+        .lifetime(Duration::from_nanos(lifetime_ns))
+        .build()
         .unwrap();
     let leased = LeasedGcra::with_clock(quotas[0], config, clock.clone());
     let exact = Gcra::with_clock(quotas[0], latest.clone());

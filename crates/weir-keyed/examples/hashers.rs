@@ -30,7 +30,7 @@ fn per_check<S: BuildHasher + Clone + Send + Sync + 'static>(hasher: S, keys: &[
     let clock = MonotonicClock::new();
     let algorithm = GcraAlgorithm::new(quota, weir_core::Clock::now(&clock));
     let store: Keyed<u64, _, _, S> =
-        Keyed::with_hasher(algorithm, KeyedConfig::new(1 << 20).expect("a valid config"), clock, hasher);
+        Keyed::with_hasher(algorithm, KeyedConfig::builder(1 << 20).build().expect("a valid config"), clock, hasher);
     for key in 0..KEYS {
         let _ = store.check(&key);
     }

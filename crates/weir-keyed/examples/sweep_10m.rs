@@ -14,7 +14,7 @@ const KEYS: u64 = 10_000_000;
 /// A store of `KEYS` keys, every one idle one second after its check.
 fn filled() -> (Keyed<u64, GcraAlgorithm, ManualClock>, ManualClock) {
     let clock = ManualClock::new();
-    let config = KeyedConfig::new(KEYS as usize).expect("a valid config").sweep_from(usize::MAX);
+    let config = KeyedConfig::builder(KEYS as usize).sweep_from(usize::MAX).build().expect("a valid config");
     let store = Keyed::gcra_with_clock(Quota::per_second(1).expect("a valid quota"), config, clock.clone());
     for key in 0..KEYS {
         let _ = store.check(&key.wrapping_mul(0x9E37_79B9_7F4A_7C15));

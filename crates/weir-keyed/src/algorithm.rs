@@ -7,9 +7,9 @@ use weir_core::KeyedLimiter;
 use weir_core::{Algorithm, Nanos, Policy, Retire};
 use weir_gcra::{GcraAlgorithm, GcraState};
 
-/// An algorithm a [`Keyed`] store can run: any [`Retire`] algorithm. GCRA also
-/// supports hot keys ([`Keyed::with_hot_keys`]), through the view below; other
-/// algorithms keep the defaults (no hot mode).
+/// An algorithm a [`Keyed`] store can run: any [`Retire`] algorithm. (A GCRA store
+/// can also move hot keys to leases, [`Keyed::with_hot_keys`]: a mode of the store,
+/// [`HotKeyMode`](crate::HotKeyMode), not of this trait.)
 pub trait KeyedAlgorithm: Retire {
     /// The earliest clock reading at which `state`, read at `now`, can be idle
     /// ([`Algorithm::is_idle`]) if nothing more is admitted on it: a lower bound,
@@ -55,17 +55,6 @@ pub trait KeyedAlgorithm: Retire {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     fn policy(&self) -> Policy;
-
-    /// This algorithm as GCRA, if it is.
-    fn as_gcra(&self) -> Option<&GcraAlgorithm> {
-        None
-    }
-
-    /// `state` as a GCRA state, if it is one.
-    fn gcra_state<'s>(&self, state: &'s Self::State) -> Option<&'s GcraState> {
-        let _ = state;
-        None
-    }
 }
 
 /// `now` plus the time until `state` is full again by its snapshot, for the
@@ -85,14 +74,6 @@ impl KeyedAlgorithm for GcraAlgorithm {
     }
     fn policy(&self) -> Policy {
         Policy::of(&self.quota())
-    }
-    #[inline]
-    fn as_gcra(&self) -> Option<&GcraAlgorithm> {
-        Some(self)
-    }
-    #[inline]
-    fn gcra_state<'s>(&self, state: &'s GcraState) -> Option<&'s GcraState> {
-        Some(state)
     }
 }
 

@@ -42,7 +42,22 @@ impl fmt::Debug for AtCapacity {
     }
 }
 
-/// How a [`Keyed`] store bounds and maintains itself.
+/// How a [`Keyed`] store bounds and maintains itself: at most `max_keys` keys,
+/// what to do with a new key when it is full, and how eagerly idle keys are swept.
+/// Built with [`KeyedConfig::builder`].
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_keyed::{AtCapacity, KeyedConfig};
+///
+/// let config = KeyedConfig::builder(100_000)
+///     .at_capacity(AtCapacity::Deny)
+///     .capacity_retry_after(Duration::from_secs(5))
+///     .build()?;
+/// assert_eq!(config.max_keys(), 100_000);
+/// assert!(KeyedConfig::builder(0).build().is_err()); // the error names the option
+/// # Ok::<(), weir_keyed::KeyedConfigError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct KeyedConfig {
     pub(crate) max_keys: usize,
@@ -52,36 +67,70 @@ pub struct KeyedConfig {
     pub(crate) capacity_retry_after: Duration,
 }
 
+/// Builds a [`KeyedConfig`]: `max_keys` is given, every other option starts at its
+/// default, each setter replaces one and never fails, and [`build`](Self::build)
+/// checks them all.
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct KeyedConfigBuilder {
+    config: KeyedConfig,
+}
+
 impl KeyedConfig {
-    /// At most `max_keys` keys; evict idle keys when full; once half full, sweep one
-    /// shard every 64 new keys; a key denied for capacity is told to retry after 1 s.
-    pub fn new(max_keys: usize) -> Result<Self, KeyedConfigError> {
-        if max_keys == 0 {
-            return Err(KeyedConfigError::ZeroMaxKeys);
+    /// A builder for a store of at most `max_keys` keys (at least 1, at most
+    /// `usize::MAX / 2`), with the defaults: evict idle keys when full
+    /// ([`AtCapacity::EvictIdle`]); once half full, sweep one shard every 64 new
+    /// keys; a key denied for capacity is told to retry after 1 s.
+    pub fn builder(max_keys: usize) -> KeyedConfigBuilder {
+        KeyedConfigBuilder {
+            config: Self {
+                max_keys,
+                at_capacity: AtCapacity::EvictIdle,
+                sweep_every: 64,
+                sweep_from: max_keys / 2,
+                capacity_retry_after: Duration::from_secs(1),
+            },
         }
-        if max_keys > usize::MAX / 2 {
-            return Err(KeyedConfigError::MaxKeysTooLarge(max_keys));
-        }
-        Ok(Self {
-            max_keys,
-            at_capacity: AtCapacity::EvictIdle,
-            sweep_every: 64,
-            sweep_from: max_keys / 2,
-            capacity_retry_after: Duration::from_secs(1),
-        })
     }
 
-    /// What to do with a new key when the store is full.
-    pub fn at_capacity(self, policy: AtCapacity) -> Self {
-        Self { at_capacity: policy, ..self }
+    /// The bound on stored keys.
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
     }
 
-    /// Sweep one shard for idle keys every `n` new keys (at least 1).
-    pub fn sweep_every(self, n: usize) -> Result<Self, KeyedConfigError> {
-        if n == 0 {
-            return Err(KeyedConfigError::ZeroSweepEvery);
-        }
-        Ok(Self { sweep_every: n, ..self })
+    /// What a full store does with a new key.
+    pub fn at_capacity(&self) -> &AtCapacity {
+        &self.at_capacity
+    }
+
+    /// New keys per incremental sweep of one shard.
+    pub fn sweep_every(&self) -> usize {
+        self.sweep_every
+    }
+
+    /// The key count from which insertions pace sweeps.
+    pub fn sweep_from(&self) -> usize {
+        self.sweep_from
+    }
+
+    /// The `Retry-After` given to a key denied for capacity.
+    pub fn capacity_retry_after(&self) -> Duration {
+        self.capacity_retry_after
+    }
+}
+
+impl KeyedConfigBuilder {
+    /// What to do with a new key when the store is full. Default:
+    /// [`AtCapacity::EvictIdle`].
+    pub fn at_capacity(mut self, policy: AtCapacity) -> Self {
+        self.config.at_capacity = policy;
+        self
+    }
+
+    /// Sweep one shard for idle keys every `n` new keys (at least 1). Default: 64.
+    pub fn sweep_every(mut self, n: usize) -> Self {
+        self.config.sweep_every = n;
+        self
     }
 
     /// Run the incremental sweep only while the store holds at least `keys` keys, or
@@ -90,17 +139,29 @@ impl KeyedConfig {
     /// eviction to a full store's policy, explicit sweeps and the background
     /// sweeper). See the crate docs for why sweeping a store far below its bound
     /// costs more than it saves.
-    pub fn sweep_from(self, keys: usize) -> Self {
-        Self { sweep_from: keys, ..self }
+    pub fn sweep_from(mut self, keys: usize) -> Self {
+        self.config.sweep_from = keys;
+        self
     }
 
-    /// The `Retry-After` given to a key denied for capacity.
-    pub fn capacity_retry_after(self, after: Duration) -> Self {
-        Self { capacity_retry_after: after, ..self }
+    /// The `Retry-After` given to a key denied for capacity. Default: 1 s.
+    pub fn capacity_retry_after(mut self, after: Duration) -> Self {
+        self.config.capacity_retry_after = after;
+        self
     }
 
-    /// The bound on stored keys.
-    pub fn max_keys(&self) -> usize {
-        self.max_keys
+    /// The configuration, or the first option out of its range.
+    pub fn build(self) -> Result<KeyedConfig, KeyedConfigError> {
+        let config = self.config;
+        if config.max_keys == 0 {
+            return Err(KeyedConfigError::ZeroMaxKeys);
+        }
+        if config.max_keys > usize::MAX / 2 {
+            return Err(KeyedConfigError::MaxKeysTooLarge(config.max_keys));
+        }
+        if config.sweep_every == 0 {
+            return Err(KeyedConfigError::ZeroSweepEvery);
+        }
+        Ok(config)
     }
 }

@@ -28,7 +28,7 @@ impl fmt::Display for KeyedConfigError {
                 write!(f, "max_keys {n} is too large to be a memory bound; use at most usize::MAX / 2")
             }
             Self::ZeroSweepEvery => f.write_str("sweep_every is zero; sweep at least every 1 new key"),
-            Self::ZeroLostRaces => f.write_str("a key cannot turn hot after 0 lost races; use at least 1"),
+            Self::ZeroLostRaces => f.write_str("after_lost_races is zero; a key turns hot after at least 1 lost race"),
             Self::ZeroHotKeys => f.write_str("max_hot_keys is zero; to disable hot keys, do not call with_hot_keys"),
         }
     }

@@ -1,5 +1,6 @@
-//! Hot keys: a GCRA store moves a key that every core hits to per-core lease
-//! stripes ([`HotKeys`], [`Keyed::with_hot_keys`]).
+//! Hot keys: a store's [`HotKeyMode`]. Every store starts in [`NoHotKeys`] (every
+//! key exact); a GCRA store can move a key that every thread hits to per-thread
+//! lease stripes ([`HotKeys`], [`Keyed::with_hot_keys`]).
 
 #[cfg(doc)]
 use crate::KeyedConfig;
@@ -8,21 +9,316 @@ use crate::store::Full;
 use crate::table::{Guard, Inserted};
 use crate::{Keyed, KeyedAlgorithm, KeyedConfigError};
 use std::borrow::Borrow;
+use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use weir_core::__private::sync::Ordering;
-use weir_core::{Clock, Decision, InsufficientCapacity, Nanos, Retire};
-use weir_gcra::{GcraAlgorithm, GcraState, LeaseConfig, LeaseStripes, StateKind};
+use weir_core::__private::sync::{AtomicUsize, Ordering};
+use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Retire, Snapshot};
+use weir_gcra::__private::{
+    LeaseStripes, StateKind, check_n_contended, is_promoted, promote, retire_orphan, retire_promoted, state_kind,
+};
+use weir_gcra::{GcraAlgorithm, GcraState, LeaseConfig};
 
-/// Hot-key mode for a GCRA store: when checks of one key collide (a check loses
-/// `after_lost_races` CAS races to other checks of the same key), the key's bucket
-/// moves to per-core lease stripes ([`LeaseStripes`], the engine of
-/// [`weir_gcra::LeasedGcra`]), so its checks stop contending on one cache line. The
-/// key then has the leased limiter's bounded over-admission
+mod sealed {
+    /// Only weir-keyed's modes implement [`HotKeyMode`](super::HotKeyMode).
+    pub trait Sealed {}
+    impl Sealed for super::NoHotKeys {}
+    impl Sealed for super::HotKeys {}
+}
+
+/// How a [`Keyed`] store treats keys that every thread hits at once: the store's
+/// last type parameter. [`NoHotKeys`], every store's default, keeps every key
+/// exact; [`HotKeys`], for GCRA stores ([`Keyed::with_hot_keys`]), moves such keys
+/// to per-thread lease stripes.
+///
+/// A mode is chosen by type, so a store without hot keys compiles to a check with
+/// no hot-key code in it at all. Sealed: implemented by those two types only; its
+/// methods are the store's and are not part of the public API.
+pub trait HotKeyMode<A: KeyedAlgorithm>: sealed::Sealed + Copy + fmt::Debug + Send + Sync + 'static {
+    /// What the store keeps per hot key.
+    #[doc(hidden)]
+    type Stripes: Send + Sync + 'static;
+
+    /// [`Algorithm::check_n`], also returning how many CAS races the check lost (0
+    /// where nothing would use the count).
+    #[doc(hidden)]
+    fn check_n<C: Clock + ?Sized>(
+        &self,
+        algorithm: &A,
+        state: &A::State,
+        n: u64,
+        clock: &C,
+    ) -> Result<(Decision, u32), InsufficientCapacity>;
+
+    /// What `state` is, from one load: live, retired or moved to a hot bucket.
+    #[doc(hidden)]
+    fn kind(algorithm: &A, state: &A::State) -> StateKind;
+
+    /// Decides a check of a key (in shard number `shard`) whose state `kind` found
+    /// moved to a hot bucket (`denied` is what the state itself said). `None`:
+    /// retry from the lookup.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    fn check_hot<K, C, S, Q>(
+        store: &Keyed<K, A, C, S, Self>,
+        shard: usize,
+        hash: u64,
+        key: &Q,
+        state: &A::State,
+        n: u64,
+        now: Nanos,
+        denied: Decision,
+        guard: &Guard<'_>,
+    ) -> Option<Result<Decision, InsufficientCapacity>>
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        C: Clock,
+        S: BuildHasher + Clone;
+
+    /// After an admission that lost `lost_races` CAS races (at least 1): moves the
+    /// key (in shard number `shard`) to a hot bucket if that is contention enough.
+    #[doc(hidden)]
+    fn contended<K, C, S, Q>(
+        store: &Keyed<K, A, C, S, Self>,
+        shard: usize,
+        hash: u64,
+        key: &Q,
+        state: &A::State,
+        lost_races: u32,
+        guard: &Guard<'_>,
+    ) where
+        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        C: Clock,
+        S: BuildHasher + Clone;
+
+    /// The snapshot of a key whose state is hot; `None` if it is being retired.
+    #[doc(hidden)]
+    fn hot_snapshot<K, C, S, Q>(
+        store: &Keyed<K, A, C, S, Self>,
+        hash: u64,
+        key: &Q,
+        state: &A::State,
+        now: Nanos,
+        guard: &Guard<'_>,
+    ) -> Option<Snapshot>
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        C: Clock,
+        S: BuildHasher + Clone;
+
+    /// A refund to a key whose state is hot.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    fn hot_refund<K, C, S, Q>(
+        store: &Keyed<K, A, C, S, Self>,
+        hash: u64,
+        key: &Q,
+        state: &A::State,
+        n: u64,
+        admission: &Decision,
+        guard: &Guard<'_>,
+    ) -> Result<(), InsufficientCapacity>
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        C: Clock,
+        S: BuildHasher + Clone;
+
+    /// Drops the hot stripes of `state`, just removed for `key`, if it has any.
+    #[doc(hidden)]
+    fn forget<K, C, S, Q>(store: &Keyed<K, A, C, S, Self>, hash: u64, key: &Q, state: &A::State, guard: &Guard<'_>)
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        C: Clock,
+        S: BuildHasher + Clone;
+
+    /// For a hot key's state: retires its hot bucket if idle with every lease
+    /// expired, drops it, and retires the state. Returns whether the state was
+    /// retired (false for any other state).
+    #[doc(hidden)]
+    fn try_retire_hot<K, C, S>(
+        store: &Keyed<K, A, C, S, Self>,
+        hash: impl FnOnce() -> u64,
+        key: &K,
+        state: &A::State,
+        now: Nanos,
+        guard: &Guard<'_>,
+    ) -> bool
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        C: Clock,
+        S: BuildHasher + Clone;
+
+    /// Evicts a hot key idle at `now`, if one is.
+    #[doc(hidden)]
+    fn evict_idle_hot_key<K, C, S>(store: &Keyed<K, A, C, S, Self>, now: Nanos, guard: &Guard<'_>) -> bool
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        C: Clock,
+        S: BuildHasher + Clone;
+
+    /// Whether every hot-key slot is taken (`count` hot keys are stored).
+    #[doc(hidden)]
+    fn slots_full(&self, count: &AtomicUsize) -> bool;
+}
+
+/// The hot-key mode of a store that keeps every key exact: the default of every
+/// [`Keyed`] store. Its checks contain no hot-key code.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NoHotKeys;
+
+impl<A: KeyedAlgorithm> HotKeyMode<A> for NoHotKeys {
+    type Stripes = ();
+
+    #[inline(always)]
+    fn check_n<C: Clock + ?Sized>(
+        &self,
+        algorithm: &A,
+        state: &A::State,
+        n: u64,
+        clock: &C,
+    ) -> Result<(Decision, u32), InsufficientCapacity> {
+        algorithm.check_n(state, n, clock).map(|decision| (decision, 0))
+    }
+
+    #[inline(always)]
+    fn kind(algorithm: &A, state: &A::State) -> StateKind {
+        if algorithm.is_retired(state) { StateKind::Retired } else { StateKind::Live }
+    }
+
+    fn check_hot<K, C, S, Q>(
+        _: &Keyed<K, A, C, S, Self>,
+        _: usize,
+        _: u64,
+        _: &Q,
+        _: &A::State,
+        _: u64,
+        _: Nanos,
+        denied: Decision,
+        _: &Guard<'_>,
+    ) -> Option<Result<Decision, InsufficientCapacity>>
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        C: Clock,
+        S: BuildHasher + Clone,
+    {
+        Some(Ok(denied)) // never reached: no state of this store is hot
+    }
+
+    #[inline(always)]
+    fn contended<K, C, S, Q>(_: &Keyed<K, A, C, S, Self>, _: usize, _: u64, _: &Q, _: &A::State, _: u32, _: &Guard<'_>)
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        C: Clock,
+        S: BuildHasher + Clone,
+    {
+    }
+
+    fn hot_snapshot<K, C, S, Q>(
+        _: &Keyed<K, A, C, S, Self>,
+        _: u64,
+        _: &Q,
+        _: &A::State,
+        _: Nanos,
+        _: &Guard<'_>,
+    ) -> Option<Snapshot>
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        C: Clock,
+        S: BuildHasher + Clone,
+    {
+        None
+    }
+
+    fn hot_refund<K, C, S, Q>(
+        _: &Keyed<K, A, C, S, Self>,
+        _: u64,
+        _: &Q,
+        _: &A::State,
+        _: u64,
+        _: &Decision,
+        _: &Guard<'_>,
+    ) -> Result<(), InsufficientCapacity>
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        C: Clock,
+        S: BuildHasher + Clone,
+    {
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn forget<K, C, S, Q>(_: &Keyed<K, A, C, S, Self>, _: u64, _: &Q, _: &A::State, _: &Guard<'_>)
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        C: Clock,
+        S: BuildHasher + Clone,
+    {
+    }
+
+    #[inline(always)]
+    fn try_retire_hot<K, C, S>(
+        _: &Keyed<K, A, C, S, Self>,
+        _: impl FnOnce() -> u64,
+        _: &K,
+        _: &A::State,
+        _: Nanos,
+        _: &Guard<'_>,
+    ) -> bool
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        C: Clock,
+        S: BuildHasher + Clone,
+    {
+        false
+    }
+
+    #[inline(always)]
+    fn evict_idle_hot_key<K, C, S>(_: &Keyed<K, A, C, S, Self>, _: Nanos, _: &Guard<'_>) -> bool
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        C: Clock,
+        S: BuildHasher + Clone,
+    {
+        false
+    }
+
+    #[inline(always)]
+    fn slots_full(&self, _: &AtomicUsize) -> bool {
+        false
+    }
+}
+
+/// Hot-key mode for a GCRA store ([`Keyed::with_hot_keys`]): when checks of one
+/// key collide (a check loses `after_lost_races` CAS races to other checks of the
+/// same key), the key's bucket moves to per-thread lease stripes (the engine of
+/// [`weir_gcra::LeasedGcra`]), so its checks stop contending on one cache line.
+/// The key then has the leased limiter's bounded over-admission
 /// ([`LeaseConfig::over_admission_bound`]); every other key stays exact. At most
 /// `max_hot_keys` keys are hot at once (each costs a few KiB of stripes); a hot key
 /// whose bucket is idle with every lease expired is swept like any idle key
 /// (insertions pace sweeps while every hot slot is taken, whatever
 /// [`KeyedConfig::sweep_from`] says).
+///
+/// Built with [`HotKeys::builder`]; the [`Default`] is leases as
+/// [`LeaseConfig::default`], promotion after 2 lost races, at most 64 hot keys.
+///
+/// ```
+/// use weir_gcra::LeaseConfig;
+/// use weir_keyed::HotKeys;
+///
+/// let hot = HotKeys::builder().lease(LeaseConfig::builder().stripes(8).build()?).max_hot_keys(16).build()?;
+/// assert_eq!((hot.lease().stripes(), hot.max_hot_keys()), (8, 16));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HotKeys {
     pub(crate) lease: LeaseConfig,
@@ -30,31 +326,227 @@ pub struct HotKeys {
     pub(crate) max_hot_keys: usize,
 }
 
+impl Default for HotKeys {
+    /// Leases as [`LeaseConfig::default`]; promote after 2 lost races; at most 64
+    /// hot keys.
+    fn default() -> Self {
+        Self { lease: LeaseConfig::default(), after_lost_races: 2, max_hot_keys: 64 }
+    }
+}
+
+/// Builds a [`HotKeys`]: every option starts at its default, each setter replaces
+/// one and never fails, and [`build`](Self::build) checks them all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct HotKeysBuilder {
+    hot: HotKeys,
+}
+
 impl HotKeys {
-    /// Leases as `lease` says; promote a key after 2 lost races; at most 64 hot keys.
-    pub fn new(lease: LeaseConfig) -> Self {
-        Self { lease, after_lost_races: 2, max_hot_keys: 64 }
-    }
-
-    /// Promote a key when one of its checks loses `n` CAS races (at least 1).
-    pub fn after_lost_races(self, n: u32) -> Result<Self, KeyedConfigError> {
-        if n == 0 {
-            return Err(KeyedConfigError::ZeroLostRaces);
-        }
-        Ok(Self { after_lost_races: n, ..self })
-    }
-
-    /// At most `n` hot keys at once (at least 1).
-    pub fn max_hot_keys(self, n: usize) -> Result<Self, KeyedConfigError> {
-        if n == 0 {
-            return Err(KeyedConfigError::ZeroHotKeys);
-        }
-        Ok(Self { max_hot_keys: n, ..self })
+    /// A builder starting from the [`Default`]s.
+    pub fn builder() -> HotKeysBuilder {
+        HotKeysBuilder { hot: Self::default() }
     }
 
     /// The lease configuration of a hot key.
     pub fn lease(&self) -> &LeaseConfig {
         &self.lease
+    }
+
+    /// How many CAS races one check of a key must lose for the key to turn hot.
+    pub fn after_lost_races(&self) -> u32 {
+        self.after_lost_races
+    }
+
+    /// The most keys hot at once.
+    pub fn max_hot_keys(&self) -> usize {
+        self.max_hot_keys
+    }
+}
+
+impl HotKeysBuilder {
+    /// How a hot key's bucket is spread over stripes. Default:
+    /// [`LeaseConfig::default`].
+    pub fn lease(mut self, lease: LeaseConfig) -> Self {
+        self.hot.lease = lease;
+        self
+    }
+
+    /// Promote a key when one of its checks loses `n` CAS races (at least 1).
+    /// Default: 2.
+    pub fn after_lost_races(mut self, n: u32) -> Self {
+        self.hot.after_lost_races = n;
+        self
+    }
+
+    /// At most `n` hot keys at once (at least 1). Default: 64.
+    pub fn max_hot_keys(mut self, n: usize) -> Self {
+        self.hot.max_hot_keys = n;
+        self
+    }
+
+    /// The configuration, or the first option out of its range.
+    pub fn build(self) -> Result<HotKeys, KeyedConfigError> {
+        if self.hot.after_lost_races == 0 {
+            return Err(KeyedConfigError::ZeroLostRaces);
+        }
+        if self.hot.max_hot_keys == 0 {
+            return Err(KeyedConfigError::ZeroHotKeys);
+        }
+        Ok(self.hot)
+    }
+}
+
+impl HotKeyMode<GcraAlgorithm> for HotKeys {
+    type Stripes = LeaseStripes;
+
+    #[inline(always)]
+    fn check_n<C: Clock + ?Sized>(
+        &self,
+        algorithm: &GcraAlgorithm,
+        state: &GcraState,
+        n: u64,
+        clock: &C,
+    ) -> Result<(Decision, u32), InsufficientCapacity> {
+        check_n_contended(algorithm, state, n, clock)
+    }
+
+    #[inline(always)]
+    fn kind(_: &GcraAlgorithm, state: &GcraState) -> StateKind {
+        state_kind(state)
+    }
+
+    fn check_hot<K, C, S, Q>(
+        store: &Keyed<K, GcraAlgorithm, C, S, Self>,
+        shard: usize,
+        hash: u64,
+        key: &Q,
+        state: &GcraState,
+        n: u64,
+        now: Nanos,
+        _: Decision,
+        guard: &Guard<'_>,
+    ) -> Option<Result<Decision, InsufficientCapacity>>
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        C: Clock,
+        S: BuildHasher + Clone,
+    {
+        store.check_hot(&store.shards[shard], hash, key, state, n, now, guard)
+    }
+
+    fn contended<K, C, S, Q>(
+        store: &Keyed<K, GcraAlgorithm, C, S, Self>,
+        shard: usize,
+        hash: u64,
+        key: &Q,
+        state: &GcraState,
+        lost_races: u32,
+        guard: &Guard<'_>,
+    ) where
+        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        C: Clock,
+        S: BuildHasher + Clone,
+    {
+        if lost_races >= store.hot.after_lost_races {
+            store.try_promote(&store.shards[shard], hash, key, state, guard);
+        }
+    }
+
+    fn hot_snapshot<K, C, S, Q>(
+        store: &Keyed<K, GcraAlgorithm, C, S, Self>,
+        hash: u64,
+        key: &Q,
+        state: &GcraState,
+        now: Nanos,
+        guard: &Guard<'_>,
+    ) -> Option<Snapshot>
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        C: Clock,
+        S: BuildHasher + Clone,
+    {
+        let stripes = store.stripes_of(hash, key, state, guard)?;
+        Some(store.algorithm.snapshot(stripes.bucket(), now))
+    }
+
+    fn hot_refund<K, C, S, Q>(
+        store: &Keyed<K, GcraAlgorithm, C, S, Self>,
+        hash: u64,
+        key: &Q,
+        state: &GcraState,
+        n: u64,
+        admission: &Decision,
+        guard: &Guard<'_>,
+    ) -> Result<(), InsufficientCapacity>
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        C: Clock,
+        S: BuildHasher + Clone,
+    {
+        // The admission may have come from a lease, so the lease machinery credits
+        // it (the debt less the time since it was charged: never more than is still
+        // owed). A key being retired is idle, so full: nothing to give back.
+        match store.stripes_of(hash, key, state, guard) {
+            Some(stripes) => stripes.refund(&store.algorithm, n, admission, &store.clock),
+            None => Ok(()),
+        }
+    }
+
+    fn forget<K, C, S, Q>(
+        store: &Keyed<K, GcraAlgorithm, C, S, Self>,
+        hash: u64,
+        key: &Q,
+        state: &GcraState,
+        guard: &Guard<'_>,
+    ) where
+        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        C: Clock,
+        S: BuildHasher + Clone,
+    {
+        // Only this state's hot stripes: a newer state of the key may have its own.
+        let owner = owner_of(state);
+        if store.hot_keys.remove_if(hash, key, |_, stripes| stripes.owner() == owner, guard).is_some() {
+            // Ordering: Relaxed; the count publishes nothing, and its bound is kept
+            // by the CAS in `try_promote`.
+            store.hot_count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn try_retire_hot<K, C, S>(
+        store: &Keyed<K, GcraAlgorithm, C, S, Self>,
+        hash: impl FnOnce() -> u64,
+        key: &K,
+        state: &GcraState,
+        now: Nanos,
+        guard: &Guard<'_>,
+    ) -> bool
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        C: Clock,
+        S: BuildHasher + Clone,
+    {
+        store.try_retire_hot(hash, key, state, now, guard)
+    }
+
+    fn evict_idle_hot_key<K, C, S>(store: &Keyed<K, GcraAlgorithm, C, S, Self>, now: Nanos, guard: &Guard<'_>) -> bool
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        C: Clock,
+        S: BuildHasher + Clone,
+    {
+        store.evict_idle_hot_key(now, guard)
+    }
+
+    #[inline]
+    fn slots_full(&self, count: &AtomicUsize) -> bool {
+        // Ordering: Relaxed; a hint (see `Keyed::paced_sweep`).
+        count.load(Ordering::Relaxed) >= self.max_hot_keys
     }
 }
 
@@ -64,35 +556,58 @@ where
     C: Clock,
     S: BuildHasher + Clone,
 {
-    /// Turns on hot-key mode (see [`HotKeys`]).
+    /// This store in hot-key mode (see [`HotKeys`]); its type says so
+    /// (`Keyed<K, GcraAlgorithm, C, S, HotKeys>`).
     ///
     /// ```
     /// use weir_core::{ManualClock, Quota};
     /// use weir_gcra::LeaseConfig;
     /// use weir_keyed::{HotKeys, Keyed, KeyedConfig};
     ///
-    /// let hot = HotKeys::new(LeaseConfig::new(8)?.with_max_lease(32)?);
-    /// let per_tenant: Keyed<u64, _, _> =
-    ///     Keyed::gcra_with_clock(Quota::per_second(1_000_000)?, KeyedConfig::new(10_000)?, ManualClock::new())
-    ///         .with_hot_keys(hot);
+    /// let hot = HotKeys::builder().lease(LeaseConfig::builder().stripes(8).max_lease(32).build()?).build()?;
+    /// let config = KeyedConfig::builder(10_000).build()?;
+    /// let per_tenant = Keyed::<u64, _, _>::gcra_with_clock(Quota::per_second(1_000_000)?, config, ManualClock::new())
+    ///     .with_hot_keys(hot);
     /// assert!(per_tenant.check(&7).is_allowed());
+    /// assert!(per_tenant.promote(&7) && per_tenant.is_hot(&7));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn with_hot_keys(self, hot: HotKeys) -> Self {
-        Self { hot: Some(hot), ..self }
+    pub fn with_hot_keys(self, hot: HotKeys) -> Keyed<K, GcraAlgorithm, C, S, HotKeys> {
+        Keyed {
+            collector: self.collector,
+            shards: self.shards,
+            hasher: self.hasher,
+            algorithm: self.algorithm,
+            policies: self.policies,
+            clock: self.clock,
+            config: self.config,
+            live: self.live,
+            inserted: self.inserted,
+            cursor: self.cursor,
+            bounds: self.bounds,
+            store_bound: self.store_bound,
+            publishing: self.publishing,
+            hot,
+            hot_keys: Shard::new(),
+            hot_count: AtomicUsize::new(0),
+        }
     }
+}
 
+impl<K, C, S> Keyed<K, GcraAlgorithm, C, S, HotKeys>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+    S: BuildHasher + Clone,
+{
     /// Moves `key` into hot mode now, whatever its contention (for a key known to be
-    /// hot, e.g. a tenant's global limit). Returns whether it is hot afterwards.
-    /// Without [`with_hot_keys`](Self::with_hot_keys) this does nothing.
+    /// hot, e.g. a tenant's global limit). Returns whether it is hot afterwards
+    /// (false if every hot-key slot is taken, or the store is full and `key` not in it).
     pub fn promote<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if self.hot.is_none() {
-            return false;
-        }
         let hash = self.hash(key);
         let guard = self.collector.enter();
         let index = self.shard_index(hash);
@@ -109,9 +624,8 @@ where
                 Err(Full) => return false,
             },
         };
-        self.try_promote(shard, hash, key, &self.algorithm, state, &guard);
-        self.algorithm.is_promoted(state)
-            && self.hot_keys.get(hash, key, &guard).is_some_and(|stripes| stripes.owner() == owner_of(state))
+        self.try_promote(shard, hash, key, state, &guard);
+        is_promoted(state) && self.stripes_of(hash, key, state, &guard).is_some()
     }
 
     /// Whether `key` is in hot mode.
@@ -122,57 +636,61 @@ where
     {
         let hash = self.hash(key);
         let guard = self.collector.enter();
-        self.shard(hash).get(hash, key, &guard).is_some_and(|state| self.algorithm.is_promoted(state))
+        self.shard(hash).get(hash, key, &guard).is_some_and(is_promoted)
     }
-}
 
-impl<K, A, C, S> Keyed<K, A, C, S>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    A: KeyedAlgorithm,
-    A::State: Send + Sync + 'static,
-    C: Clock,
-    S: BuildHasher + Clone,
-{
+    /// The hot stripes of `key` whose state is `state`, if they are still there
+    /// (stripes of another state of the key are not these).
+    fn stripes_of<'g, Q>(
+        &'g self,
+        hash: u64,
+        key: &Q,
+        state: &GcraState,
+        guard: &'g Guard<'_>,
+    ) -> Option<&'g LeaseStripes>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.hot_keys.get(hash, key, guard).filter(|stripes| stripes.owner() == owner_of(state))
+    }
+
     /// For a hot key (whose hash `hash` gives, only if the state is promoted):
     /// retires its hot bucket if idle with every lease expired, drops it, and
     /// retires the key's state. Returns whether the key's state was retired.
-    pub(crate) fn try_retire_hot(
+    fn try_retire_hot(
         &self,
         hash: impl FnOnce() -> u64,
         key: &K,
-        state: &A::State,
+        state: &GcraState,
         now: Nanos,
         guard: &Guard<'_>,
     ) -> bool {
-        let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) else {
-            return false;
-        };
-        if !gcra.is_promoted(gcra_state) {
+        if !is_promoted(state) {
             return false;
         }
         let hash = hash();
-        match self.hot_keys.get(hash, key, guard) {
-            Some(stripes) if stripes.owner() == owner_of(gcra_state) => {
-                if !gcra.retire_promoted(gcra_state, stripes, now) {
+        match self.stripes_of(hash, key, state, guard) {
+            Some(stripes) => {
+                if !retire_promoted(&self.algorithm, state, stripes, now) {
                     return false;
                 }
                 self.drop_hot(hash, key, stripes, guard);
                 true
             }
             // Promoted, but its stripes are gone (dropped by a sweep or `remove`).
-            _ => gcra.retire_orphan(gcra_state),
+            None => retire_orphan(state),
         }
     }
 
     /// Removes `key`'s hot stripes if they are still `stripes`.
-    pub(crate) fn drop_hot<Q>(&self, hash: u64, key: &Q, stripes: &LeaseStripes, guard: &Guard<'_>)
+    fn drop_hot<Q>(&self, hash: u64, key: &Q, stripes: &LeaseStripes, guard: &Guard<'_>)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         if self.hot_keys.remove_if(hash, key, |_, current| std::ptr::eq(current, stripes), guard).is_some() {
-            // Ordering: Relaxed; see `remove`.
+            // Ordering: Relaxed; see `forget`.
             self.hot_count.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -180,14 +698,12 @@ where
     /// Checks a promoted key on its hot stripes. `None`: the hot bucket is gone or
     /// retired (the key is being evicted); the caller retries from the lookup.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn check_hot<Q>(
+    fn check_hot<Q>(
         &self,
-        shard: &Shard<K, A::State>,
+        shard: &Shard<K, GcraState>,
         hash: u64,
         key: &Q,
-        gcra: &GcraAlgorithm,
-        gcra_state: &GcraState,
-        state: &A::State,
+        state: &GcraState,
         n: u64,
         now: Nanos,
         guard: &Guard<'_>,
@@ -196,15 +712,15 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        match self.hot_keys.get(hash, key, guard) {
-            Some(stripes) if stripes.owner() == owner_of(gcra_state) => {
-                let decision = stripes.check_on(gcra, weir_core::__private::thread_stripe(), n, &now);
+        match self.stripes_of(hash, key, state, guard) {
+            Some(stripes) => {
+                let decision = stripes.check_on(&self.algorithm, weir_core::__private::thread_stripe(), n, &now);
                 match decision {
-                    Ok(d) if d.is_denied() && gcra.is_retired(stripes.bucket()) => {
+                    Ok(d) if d.is_denied() && self.algorithm.is_retired(stripes.bucket()) => {
                         // A sweep retired the hot bucket (it was idle, every lease
                         // expired) and may not have finished: finish for it, rather than
                         // wait, and retry on a fresh state.
-                        gcra.retire_orphan(gcra_state);
+                        retire_orphan(state);
                         self.drop_hot(hash, key, stripes, guard);
                         self.unlink(shard, hash, key, state, guard);
                         None
@@ -212,11 +728,11 @@ where
                     other => Some(other),
                 }
             }
-            _ => {
+            None => {
                 // Promoted, but its own stripes are gone (dropped by a sweep or
                 // `remove`; any stripes here belong to a newer state): finish retiring
                 // this state and retry on whatever the key maps to now.
-                gcra.retire_orphan(gcra_state);
+                retire_orphan(state);
                 self.unlink(shard, hash, key, state, guard);
                 None
             }
@@ -226,23 +742,16 @@ where
     /// Moves `key` to hot mode, within `max_hot_keys`. Only the thread whose stripes
     /// entered the hot map promotes into them; the stripes record the state they
     /// belong to, so no holder of another state ever uses them.
-    pub(crate) fn try_promote<Q>(
-        &self,
-        shard: &Shard<K, A::State>,
-        hash: u64,
-        key: &Q,
-        gcra: &GcraAlgorithm,
-        gcra_state: &GcraState,
-        guard: &Guard<'_>,
-    ) where
+    fn try_promote<Q>(&self, shard: &Shard<K, GcraState>, hash: u64, key: &Q, state: &GcraState, guard: &Guard<'_>)
+    where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let Some(config) = self.hot else { return };
+        let config = self.hot;
         // Ordering: Relaxed; the bound needs only the CAS's atomicity (see `reserve`).
         let mut count = self.hot_count.load(Ordering::Relaxed);
         loop {
-            if count >= config.max_hot_keys || gcra.is_promoted(gcra_state) {
+            if count >= config.max_hot_keys || is_promoted(state) {
                 return;
             }
             // Ordering: Relaxed; see above.
@@ -251,7 +760,7 @@ where
                 Err(actual) => count = actual,
             }
         }
-        let owner = owner_of(gcra_state);
+        let owner = owner_of(state);
         let mut dropped_stale = false;
         let ours = loop {
             let stripes = LeaseStripes::new(config.lease, self.clock.now()).with_owner(owner);
@@ -267,8 +776,8 @@ where
                 Err(Inserted::Held(current))
                     if current.owner() != owner
                         && !dropped_stale
-                        && gcra.state_kind(gcra_state) == StateKind::Live
-                        && self.is_linked(shard, hash, key, gcra_state, guard) =>
+                        && state_kind(state) == StateKind::Live
+                        && self.is_linked(shard, hash, key, state, guard) =>
                 {
                     dropped_stale = true;
                     self.drop_hot(hash, key, current, guard);
@@ -277,54 +786,46 @@ where
                 Err(_) => break None,
             }
         };
-        let release = |stripes: &LeaseStripes| {
-            if self.hot_keys.remove_if(hash, key, |_, current| std::ptr::eq(current, stripes), guard).is_some() {
-                // Ordering: Relaxed; see `remove`.
-                self.hot_count.fetch_sub(1, Ordering::Relaxed);
-            }
-        };
         let Some(ours) = ours else {
-            // Ordering: Relaxed; give back the reservation (see `remove`).
+            // Ordering: Relaxed; give back the reservation (see `forget`).
             self.hot_count.fetch_sub(1, Ordering::Relaxed);
             return;
         };
-        if !gcra.promote(gcra_state, ours) {
+        if !promote(state, ours) {
             // Retired or promoted meanwhile: ours was never used.
-            release(ours);
+            self.drop_hot(hash, key, ours, guard);
             return;
         }
         // If `remove` unlinked the state while it was being promoted, no sweep will
         // ever see it: retire it (its holders retry on the key's current state) and
         // drop its stripes.
-        if !self.is_linked(shard, hash, key, gcra_state, guard) {
-            gcra.retire_orphan(gcra_state);
-            release(ours);
+        if !self.is_linked(shard, hash, key, state, guard) {
+            retire_orphan(state);
+            self.drop_hot(hash, key, ours, guard);
         }
     }
 
-    /// Whether `key` maps to `gcra_state` now.
-    pub(crate) fn is_linked<Q>(
+    /// Whether `key` maps to `state` now.
+    fn is_linked<Q>(
         &self,
-        shard: &Shard<K, A::State>,
+        shard: &Shard<K, GcraState>,
         hash: u64,
         key: &Q,
-        gcra_state: &GcraState,
+        state: &GcraState,
         guard: &Guard<'_>,
     ) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        shard
-            .get(hash, key, guard)
-            .is_some_and(|current| self.algorithm.gcra_state(current).is_some_and(|s| std::ptr::eq(s, gcra_state)))
+        shard.get(hash, key, guard).is_some_and(|current| std::ptr::eq(current, state))
     }
 
     /// Evicts a hot key idle at `now` (its bucket idle, every lease expired), if
     /// one is: one look at each hot key.
-    pub(crate) fn evict_idle_hot_key(&self, now: Nanos, guard: &Guard<'_>) -> bool {
+    fn evict_idle_hot_key(&self, now: Nanos, guard: &Guard<'_>) -> bool {
         // Ordering: Relaxed; a hint (a key promoted meanwhile is busy, not idle).
-        if self.hot.is_none() || self.hot_count.load(Ordering::Relaxed) == 0 {
+        if self.hot_count.load(Ordering::Relaxed) == 0 {
             return false;
         }
         self.hot_keys.iter(guard).any(|(key, _)| {
@@ -339,6 +840,6 @@ where
 
 /// The identity a hot key's stripes record: the address of the key's state (stable
 /// while any guard that can reach the state is held).
-pub(crate) fn owner_of(state: &GcraState) -> usize {
+fn owner_of(state: &GcraState) -> usize {
     state as *const GcraState as usize
 }

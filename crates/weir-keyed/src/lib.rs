@@ -7,7 +7,7 @@
 //! use weir_keyed::{AtCapacity, Keyed, KeyedConfig};
 //!
 //! let clock = ManualClock::new();
-//! let config = KeyedConfig::new(100_000)?.at_capacity(AtCapacity::EvictIdle);
+//! let config = KeyedConfig::builder(100_000).at_capacity(AtCapacity::EvictIdle).build()?;
 //! let per_ip = Keyed::gcra_with_clock(Quota::per_second(2)?, config, clock.clone());
 //!
 //! assert!(per_ip.check(&"203.0.113.7").is_allowed());
@@ -21,6 +21,36 @@
 //! assert!(per_ip.is_empty());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # What to use when
+//!
+//! | you need, per key | build | type of the field |
+//! |---|---|---|
+//! | a rate with a burst allowance | [`Keyed::gcra`] | [`KeyedGcra<K>`] |
+//! | the same, where a few keys get most of the traffic from many threads at once | [`Keyed::gcra`] then [`Keyed::with_hot_keys`] | `Keyed<K, GcraAlgorithm, C, RandomState, HotKeys>` |
+//! | "N per window" (`window` feature) | `Keyed::sliding_window`, `Keyed::fixed_window`, `Keyed::sliding_log` | `KeyedSlidingWindow<K>`, `KeyedFixedWindow<K>`, `KeyedSlidingLog<K>` |
+//! | another algorithm, clock or hasher | [`Keyed::with_hasher`] | `Keyed<K, A, C, S>` |
+//!
+//! Every store is bounded by its [`KeyedConfig`] (`KeyedConfig::builder(max_keys)`,
+//! with the policy of a full store, [`AtCapacity`]); `with_clock` constructors take
+//! a clock (a [`ManualClock`](weir_core::ManualClock) in tests). Middleware uses a
+//! store through weir-core's [`KeyedLimiter`](weir_core::KeyedLimiter) trait, which
+//! every store implements.
+//!
+//! **Guarantees.** Each key is decided exactly as its own limiter would decide it;
+//! a key is dropped only when that changes no decision (idle eviction, below); at
+//! most `max_keys` keys are ever stored; hot keys (opt-in) have the leased
+//! limiter's stated over-admission bound, other keys none. A check of a stored key
+//! takes no lock and allocates nothing.
+//!
+//! **Costs**, as ratios to governor's keyed limiter in the same run (BENCHMARKS.md,
+//! "Keyed store: its own table"): on one thread 0.7× its throughput for a key in
+//! cache and 0.4× with keys spread over 100 000 (SipHash for both: weir's epoch
+//! guard and second cache line are the difference); on two threads 1.3× for both,
+//! and one key hit by both threads 1.7× (3.1× in hot-key mode), since governor's
+//! shard locks write a shared line on every check. Memory per `u64` key: 0.73× of
+//! governor's store when full, 1.2× at 10% of the bound. The measurements behind
+//! the design are in DESIGN.md ("weir-keyed").
 //!
 //! # Algorithms
 //!
@@ -38,7 +68,7 @@
 //! let clock = ManualClock::new();
 //! let algorithm = SlidingWindowAlgorithm::new(Quota::per_minute(100)?, clock.now())?;
 //! let per_user: Keyed<String, _, _> =
-//!     Keyed::with_hasher(algorithm, KeyedConfig::new(10_000)?, clock, RandomState::new());
+//!     Keyed::with_hasher(algorithm, KeyedConfig::builder(10_000).build()?, clock, RandomState::new());
 //! assert!(per_user.check_n("alice", 100)?.is_allowed());
 //! assert!(per_user.check("alice").is_denied());
 //! # }
@@ -67,30 +97,13 @@
 //! words in use pass 7/8 of it. Memory follows the keys stored, not the bound.
 //!
 //! **The hash.** The hash of a check's key is on its critical path (the index
-//! word's address depends on it). Measured on the 2-core dev VM
-//! (`examples/hashers.rs`: a check of an existing `u64` key among 100 000 drawn
-//! uniformly, GCRA on the default clock, one thread, best of 3):
-//!
-//! | hasher (per-store random seed) | ns per check | ns per hash of a `u64` | collision floods |
-//! |---|---:|---:|---|
-//! | std `RandomState`, SipHash-1-3 (the default) | 63.0 | 3.92 | resists them: a keyed PRF |
-//! | foldhash `quality` | 47.9 | 0.71 | "minimally" resistant (its authors): not against an attacker who can probe timings |
-//! | foldhash `fast` | 41.4 | 0.50 | as above |
-//!
-//! (ahash, not a dependency here, is in foldhash's class unless built with AES
-//! instructions enabled.) The default stays SipHash: a store's keys (client IPs,
-//! API keys) come from untrusted clients, and a flood of colliding keys, were the
-//! seed known, could make every check of the shards it lands in probe a long run
-//! of the index (it could never change a decision). Where keys are trusted, pass
-//! `foldhash::fast::RandomState::default()` (or any `BuildHasher`) to
-//! [`Keyed::with_hasher`]: a third off a check of a key not in cache.
-//!
-//! **What a check costs**, against governor's keyed limiter in the same run (2-core
-//! dev VM, BENCHMARKS.md, "Keyed store: its own table"): on one thread 0.7× its
-//! throughput for a key in cache and 0.4× with keys spread over 100 000 (SipHash
-//! for both; weir's epoch guard and second cache line are the difference); on two
-//! threads 1.3× for both, and one key hit by both threads 1.7× (3.1× in hot-key
-//! mode), since governor's shard locks write a shared line on every check.
+//! word's address depends on it). The default, std's SipHash `RandomState` with a
+//! random seed per store, resists floods of colliding keys, which matters because
+//! a store's keys (client IPs, API keys) come from untrusted clients (a flood could
+//! never change a decision, only make checks of the shards it lands in slower).
+//! Where keys are trusted, pass `foldhash::fast::RandomState::default()` (or any
+//! `BuildHasher`) to [`Keyed::with_hasher`]: a check of a key not in cache then
+//! costs about two thirds as much (`examples/hashers.rs` measures it).
 //!
 //! # Exact idle eviction
 //!
@@ -116,22 +129,13 @@
 //!
 //! With the `rayon` feature, `Keyed::par_sweep_all` and `Keyed::par_for_each`
 //! spread a sweep, or a metrics pass over every key, over rayon's thread pool, a
-//! few shards per task. Measured on the 2-core dev VM with 10 million `u64` keys
-//! (`examples/sweep_10m.rs`, release build, best of 3): a sweep that finds every
-//! key busy (it only looks) takes 103 ms on one thread and 54 ms in parallel
-//! (1.9×); one that evicts every key takes 0.87 s either way, its time going to
-//! the retirement of each entry (an allocation, and the collector's process-wide
-//! barrier every 256 retirements), which the two cores share.
+//! few shards per task (`examples/sweep_10m.rs` measures it on 10 million keys).
 //!
-//! Why not sweep below half the bound: an idle key is often a live client between
-//! requests (one request a second under a quota of 100 a second is idle 99% of the
-//! time). Evicting it changes no decision, but its next request inserts it again,
-//! and every insertion paces further sweeps: a store far below its bound that swept
-//! anyway kept evicting and re-inserting its own clients. Measured (criterion,
-//! `keyed/allowed`, 1 000 keys each checked in turn under a quota that refills
-//! between checks, store bounded at 4 096 keys, 2-core dev VM): 332 ns per check
-//! sweeping from the first key, against 63 ns with sweeps from half the bound.
-//! Below the bound idle keys cost only memory the bound already allows.
+//! Incremental sweeps start at half the bound (`sweep_from`), not at the first key:
+//! an idle key is often a live client between requests, and a store far below its
+//! bound that swept anyway kept evicting and re-inserting its own clients, at
+//! several times the cost per check (DESIGN.md, "weir-keyed"). Below the bound idle
+//! keys cost only memory the bound already allows.
 //!
 //! # The memory bound
 //!
@@ -142,13 +146,10 @@
 //! limiter; or deny without evicting. A flood of 10 million distinct keys into a
 //! store of 100 000 keeps memory bounded (`tests/flood.rs` measures it).
 //!
-//! Memory per `u64` key (GCRA state, `weir-bench memory --full`, 10⁶ keys, 2-core
-//! dev VM, BENCHMARKS.md): 26.2 heap bytes (27.5 resident) in a full store, 42.5
-//! (45.1) in a store at 10% of its bound; governor's DashMap-based store, 35.7
-//! (35.9). A full store's key costs its entry (16 bytes: the key and the state), its
-//! index word at a load of 2/3 to 7/8 (5 to 6 bytes) and its share of its shard's
-//! header and slab rounding; a sparse store pays more of the per-shard fixed part
-//! (shards are sized for the bound).
+//! A full store's key costs its entry (the key and the state side by side), its
+//! index word and its share of its shard's header; a sparse store pays more of the
+//! per-shard fixed part (shards are sized for the bound). BENCHMARKS.md ("Memory
+//! per key") measures it against governor's store.
 //!
 //! **Finding an idle key.** Each shard keeps a bound: no key of it can be idle
 //! before that clock reading (the least of its keys' idle times,
@@ -171,20 +172,19 @@
 //!   known yet, or one after the bounds of every shard passed without a key going
 //!   idle). The worst steady case is a store kept exactly full of keys that go
 //!   idle one at a time, each new key arriving just as the oldest goes idle: each
-//!   new key then sweeps the one shard that holds it (about 512 keys). Measured
-//!   with that flood (the pattern of `tests/flood.rs`: a store of 100 000, keys
-//!   idle 100 ms after their check, a new key every µs), 6–7 µs per new key on the
-//!   2-core dev VM, every one admitted; giving up after four shards and refusing
-//!   new keys for the next 100 µs costs 4 µs, and denies 0.2% of them while idle
-//!   keys are stored.
+//!   new key then sweeps the one shard that holds it (about 512 keys), and every
+//!   new key is admitted (DESIGN.md, "weir-keyed", has the measurement and the
+//!   cheaper alternative that was rejected because it denies new keys while idle
+//!   ones are stored).
 //!
 //! # Hot keys
 //!
-//! A key that every core hits at once (a tenant with heavy traffic) contends on its
-//! one state word like any shared limiter. A GCRA store can turn such keys hot
-//! ([`Keyed::with_hot_keys`]): a check that loses `after_lost_races` CAS races to
-//! other checks of the same key (contention the check measures for free) moves the
-//! key's bucket to per-core lease stripes, the engine of
+//! A key that many threads hit at once (a tenant with heavy traffic) contends on
+//! its one state word like any shared limiter. A GCRA store can turn such keys hot
+//! ([`Keyed::with_hot_keys`], configured by [`HotKeys`]): a check that loses
+//! `after_lost_races` CAS races to other checks of the same key (contention the
+//! check measures for free) moves the key's bucket to per-thread lease stripes, the
+//! engine of
 //! [`weir_gcra::LeasedGcra`], with its documented over-admission bound; other keys
 //! stay exact. The move is one CAS that carries the key's state over (no admission is
 //! lost: `loom-tests/tests/keyed_eviction.rs` and the property tests check it, with
@@ -193,6 +193,9 @@
 //! while every hot slot is taken, insertions pace sweeps even below `sweep_from`, so
 //! a hot key gone idle frees its slot).
 //! [`Keyed::promote`] turns a key hot on demand.
+//!
+//! Hot keys are a mode of the store, chosen by its type ([`HotKeyMode`]): a store
+//! without them ([`NoHotKeys`], the default) has no hot-key code in its check.
 //!
 //! A promotion that is delayed (its thread paused) while the key's state is swept
 //! or removed and the key comes back, and turns hot again, gives up: the hot
@@ -235,9 +238,9 @@ pub mod loom_table {
 }
 
 pub use algorithm::KeyedAlgorithm;
-pub use config::{AtCapacity, KeyedConfig};
+pub use config::{AtCapacity, KeyedConfig, KeyedConfigBuilder};
 pub use error::{KeyedConfigError, SweeperError};
-pub use hot::HotKeys;
+pub use hot::{HotKeyMode, HotKeys, HotKeysBuilder, NoHotKeys};
 pub use store::{Keyed, KeyedGcra};
 #[cfg(feature = "window")]
 pub use store::{KeyedFixedWindow, KeyedSlidingLog, KeyedSlidingWindow};

@@ -2,7 +2,7 @@
 //! `rayon` feature): for large stores, where a sweep or a metrics pass over every
 //! key is long enough to spread over cores.
 
-use crate::{Keyed, KeyedAlgorithm};
+use crate::{HotKeyMode, Keyed, KeyedAlgorithm};
 use rayon::prelude::*;
 use std::hash::{BuildHasher, Hash};
 use weir_core::{Clock, Snapshot};
@@ -11,13 +11,14 @@ use weir_core::{Clock, Snapshot};
 /// task and its epoch guard (one shard holds about 512 keys at full capacity).
 const SHARDS_PER_TASK: usize = 8;
 
-impl<K, A, C, S> Keyed<K, A, C, S>
+impl<K, A, C, S, H> Keyed<K, A, C, S, H>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     A: KeyedAlgorithm + Sync,
     A::State: Send + Sync + 'static,
     C: Clock + Sync,
     S: BuildHasher + Clone + Sync,
+    H: HotKeyMode<A>,
 {
     /// [`sweep_all`](Self::sweep_all) with the shards spread over rayon's thread
     /// pool: returns how many keys were evicted. Runs concurrently with checks, as
@@ -29,7 +30,7 @@ where
     /// use weir_keyed::{Keyed, KeyedConfig};
     ///
     /// let clock = ManualClock::new();
-    /// let store: Keyed<u64, _, _> = Keyed::gcra_with_clock(Quota::per_second(1)?, KeyedConfig::new(100_000)?, clock.clone());
+    /// let store: Keyed<u64, _, _> = Keyed::gcra_with_clock(Quota::per_second(1)?, KeyedConfig::builder(100_000).build()?, clock.clone());
     /// for key in 0..10_000 {
     ///     assert!(store.check(&key).is_allowed());
     /// }
@@ -57,7 +58,7 @@ where
     /// use weir_keyed::{Keyed, KeyedConfig};
     ///
     /// let store: Keyed<u64, _, _> =
-    ///     Keyed::gcra_with_clock(Quota::per_second(10)?, KeyedConfig::new(100_000)?, ManualClock::new());
+    ///     Keyed::gcra_with_clock(Quota::per_second(10)?, KeyedConfig::builder(100_000).build()?, ManualClock::new());
     /// for key in 0..1_000 {
     ///     let _ = store.check_n(&key, 4)?;
     /// }

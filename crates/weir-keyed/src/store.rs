@@ -2,10 +2,9 @@
 //! per-key contract of weir-core.
 
 use crate::Shard;
-use crate::hot::owner_of;
 use crate::sweeper::IdleBound;
 use crate::table::{Collector, Guard, Inserted};
-use crate::{AtCapacity, HotKeys, KeyedAlgorithm, KeyedConfig};
+use crate::{AtCapacity, HotKeyMode, KeyedAlgorithm, KeyedConfig, NoHotKeys};
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
@@ -16,7 +15,8 @@ use weir_core::{
     Algorithm, AsyncKeyedLimiter, Clock, Decision, DenyReason, InsufficientCapacity, KeyedLimiter, MonotonicClock,
     Policy, Quota, Snapshot,
 };
-use weir_gcra::{GcraAlgorithm, LeaseStripes, StateKind};
+use weir_gcra::__private::StateKind;
+use weir_gcra::GcraAlgorithm;
 
 /// Keys per shard the shard count aims for at full capacity: a sweep step scans one
 /// shard, so this is the work of one step. Smaller shards sweep faster but each
@@ -43,10 +43,13 @@ fn new_collector() -> Collector {
     return Collector::new();
 }
 
-/// A per-key limiter: one state of algorithm `A` per key, at most `max_keys` keys.
+/// A per-key limiter: one state of algorithm `A` per key, at most `max_keys` keys,
+/// reading clock `C`, hashing keys with `S`, treating keys every thread hits at
+/// once as `H` says ([`NoHotKeys`]: every key exact; [`HotKeys`](crate::HotKeys),
+/// GCRA only: such keys move to per-thread leases).
 ///
 /// See the [crate docs](crate) for the map, eviction and the memory bound.
-pub struct Keyed<K, A: KeyedAlgorithm, C = MonotonicClock, S = RandomState> {
+pub struct Keyed<K, A: KeyedAlgorithm, C = MonotonicClock, S = RandomState, H: HotKeyMode<A> = NoHotKeys> {
     /// The epoch collector of every shard. Declared first, so dropped first: its
     /// drop reclaims what the shards retired, into the shards.
     pub(crate) collector: Collector,
@@ -73,13 +76,13 @@ pub struct Keyed<K, A: KeyedAlgorithm, C = MonotonicClock, S = RandomState> {
     pub(crate) store_bound: CachePadded<IdleBound>,
     /// Taken by the one search that may publish bounds (see `publish_bound`).
     pub(crate) publishing: AtomicBool,
-    /// Hot-key mode (GCRA only), the hot keys' lease stripes, and how many there are.
-    pub(crate) hot: Option<HotKeys>,
-    pub(crate) hot_keys: Shard<K, LeaseStripes>,
+    /// The hot-key mode, the hot keys' stripes, and how many there are.
+    pub(crate) hot: H,
+    pub(crate) hot_keys: Shard<K, H::Stripes>,
     pub(crate) hot_count: AtomicUsize,
 }
 
-impl<K, A: KeyedAlgorithm, C, S> fmt::Debug for Keyed<K, A, C, S> {
+impl<K, A: KeyedAlgorithm, C, S, H: HotKeyMode<A>> fmt::Debug for Keyed<K, A, C, S, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Keyed")
             // Ordering: Relaxed; a statistic.
@@ -102,7 +105,7 @@ impl<K, A: KeyedAlgorithm, C, S> fmt::Debug for Keyed<K, A, C, S> {
 /// struct Server {
 ///     per_ip: KeyedGcra<std::net::IpAddr>,
 /// }
-/// let server = Server { per_ip: KeyedGcra::gcra(Quota::per_second(10)?, KeyedConfig::new(100_000)?) };
+/// let server = Server { per_ip: KeyedGcra::gcra(Quota::per_second(10)?, KeyedConfig::builder(100_000).build()?) };
 /// assert!(server.per_ip.check(&"203.0.113.7".parse()?).is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -130,7 +133,7 @@ where
     /// use weir_core::Quota;
     /// use weir_keyed::{KeyedConfig, KeyedGcra};
     ///
-    /// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_minute(100)?, KeyedConfig::new(10_000)?);
+    /// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_minute(100)?, KeyedConfig::builder(10_000).build()?);
     /// assert!(per_user.check("alice").is_allowed());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -173,7 +176,7 @@ mod window_constructors {
         /// use weir_core::Quota;
         /// use weir_keyed::{KeyedConfig, KeyedFixedWindow};
         ///
-        /// let per_ip: KeyedFixedWindow<String> = KeyedFixedWindow::fixed_window(Quota::per_minute(2)?, KeyedConfig::new(1_000)?)?;
+        /// let per_ip: KeyedFixedWindow<String> = KeyedFixedWindow::fixed_window(Quota::per_minute(2)?, KeyedConfig::builder(1_000).build()?)?;
         /// assert!(per_ip.check_n("203.0.113.7", 2)?.is_allowed());
         /// assert!(per_ip.check("203.0.113.7").is_denied());
         /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -200,7 +203,7 @@ mod window_constructors {
         /// use weir_keyed::{KeyedConfig, KeyedSlidingWindow};
         ///
         /// let per_user: KeyedSlidingWindow<String> =
-        ///     KeyedSlidingWindow::sliding_window(Quota::per_minute(100)?, KeyedConfig::new(10_000)?)?;
+        ///     KeyedSlidingWindow::sliding_window(Quota::per_minute(100)?, KeyedConfig::builder(10_000).build()?)?;
         /// assert!(per_user.check_n("alice", 100)?.is_allowed());
         /// assert!(per_user.check("alice").is_denied());
         /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -227,7 +230,7 @@ mod window_constructors {
         /// use weir_core::Quota;
         /// use weir_keyed::{KeyedConfig, KeyedSlidingLog};
         ///
-        /// let per_user: KeyedSlidingLog<u64> = KeyedSlidingLog::sliding_log(Quota::per_minute(3)?, KeyedConfig::new(100)?)?;
+        /// let per_user: KeyedSlidingLog<u64> = KeyedSlidingLog::sliding_log(Quota::per_minute(3)?, KeyedConfig::builder(100).build()?)?;
         /// assert!(per_user.check_n(&7, 3)?.is_allowed());
         /// assert!(per_user.check(&7).is_denied());
         /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -274,12 +277,22 @@ where
             bounds,
             store_bound: CachePadded::new(IdleBound::new()),
             publishing: AtomicBool::new(false),
-            hot: None,
+            hot: NoHotKeys,
             hot_keys: Shard::new(),
             hot_count: AtomicUsize::new(0),
         }
     }
+}
 
+impl<K, A, C, S, H> Keyed<K, A, C, S, H>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    A: KeyedAlgorithm,
+    A::State: Send + Sync + 'static,
+    C: Clock,
+    S: BuildHasher + Clone,
+    H: HotKeyMode<A>,
+{
     /// Checks one request for `key`.
     #[inline]
     pub fn check<Q>(&self, key: &Q) -> Decision
@@ -329,12 +342,7 @@ where
                     }
                 }
             };
-            let gcra = self.algorithm.as_gcra().zip(self.algorithm.gcra_state(state));
-            let hot = self.hot.and_then(|hot| Some((hot, gcra?)));
-            let checked = match hot {
-                Some((_, (gcra, gcra_state))) => gcra.check_n_contended(gcra_state, n, &now),
-                None => self.algorithm.check_n(state, n, &now).map(|decision| (decision, 0)),
-            };
+            let checked = self.hot.check_n(&self.algorithm, state, n, &now);
             if inserted {
                 // After the new key's first check: from now on a sweep of its shard
                 // sees it busy, not idle (see `note_new_key`).
@@ -345,30 +353,22 @@ where
                 // Classify the state from one load: retired (raced with an eviction;
                 // it was idle, so a fresh state decides exactly as it would have),
                 // promoted (decide on its hot stripes), or live (a real denial).
-                let kind = match gcra {
-                    Some((gcra, gcra_state)) => gcra.state_kind(gcra_state),
-                    None if self.algorithm.is_retired(state) => StateKind::Retired,
-                    None => StateKind::Live,
-                };
-                match kind {
+                match H::kind(&self.algorithm, state) {
                     StateKind::Retired => {
                         self.unlink(shard, hash, key, state, &guard);
                         continue;
                     }
                     StateKind::Promoted => {
-                        if let Some((gcra, gcra_state)) = gcra {
-                            match self.check_hot(shard, hash, key, gcra, gcra_state, state, n, now, &guard) {
-                                Some(decision) => return decision,
-                                None => continue,
-                            }
+                        match H::check_hot(self, index, hash, key, state, n, now, decision, &guard) {
+                            Some(decision) => return decision,
+                            None => continue,
                         }
                     }
                     StateKind::Live => {}
                 }
-            } else if let Some((config, (gcra, gcra_state))) = hot
-                && lost_races >= config.after_lost_races
-            {
-                self.try_promote(shard, hash, key, gcra, gcra_state, &guard);
+            } else if lost_races > 0 {
+                // Only a mode that counts lost races (hot keys) gets here.
+                H::contended(self, index, hash, key, state, lost_races, &guard);
             }
             if inserted {
                 // Pace the incremental sweep by insertions, after this key's first
@@ -410,7 +410,7 @@ where
     /// use weir_keyed::{KeyedConfig, KeyedGcra};
     ///
     /// let per_ip: KeyedGcra<String, _> =
-    ///     KeyedGcra::gcra_with_clock(Quota::per_minute(3)?, KeyedConfig::new(100)?, ManualClock::new());
+    ///     KeyedGcra::gcra_with_clock(Quota::per_minute(3)?, KeyedConfig::builder(100).build()?, ManualClock::new());
     /// let admission = per_ip.check_n("203.0.113.7", 3)?;
     /// assert!(per_ip.check("203.0.113.7").is_denied());
     /// per_ip.refund("203.0.113.7", 3, &admission)?; // the request was not served after all
@@ -458,14 +458,7 @@ where
         // Ordering: Relaxed; the count publishes nothing, and its bound is kept by the
         // CAS in `reserve`.
         self.live.fetch_sub(1, Ordering::Relaxed);
-        if let Some(gcra_state) = self.algorithm.gcra_state(state) {
-            // Only this state's hot stripes: a newer state of the key may have its own.
-            let owner = owner_of(gcra_state);
-            if self.hot_keys.remove_if(hash, key, |_, stripes| stripes.owner() == owner, &guard).is_some() {
-                // Ordering: Relaxed; as above, for the hot-key bound.
-                self.hot_count.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
+        H::forget(self, hash, key, state, &guard);
         true
     }
 
@@ -523,22 +516,13 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) {
-            match gcra.state_kind(gcra_state) {
-                StateKind::Live => {}
-                StateKind::Promoted => {
-                    if let Some(stripes) = self.hot_keys.get(hash(), key, guard)
-                        && stripes.owner() == owner_of(gcra_state)
-                    {
-                        return gcra.snapshot(stripes.bucket(), now);
-                    }
-                    // Being retired: its next check will see a fresh state.
-                    return self.algorithm.snapshot(&self.algorithm.new_state(), now);
-                }
-                StateKind::Retired => return self.algorithm.snapshot(&self.algorithm.new_state(), now),
-            }
+        match H::kind(&self.algorithm, state) {
+            StateKind::Live => self.algorithm.snapshot(state, now),
+            StateKind::Promoted => H::hot_snapshot(self, hash(), key, state, now, guard)
+                // Being retired: its next check will see a fresh state.
+                .unwrap_or_else(|| self.algorithm.snapshot(&self.algorithm.new_state(), now)),
+            StateKind::Retired => self.algorithm.snapshot(&self.algorithm.new_state(), now),
         }
-        self.algorithm.snapshot(state, now)
     }
 
     /// Gives `n` units of `admission` back to `state` (the state `key` maps to), or
@@ -556,28 +540,15 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if let (Some(gcra), Some(gcra_state)) = (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) {
-            match gcra.state_kind(gcra_state) {
-                StateKind::Live => {}
-                // Idle (full) when it was retired: nothing to give back.
-                StateKind::Retired => return Ok(()),
-                // A hot key: its bucket is the hot one, and the admission may have
-                // come from a lease, so the lease machinery credits it (the debt less
-                // the time since it was charged: never more than is still owed).
-                StateKind::Promoted => {
-                    return match self.hot_keys.get(hash, key, guard) {
-                        Some(stripes) if stripes.owner() == owner_of(gcra_state) => {
-                            stripes.refund(gcra, n, admission, &self.clock)
-                        }
-                        // Being retired: idle, so full.
-                        _ => Ok(()),
-                    };
-                }
-            }
+        match H::kind(&self.algorithm, state) {
+            // A refund that races with a promotion of the key finds the state
+            // promoted and gives nothing back (less, never more, than was taken).
+            StateKind::Live => Algorithm::refund(&self.algorithm, state, n, admission, &self.clock),
+            // Idle (full) when it was retired: nothing to give back.
+            StateKind::Retired => Ok(()),
+            // A hot key: its bucket is the hot one.
+            StateKind::Promoted => H::hot_refund(self, hash, key, state, n, admission, guard),
         }
-        // A refund that races with a promotion of the key finds the state promoted
-        // and gives nothing back (less, never more, than was taken).
-        Algorithm::refund(&self.algorithm, state, n, admission, &self.clock)
     }
 
     /// Removes `key` if it still maps to `state`; returns whether this call removed it.
@@ -706,7 +677,7 @@ where
 
 /// The per-key contract, for middleware generic over stores: the same as the
 /// inherent methods, for every borrowed form `Q` of the key.
-impl<K, Q, A, C, S> KeyedLimiter<Q> for Keyed<K, A, C, S>
+impl<K, Q, A, C, S, H> KeyedLimiter<Q> for Keyed<K, A, C, S, H>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -714,6 +685,7 @@ where
     A::State: Send + Sync + 'static,
     C: Clock,
     S: BuildHasher + Clone,
+    H: HotKeyMode<A>,
 {
     #[inline]
     fn check_n(&self, key: &Q, n: u64) -> Result<Decision, InsufficientCapacity> {
@@ -747,13 +719,13 @@ where
 ///     Ok(store.check_n(client, 1).await?.is_allowed())
 /// }
 ///
-/// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_minute(1)?, KeyedConfig::new(100)?);
+/// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_minute(1)?, KeyedConfig::builder(100).build()?);
 /// let mut first = pin!(admit(&per_user, "alice"));
 /// let mut cx = Context::from_waker(Waker::noop());
 /// assert!(matches!(first.as_mut().poll(&mut cx), Poll::Ready(Ok(true)))); // ready at the first poll
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-impl<K, Q, A, C, S> AsyncKeyedLimiter<Q> for Keyed<K, A, C, S>
+impl<K, Q, A, C, S, H> AsyncKeyedLimiter<Q> for Keyed<K, A, C, S, H>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
     Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
@@ -761,6 +733,7 @@ where
     A::State: Send + Sync + 'static,
     C: Clock + Send + Sync,
     S: BuildHasher + Clone + Send + Sync,
+    H: HotKeyMode<A>,
 {
     type Error = InsufficientCapacity;
 

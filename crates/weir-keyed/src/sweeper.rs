@@ -3,13 +3,13 @@
 //! shards that cannot hold an idle key.
 
 use crate::table::Guard;
-use crate::{Keyed, KeyedAlgorithm, SweeperError};
+use crate::{HotKeyMode, Keyed, KeyedAlgorithm, SweeperError};
 use std::hash::{BuildHasher, Hash};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use weir_core::__private::sync::{AtomicBool, AtomicU64, Ordering};
 use weir_core::{Clock, Nanos};
-use weir_gcra::StateKind;
+use weir_gcra::__private::StateKind;
 
 /// When the keys of a shard (or of the whole store) can next go idle.
 #[derive(Debug)]
@@ -61,13 +61,14 @@ impl Drop for Publishing<'_> {
     }
 }
 
-impl<K, A, C, S> Keyed<K, A, C, S>
+impl<K, A, C, S, H> Keyed<K, A, C, S, H>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     A: KeyedAlgorithm,
     A::State: Send + Sync + 'static,
     C: Clock,
     S: BuildHasher + Clone,
+    H: HotKeyMode<A>,
 {
     /// Sweeps the next shard for idle keys; returns how many were evicted.
     pub fn sweep(&self) -> usize {
@@ -101,7 +102,7 @@ where
         let (mut evicted, mut no_idle_before) = (0, u64::MAX);
         for (key, state) in shard.iter(guard) {
             let retired = self.algorithm.try_retire(state, now)
-                || (self.hot.is_some() && self.try_retire_hot(|| self.hash(key), key, state, now, guard));
+                || H::try_retire_hot(self, || self.hash(key), key, state, now, guard);
             if retired {
                 // Unlinked here and counted once for the shard below: a sweep that
                 // evicts many keys writes the shared count once, not per key.
@@ -134,12 +135,7 @@ where
     /// (hot keys are searched on their own: a lease given back moves a hot key's
     /// idle time earlier).
     pub(crate) fn earliest_idle(&self, state: &A::State, now: Nanos) -> Option<Nanos> {
-        let kind = match (self.algorithm.as_gcra(), self.algorithm.gcra_state(state)) {
-            (Some(gcra), Some(gcra_state)) => gcra.state_kind(gcra_state),
-            _ if self.algorithm.is_retired(state) => StateKind::Retired,
-            _ => StateKind::Live,
-        };
-        (kind == StateKind::Live).then(|| self.algorithm.earliest_idle(state, now))
+        (H::kind(&self.algorithm, state) == StateKind::Live).then(|| self.algorithm.earliest_idle(state, now))
     }
 
     /// Publishes `no_idle_before` as `bound`, computed by a search that began when
@@ -207,9 +203,7 @@ where
         // Ordering: Relaxed (both); hints (a sweep a key early or late changes nothing).
         // Below `sweep_from`, sweep anyway while every hot slot is taken: only a sweep
         // frees the slot of a hot key gone idle, and another key may need it.
-        if self.live.load(Ordering::Relaxed) < self.config.sweep_from
-            && self.hot.is_none_or(|hot| self.hot_count.load(Ordering::Relaxed) < hot.max_hot_keys)
-        {
+        if self.live.load(Ordering::Relaxed) < self.config.sweep_from && !self.hot.slots_full(&self.hot_count) {
             return;
         }
         // Ordering: Relaxed; a pacing counter.
@@ -256,7 +250,7 @@ where
                 self.publish_bound(&self.store_bound, no_idle_before, insertions);
             }
         }
-        self.evict_idle_hot_key(now, &guard)
+        H::evict_idle_hot_key(self, now, &guard)
     }
 }
 
@@ -280,13 +274,14 @@ impl Drop for Sweeper {
     }
 }
 
-impl<K, A, C, S> Keyed<K, A, C, S>
+impl<K, A, C, S, H> Keyed<K, A, C, S, H>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     A: KeyedAlgorithm + Send + Sync + 'static,
     A::State: Send + Sync + 'static,
     C: Clock + Send + Sync + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
+    H: HotKeyMode<A>,
 {
     /// Starts a background thread that sweeps the whole store for idle keys every
     /// `interval`, a shard at a time (an opt-in complement to the sweep amortized on

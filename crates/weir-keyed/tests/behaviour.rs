@@ -8,7 +8,7 @@ use weir_keyed::{AtCapacity, Keyed, KeyedConfig, KeyedConfigError};
 
 fn store(max_keys: usize, policy: AtCapacity) -> (Keyed<String, weir_gcra::GcraAlgorithm, ManualClock>, ManualClock) {
     let clock = ManualClock::new();
-    let config = KeyedConfig::new(max_keys).unwrap().at_capacity(policy);
+    let config = KeyedConfig::builder(max_keys).at_capacity(policy).build().unwrap();
     (Keyed::gcra_with_clock(Quota::per_second(2).unwrap(), config, clock.clone()), clock)
 }
 
@@ -98,7 +98,7 @@ fn a_full_store_can_send_new_keys_to_a_shared_overflow_limiter() {
     let clock = ManualClock::new();
     let overflow: Arc<dyn Limiter + Send + Sync> =
         Arc::new(Gcra::with_clock(Quota::per_second(3).unwrap(), clock.clone()));
-    let config = KeyedConfig::new(2).unwrap().at_capacity(AtCapacity::EvictIdleOrOverflow(overflow));
+    let config = KeyedConfig::builder(2).at_capacity(AtCapacity::EvictIdleOrOverflow(overflow)).build().unwrap();
     let s: Keyed<u64, _, _> = Keyed::gcra_with_clock(Quota::per_second(2).unwrap(), config, clock.clone());
     assert!(s.check(&1).is_allowed());
     assert!(s.check(&2).is_allowed());
@@ -138,7 +138,7 @@ fn insertions_sweep_incrementally() {
     // 64 keys per sweep step: after enough churn, idle keys are gone without any
     // explicit sweep.
     let clock = ManualClock::new();
-    let config = KeyedConfig::new(10_000).unwrap().sweep_every(1).unwrap().sweep_from(0);
+    let config = KeyedConfig::builder(10_000).sweep_every(1).sweep_from(0).build().unwrap();
     let s: Keyed<u64, _, _> = Keyed::gcra_with_clock(Quota::per_second(1).unwrap(), config, clock.clone());
     for k in 0..1_000u64 {
         let _ = s.check(&k);
@@ -155,7 +155,7 @@ fn a_background_sweeper_evicts_idle_keys() {
     let clock = ManualClock::new();
     let s: Arc<Keyed<u64, _, _>> = Arc::new(Keyed::gcra_with_clock(
         Quota::per_second(1).unwrap(),
-        KeyedConfig::new(1_000).unwrap(),
+        KeyedConfig::builder(1_000).build().unwrap(),
         clock.clone(),
     ));
     for k in 0..100u64 {
@@ -176,8 +176,8 @@ fn a_background_sweeper_evicts_idle_keys() {
 
 #[test]
 fn configuration_errors_are_typed() {
-    assert_eq!(KeyedConfig::new(0).unwrap_err(), KeyedConfigError::ZeroMaxKeys);
-    assert!(KeyedConfig::new(usize::MAX).is_err());
-    assert_eq!(KeyedConfig::new(1).unwrap().sweep_every(0).unwrap_err(), KeyedConfigError::ZeroSweepEvery);
+    assert_eq!(KeyedConfig::builder(0).build().unwrap_err(), KeyedConfigError::ZeroMaxKeys);
+    assert!(KeyedConfig::builder(usize::MAX).build().is_err());
+    assert_eq!(KeyedConfig::builder(1).sweep_every(0).build().unwrap_err(), KeyedConfigError::ZeroSweepEvery);
     assert!(KeyedConfigError::ZeroMaxKeys.to_string().contains("at least one key"));
 }

@@ -2,43 +2,58 @@
 //! one whenever one is idle, wherever it is stored, and denies the new key only if
 //! none is.
 
+use std::hash::RandomState;
 use std::time::Duration;
-use weir_core::{DenyReason, ManualClock, Quota};
+use weir_core::{DenyReason, KeyedLimiter, ManualClock, Quota};
 use weir_gcra::{GcraAlgorithm, LeaseConfig};
 use weir_keyed::{HotKeys, Keyed, KeyedConfig};
 
 type Store = Keyed<u64, GcraAlgorithm, ManualClock>;
+type HotStore = Keyed<u64, GcraAlgorithm, ManualClock, RandomState, HotKeys>;
 
 const MAX_KEYS: u64 = 8192; // 16 shards
 
 /// A full store (burst 1, one permit a second) in which only `idle` goes idle at
 /// 1 s (checked at 0); every other key was checked at 0.5 s and is idle at 1.5 s.
 /// The clock is left at 0.5 s.
-fn full_store_with(idle: u64, hot: Option<HotKeys>) -> (Store, ManualClock) {
+fn full_store(idle: u64) -> (Store, ManualClock) {
     let clock = ManualClock::new();
-    let mut store = Keyed::gcra_with_clock(
+    let store = Keyed::gcra_with_clock(
         Quota::per_second(1).unwrap(),
-        KeyedConfig::new(MAX_KEYS as usize).unwrap(),
+        KeyedConfig::builder(MAX_KEYS as usize).build().unwrap(),
         clock.clone(),
     );
-    if let Some(hot) = hot {
-        store = store.with_hot_keys(hot);
-        assert!(store.promote(&idle));
-    }
-    assert!(store.check(&idle).is_allowed());
+    fill(&store, idle, &clock);
+    (store, clock)
+}
+
+/// [`full_store`] in hot-key mode, with `idle` hot.
+fn full_hot_store(idle: u64, hot: HotKeys) -> (HotStore, ManualClock) {
+    let clock = ManualClock::new();
+    let store = Keyed::gcra_with_clock(
+        Quota::per_second(1).unwrap(),
+        KeyedConfig::builder(MAX_KEYS as usize).build().unwrap(),
+        clock.clone(),
+    )
+    .with_hot_keys(hot);
+    assert!(store.promote(&idle));
+    fill(&store, idle, &clock);
+    (store, clock)
+}
+
+fn fill(store: &impl KeyedLimiter<u64>, idle: u64, clock: &ManualClock) {
+    assert!(store.check_n(&idle, 1).unwrap().is_allowed());
     clock.advance(Duration::from_millis(500));
     for key in (0..MAX_KEYS).filter(|&k| k != idle) {
-        assert!(store.check(&key).is_allowed());
+        assert!(store.check_n(&key, 1).unwrap().is_allowed());
     }
-    assert_eq!(store.len(), MAX_KEYS as usize);
-    (store, clock)
 }
 
 #[test]
 fn a_full_store_with_one_idle_key_admits_a_new_key() {
     for trial in 0..20 {
         let idle = trial * 409; // spread over the shards
-        let (store, clock) = full_store_with(idle, None);
+        let (store, clock) = full_store(idle);
         clock.advance(Duration::from_millis(500)); // 1 s: `idle` alone is idle
         let decision = store.check(&(MAX_KEYS + trial));
         assert!(decision.is_allowed(), "trial {trial}: the new key was denied: {:?}", decision.deny_reason());
@@ -51,7 +66,7 @@ fn a_full_store_with_one_idle_key_admits_a_new_key() {
 /// A fruitless search does not keep a key that goes idle a moment later out.
 #[test]
 fn a_key_going_idle_just_after_a_denial_makes_room() {
-    let (store, clock) = full_store_with(7, None);
+    let (store, clock) = full_store(7);
     clock.advance(Duration::from_millis(500) - Duration::from_micros(50)); // 50 µs before key 7 is idle
     let denied = store.check(&(MAX_KEYS + 1));
     assert_eq!(denied.deny_reason(), Some(DenyReason::KeyCapacity));
@@ -67,7 +82,7 @@ fn a_key_going_idle_just_after_a_denial_makes_room() {
 fn a_key_inserted_after_a_fruitless_search_is_found_when_idle() {
     let clock = ManualClock::new();
     let quota = Quota::per_second(1).unwrap().with_burst(5).unwrap();
-    let store: Store = Keyed::gcra_with_clock(quota, KeyedConfig::new(1024).unwrap(), clock.clone());
+    let store: Store = Keyed::gcra_with_clock(quota, KeyedConfig::builder(1024).build().unwrap(), clock.clone());
     for key in 0..1024 {
         assert!(store.check_n(&key, 5).unwrap().is_allowed()); // idle at 5 s
     }
@@ -83,9 +98,9 @@ fn a_key_inserted_after_a_fruitless_search_is_found_when_idle() {
 /// A hot key gone idle (bucket full, every lease expired) makes room like any key.
 #[test]
 fn a_full_store_evicts_an_idle_hot_key_for_a_new_key() {
-    let lease = LeaseConfig::new(2).unwrap().with_lifetime(Duration::from_millis(1)).unwrap();
+    let lease = LeaseConfig::builder().stripes(2).lifetime(Duration::from_millis(1)).build().unwrap();
     for idle in [3, 4000] {
-        let (store, clock) = full_store_with(idle, Some(HotKeys::new(lease)));
+        let (store, clock) = full_hot_store(idle, HotKeys::builder().lease(lease).build().unwrap());
         assert!(store.is_hot(&idle));
         clock.advance(Duration::from_millis(500) - Duration::from_micros(1)); // its lease expires at 1 s + 1 ms
         assert_eq!(store.check(&(MAX_KEYS + 1)).deny_reason(), Some(DenyReason::KeyCapacity));
@@ -115,8 +130,12 @@ fn a_full_window_store_with_one_idle_key_admits_a_new_key() {
         A::State: Send + Sync + 'static,
     {
         let clock = ManualClock::new();
-        let store: Keyed<u64, A, ManualClock> =
-            Keyed::with_hasher(make(clock.now()), KeyedConfig::new(1024).unwrap(), clock.clone(), RandomState::new());
+        let store: Keyed<u64, A, ManualClock> = Keyed::with_hasher(
+            make(clock.now()),
+            KeyedConfig::builder(1024).build().unwrap(),
+            clock.clone(),
+            RandomState::new(),
+        );
         assert!(store.check(&7).is_allowed());
         clock.advance(Duration::from_millis(others_at));
         for key in (0..1024).filter(|&k| k != 7) {

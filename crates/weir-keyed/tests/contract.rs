@@ -11,7 +11,7 @@ use weir_gcra::LeaseConfig;
 use weir_keyed::{HotKeys, Keyed, KeyedConfig, KeyedGcra};
 
 fn config() -> KeyedConfig {
-    KeyedConfig::new(1_000).unwrap()
+    KeyedConfig::builder(1_000).build().unwrap()
 }
 
 /// Polls a future once: the in-memory store's futures are ready at the first poll.
@@ -88,9 +88,9 @@ fn an_all_of_check_denied_by_a_later_quota_takes_nothing_from_the_earlier() {
 #[test]
 fn a_hot_key_is_refunded_on_its_hot_bucket_without_over_credit() {
     let clock = ManualClock::new();
-    let lease = LeaseConfig::new(1).unwrap().with_max_lease(1).unwrap(); // exact leases
-    let store: KeyedGcra<u64, _> = Keyed::gcra_with_clock(Quota::per_second(4).unwrap(), config(), clock.clone())
-        .with_hot_keys(HotKeys::new(lease));
+    let lease = LeaseConfig::builder().stripes(1).max_lease(1).build().unwrap(); // exact leases
+    let store = KeyedGcra::<u64, _>::gcra_with_clock(Quota::per_second(4).unwrap(), config(), clock.clone())
+        .with_hot_keys(HotKeys::builder().lease(lease).build().unwrap());
     assert!(store.promote(&7));
     let admission = store.check_n(&7, 3).unwrap();
     assert!(admission.is_allowed());
@@ -109,12 +109,11 @@ fn a_hot_key_is_refunded_on_its_hot_bucket_without_over_credit() {
 #[test]
 fn a_late_refund_of_a_leased_admission_gives_back_only_what_is_still_owed() {
     let clock = ManualClock::new();
-    let lease =
-        LeaseConfig::new(1).unwrap().with_max_lease(4).unwrap().with_lifetime(Duration::from_millis(10)).unwrap();
+    let lease = LeaseConfig::builder().stripes(1).max_lease(4).lifetime(Duration::from_millis(10)).build().unwrap();
     // T = 1 ms, burst 8.
     let quota = Quota::per_second(1_000).unwrap().with_burst(8).unwrap();
-    let store: KeyedGcra<u64, _> =
-        Keyed::gcra_with_clock(quota, config(), clock.clone()).with_hot_keys(HotKeys::new(lease));
+    let store = KeyedGcra::<u64, _>::gcra_with_clock(quota, config(), clock.clone())
+        .with_hot_keys(HotKeys::builder().lease(lease).build().unwrap());
     assert!(store.promote(&7));
     let leased = store.check(&7); // takes a lease of 4 (8 / (2 × 1 stripe)), spends 1
     assert!(leased.is_allowed());

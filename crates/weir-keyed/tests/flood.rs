@@ -49,7 +49,7 @@ fn flood(policy: AtCapacity, idle_between: bool, release_keys: u64) {
     let before = LIVE_BYTES.load(Ordering::Relaxed);
     let store: Keyed<u64, _, _> = Keyed::gcra_with_clock(
         Quota::per_second(10).unwrap(),
-        KeyedConfig::new(MAX_KEYS).unwrap().at_capacity(policy),
+        KeyedConfig::builder(MAX_KEYS).at_capacity(policy).build().unwrap(),
         clock.clone(),
     );
     let (mut capacity_denials, mut peak) = (0u64, 0isize);

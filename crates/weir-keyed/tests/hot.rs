@@ -10,14 +10,18 @@ use weir_core::{ManualClock, Quota};
 use weir_gcra::{Gcra, GcraAlgorithm, LeaseConfig};
 use weir_keyed::{HotKeys, Keyed, KeyedConfig, KeyedConfigError};
 
-fn store(quota: Quota, lease: LeaseConfig, clock: &ManualClock) -> Keyed<u64, GcraAlgorithm, ManualClock> {
-    Keyed::gcra_with_clock(quota, KeyedConfig::new(1_000).unwrap(), clock.clone()).with_hot_keys(HotKeys::new(lease))
+/// A GCRA store in hot-key mode.
+type Hot<C> = Keyed<u64, GcraAlgorithm, C, std::hash::RandomState, HotKeys>;
+
+fn store(quota: Quota, lease: LeaseConfig, clock: &ManualClock) -> Hot<ManualClock> {
+    Keyed::gcra_with_clock(quota, KeyedConfig::builder(1_000).build().unwrap(), clock.clone())
+        .with_hot_keys(HotKeys::builder().lease(lease).build().unwrap())
 }
 
 #[test]
 fn promotion_carries_the_state_over() {
     let clock = ManualClock::new();
-    let s = store(Quota::per_second(10).unwrap(), LeaseConfig::new(4).unwrap(), &clock);
+    let s = store(Quota::per_second(10).unwrap(), LeaseConfig::builder().stripes(4).build().unwrap(), &clock);
     assert!(s.check_n(&1, 7).unwrap().is_allowed()); // 3 left
     assert!(!s.is_hot(&1));
     assert!(s.promote(&1));
@@ -33,7 +37,7 @@ fn promotion_carries_the_state_over() {
 #[test]
 fn an_idle_hot_key_is_swept() {
     let clock = ManualClock::new();
-    let lease = LeaseConfig::new(2).unwrap().with_lifetime(Duration::from_millis(1)).unwrap();
+    let lease = LeaseConfig::builder().stripes(2).lifetime(Duration::from_millis(1)).build().unwrap();
     let s = store(Quota::per_second(1_000).unwrap(), lease, &clock);
     assert!(s.promote(&9));
     for _ in 0..50 {
@@ -49,7 +53,7 @@ fn an_idle_hot_key_is_swept() {
 #[test]
 fn removing_a_hot_key_drops_its_stripes() {
     let clock = ManualClock::new();
-    let s = store(Quota::per_second(10).unwrap(), LeaseConfig::new(2).unwrap(), &clock);
+    let s = store(Quota::per_second(10).unwrap(), LeaseConfig::builder().stripes(2).build().unwrap(), &clock);
     assert!(s.promote(&5));
     assert!(s.check_n(&5, 10).unwrap().is_allowed());
     assert!(s.remove(&5));
@@ -59,17 +63,24 @@ fn removing_a_hot_key_drops_its_stripes() {
 
 #[test]
 fn hot_key_configuration_errors_are_typed() {
-    let hot = HotKeys::new(LeaseConfig::new(1).unwrap());
-    assert_eq!(hot.after_lost_races(0).unwrap_err(), KeyedConfigError::ZeroLostRaces);
-    assert_eq!(hot.max_hot_keys(0).unwrap_err(), KeyedConfigError::ZeroHotKeys);
+    assert_eq!(HotKeys::builder().after_lost_races(0).build().unwrap_err(), KeyedConfigError::ZeroLostRaces);
+    assert_eq!(HotKeys::builder().max_hot_keys(0).build().unwrap_err(), KeyedConfigError::ZeroHotKeys);
+    let e = HotKeys::builder().max_hot_keys(0).build().unwrap_err();
+    assert!(e.to_string().contains("max_hot_keys"), "the error names the option: {e}");
+    assert_eq!(HotKeys::builder().build(), Ok(HotKeys::default()));
 }
 
 #[test]
 fn at_most_max_hot_keys_are_hot() {
     let clock = ManualClock::new();
-    let hot = HotKeys::new(LeaseConfig::new(2).unwrap()).max_hot_keys(3).unwrap();
-    let s = Keyed::<u64, _, _>::gcra_with_clock(Quota::per_second(10).unwrap(), KeyedConfig::new(100).unwrap(), clock)
-        .with_hot_keys(hot);
+    let hot =
+        HotKeys::builder().lease(LeaseConfig::builder().stripes(2).build().unwrap()).max_hot_keys(3).build().unwrap();
+    let s = Keyed::<u64, _, _>::gcra_with_clock(
+        Quota::per_second(10).unwrap(),
+        KeyedConfig::builder(100).build().unwrap(),
+        clock,
+    )
+    .with_hot_keys(hot);
     let promoted = (0..10u64).filter(|k| s.promote(k)).count();
     assert_eq!(promoted, 3);
 }
@@ -79,11 +90,14 @@ fn at_most_max_hot_keys_are_hot() {
 #[test]
 fn idle_hot_keys_free_their_slots_in_a_sparse_store() {
     let clock = ManualClock::new();
-    let lease = LeaseConfig::new(2).unwrap().with_lifetime(Duration::from_millis(1)).unwrap();
-    let hot = HotKeys::new(lease).max_hot_keys(2).unwrap();
-    let s: Keyed<u64, _, _> =
-        Keyed::gcra_with_clock(Quota::per_second(1_000).unwrap(), KeyedConfig::new(10_000).unwrap(), clock.clone())
-            .with_hot_keys(hot);
+    let lease = LeaseConfig::builder().stripes(2).lifetime(Duration::from_millis(1)).build().unwrap();
+    let hot = HotKeys::builder().lease(lease).max_hot_keys(2).build().unwrap();
+    let s: Hot<ManualClock> = Keyed::gcra_with_clock(
+        Quota::per_second(1_000).unwrap(),
+        KeyedConfig::builder(10_000).build().unwrap(),
+        clock.clone(),
+    )
+    .with_hot_keys(hot);
     assert!(s.promote(&1) && s.promote(&2));
     assert!(!s.promote(&3), "both slots are taken");
     clock.advance(Duration::from_secs(1)); // both hot keys idle, their leases expired
@@ -98,11 +112,11 @@ fn eight_threads_on_one_hot_key_at_a_frozen_clock_never_exceed_the_burst() {
     for promote_first in [true, false] {
         let clock = ManualClock::new();
         let burst = 20_000;
-        let lease = LeaseConfig::new(8).unwrap().with_max_lease(64).unwrap();
-        let hot = HotKeys::new(lease).after_lost_races(1).unwrap();
+        let lease = LeaseConfig::builder().stripes(8).max_lease(64).build().unwrap();
+        let hot = HotKeys::builder().lease(lease).after_lost_races(1).build().unwrap();
         let s = Keyed::<u64, _, _>::gcra_with_clock(
             Quota::per_second(1).unwrap().with_burst(burst).unwrap(),
-            KeyedConfig::new(100).unwrap(),
+            KeyedConfig::builder(100).build().unwrap(),
             clock,
         )
         .with_hot_keys(hot);
@@ -150,7 +164,7 @@ proptest! {
     ) {
         let quota = Quota::per_second(5).unwrap().with_burst(burst).unwrap();
         let clock = ManualClock::new();
-        let lease = LeaseConfig::new(4).unwrap().with_max_lease(1).unwrap().with_lifetime(Duration::from_millis(1)).unwrap();
+        let lease = LeaseConfig::builder().stripes(4).max_lease(1).lifetime(Duration::from_millis(1)).build().unwrap();
         let s = store(quota, lease, &clock);
         let mut model: HashMap<u8, Gcra<ManualClock>> = HashMap::new();
         for op in ops {
@@ -227,12 +241,7 @@ proptest! {
         ], 1..200),
     ) {
         let quota = Quota::per_second(per_second).unwrap().with_burst(burst).unwrap();
-        let lease = LeaseConfig::new(stripes)
-            .unwrap()
-            .with_max_lease(max_lease)
-            .unwrap()
-            .with_lifetime(Duration::from_micros(lifetime_us))
-            .unwrap();
+        let lease = LeaseConfig::builder().stripes(stripes).max_lease(max_lease).lifetime(Duration::from_micros(lifetime_us)).build().unwrap();
         let bound = lease.over_admission_bound(&quota);
         let clock = ManualClock::new();
         let s = store(quota, lease, &clock);
@@ -304,10 +313,15 @@ impl weir_core::Clock for HookClock {
 #[test]
 fn a_remove_racing_with_a_promotion_leaks_no_hot_slot() {
     let clock = HookClock::new();
-    let hot = HotKeys::new(LeaseConfig::new(2).unwrap()).max_hot_keys(1).unwrap();
-    let s: &'static Keyed<u64, GcraAlgorithm, HookClock> = Box::leak(Box::new(
-        Keyed::gcra_with_clock(Quota::per_second(10).unwrap(), KeyedConfig::new(100).unwrap(), clock.clone())
-            .with_hot_keys(hot),
+    let hot =
+        HotKeys::builder().lease(LeaseConfig::builder().stripes(2).build().unwrap()).max_hot_keys(1).build().unwrap();
+    let s: &'static Hot<HookClock> = Box::leak(Box::new(
+        Keyed::gcra_with_clock(
+            Quota::per_second(10).unwrap(),
+            KeyedConfig::builder(100).build().unwrap(),
+            clock.clone(),
+        )
+        .with_hot_keys(hot),
     ));
     assert!(s.check(&1).is_allowed());
     // The promotion reads the clock once, to create the stripes: an operator's
@@ -321,9 +335,12 @@ fn a_remove_racing_with_a_promotion_leaks_no_hot_slot() {
 
 #[test]
 fn a_zero_cost_check_of_a_hot_key_reports_its_hot_bucket_and_stores_nothing_new() {
-    let s: Keyed<u64, GcraAlgorithm, ManualClock> =
-        Keyed::gcra_with_clock(Quota::per_second(10).unwrap(), KeyedConfig::new(100).unwrap(), ManualClock::new())
-            .with_hot_keys(HotKeys::new(LeaseConfig::new(2).unwrap()));
+    let s: Hot<ManualClock> = Keyed::gcra_with_clock(
+        Quota::per_second(10).unwrap(),
+        KeyedConfig::builder(100).build().unwrap(),
+        ManualClock::new(),
+    )
+    .with_hot_keys(HotKeys::builder().lease(LeaseConfig::builder().stripes(2).build().unwrap()).build().unwrap());
     assert!(s.promote(&7));
     assert!(s.check_n(&7, 3).unwrap().is_allowed());
     let d = s.check_n(&7, 0).unwrap();
@@ -336,7 +353,7 @@ fn a_zero_cost_check_of_a_hot_key_reports_its_hot_bucket_and_stores_nothing_new(
 
 #[test]
 fn sweeping_on_every_insertion_never_evicts_a_key_before_its_first_check() {
-    let config = KeyedConfig::new(100).unwrap().sweep_every(1).unwrap().sweep_from(0); // one shard
+    let config = KeyedConfig::builder(100).sweep_every(1).sweep_from(0).build().unwrap(); // one shard
     let s: &'static Keyed<u64, GcraAlgorithm, ManualClock> =
         Box::leak(Box::new(Keyed::gcra_with_clock(Quota::per_second(10).unwrap(), config, ManualClock::new())));
     let (done, finished) = std::sync::mpsc::channel();
@@ -352,18 +369,19 @@ fn sweeping_on_every_insertion_never_evicts_a_key_before_its_first_check() {
 fn a_sweeper_with_a_zero_interval_is_an_error() {
     let s = std::sync::Arc::new(Keyed::<u64, _, _>::gcra_with_clock(
         Quota::per_second(1).unwrap(),
-        KeyedConfig::new(10).unwrap(),
+        KeyedConfig::builder(10).build().unwrap(),
         ManualClock::new(),
     ));
     assert!(matches!(s.spawn_sweeper(Duration::ZERO), Err(weir_keyed::SweeperError::ZeroInterval)));
 }
 
 /// A store of burst 10 at a frozen clock, with hot keys, on a hook clock.
-fn hooked_store(clock: &HookClock) -> &'static Keyed<u64, GcraAlgorithm, HookClock> {
+fn hooked_store(clock: &HookClock) -> &'static Hot<HookClock> {
     let quota = Quota::per_second(10).unwrap();
     Box::leak(Box::new(
-        Keyed::gcra_with_clock(quota, KeyedConfig::new(100).unwrap(), clock.clone())
-            .with_hot_keys(HotKeys::new(LeaseConfig::new(2).unwrap())),
+        Keyed::gcra_with_clock(quota, KeyedConfig::builder(100).build().unwrap(), clock.clone()).with_hot_keys(
+            HotKeys::builder().lease(LeaseConfig::builder().stripes(2).build().unwrap()).build().unwrap(),
+        ),
     ))
 }
 

@@ -38,7 +38,7 @@ proptest! {
     fn eviction_never_changes_a_decision(burst in 1u64..5, ops in ops(12)) {
         let quota = Quota::per_second(4).unwrap().with_burst(burst).unwrap();
         let clock = ManualClock::new();
-        let config = KeyedConfig::new(10_000).unwrap().sweep_every(1).unwrap().sweep_from(0);
+        let config = KeyedConfig::builder(10_000).sweep_every(1).sweep_from(0).build().unwrap();
         let store: Keyed<u8, _, _> = Keyed::gcra_with_clock(quota, config, clock.clone());
         let mut model: HashMap<u8, Gcra<ManualClock>> = HashMap::new();
         for op in ops {
@@ -72,7 +72,7 @@ proptest! {
     fn at_capacity_new_keys_are_denied_without_consuming(burst in 1u64..4, ops in ops(40)) {
         let quota = Quota::per_second(4).unwrap().with_burst(burst).unwrap();
         let clock = ManualClock::new();
-        let config = KeyedConfig::new(6).unwrap().at_capacity(AtCapacity::EvictIdle);
+        let config = KeyedConfig::builder(6).at_capacity(AtCapacity::EvictIdle).build().unwrap();
         let store: Keyed<u8, _, _> = Keyed::gcra_with_clock(quota, config, clock.clone());
         let mut model: HashMap<u8, Gcra<ManualClock>> = HashMap::new();
         for op in ops {

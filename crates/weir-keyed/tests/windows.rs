@@ -44,7 +44,7 @@ where
     L: Limiter,
 {
     let limit = algorithm.limit();
-    let config = KeyedConfig::new(1_000).unwrap().sweep_every(1).unwrap().sweep_from(0);
+    let config = KeyedConfig::builder(1_000).sweep_every(1).sweep_from(0).build().unwrap();
     let store: Keyed<u8, A, ManualClock> = Keyed::with_hasher(algorithm, config, clock.clone(), RandomState::new());
     let mut models: HashMap<u8, L> = HashMap::new();
     for op in ops {

@@ -174,7 +174,8 @@ impl<C: Clock + Clone> Resilient<C> {
             if instances == 0 {
                 return Err(ConfigError::Zero { what: "the number of instances" });
             }
-            let config = KeyedConfig::new(max_keys).map_err(|e| ConfigError::Fallback { message: e.to_string() })?;
+            let config =
+                KeyedConfig::builder(max_keys).build().map_err(|e| ConfigError::Fallback { message: e.to_string() })?;
             for quota in limiter.quotas() {
                 let quota = divided(quota, instances)?;
                 fallback.push(Keyed::gcra_with_clock(quota, config.clone(), clock.clone()));

@@ -16,7 +16,8 @@ use weir::tower::{Key, RateLimitLayer};
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Each client IP: 100 requests per minute, 20 at once; at most 100 000 clients kept.
-    let per_ip: KeyedGcra<Key> = KeyedGcra::gcra(Quota::per_minute(100)?.with_burst(20)?, KeyedConfig::new(100_000)?);
+    let per_ip: KeyedGcra<Key> =
+        KeyedGcra::gcra(Quota::per_minute(100)?.with_burst(20)?, KeyedConfig::builder(100_000).build()?);
 
     let app = Router::new()
         .route("/", get(|| async { "hello\n" }))

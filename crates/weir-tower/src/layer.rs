@@ -163,10 +163,10 @@ impl Shared {
 /// use weir_tower::{Key, Limit, Policy, RateLimitLayer};
 ///
 /// // The API: 100 per minute per client IP, 20 at once.
-/// let api: KeyedGcra<Key> = KeyedGcra::gcra(Quota::per_minute(100)?.with_burst(20)?, KeyedConfig::new(100_000)?);
+/// let api: KeyedGcra<Key> = KeyedGcra::gcra(Quota::per_minute(100)?.with_burst(20)?, KeyedConfig::builder(100_000).build()?);
 /// // Logging in: 5 in any 5 minutes per client IP, exactly.
 /// let five_minutes = Quota::new(5, Duration::from_secs(300))?;
-/// let auth: KeyedSlidingLog<Key> = KeyedSlidingLog::sliding_log(five_minutes, KeyedConfig::new(100_000)?)?;
+/// let auth: KeyedSlidingLog<Key> = KeyedSlidingLog::sliding_log(five_minutes, KeyedConfig::builder(100_000).build()?)?;
 ///
 /// let layer = RateLimitLayer::builder()
 ///     .policy(Policy::new("api").limit(Limit::per_ip(api)))

@@ -10,7 +10,7 @@
 //! use weir_tower::{Key, RateLimitLayer};
 //!
 //! // 100 requests per minute per client IP, 20 at once; at most 100 000 clients kept.
-//! let per_ip: KeyedGcra<Key> = KeyedGcra::gcra(Quota::per_minute(100)?.with_burst(20)?, KeyedConfig::new(100_000)?);
+//! let per_ip: KeyedGcra<Key> = KeyedGcra::gcra(Quota::per_minute(100)?.with_burst(20)?, KeyedConfig::builder(100_000).build()?);
 //! let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(RateLimitLayer::per_ip(per_ip));
 //! // Serve it with `app.into_make_service_with_connect_info::<SocketAddr>()`: the peer
 //! // address is how clients are told apart.

@@ -24,8 +24,8 @@ pub const MAX_LIMITS: usize = 8;
 /// use weir_keyed::{KeyedConfig, KeyedGcra, KeyedSlidingWindow};
 /// use weir_tower::{Key, KeySource, Limit, MissingKey, Store};
 ///
-/// let per_ip: KeyedGcra<Key> = KeyedGcra::gcra(Quota::per_second(10)?, KeyedConfig::new(100_000)?);
-/// let per_user: KeyedSlidingWindow<Key> = KeyedSlidingWindow::sliding_window(Quota::per_minute(300)?, KeyedConfig::new(10_000)?)?;
+/// let per_ip: KeyedGcra<Key> = KeyedGcra::gcra(Quota::per_second(10)?, KeyedConfig::builder(100_000).build()?);
+/// let per_user: KeyedSlidingWindow<Key> = KeyedSlidingWindow::sliding_window(Quota::per_minute(300)?, KeyedConfig::builder(10_000).build()?)?;
 ///
 /// let ip = Limit::per_ip(per_ip);
 /// // Requests with no authenticated user are limited by their IP alone.
@@ -140,7 +140,7 @@ impl fmt::Debug for Limit {
 /// use weir_tower::{Key, Limit, Policy};
 ///
 /// let five_per_5_min: KeyedSlidingLog<Key> =
-///     KeyedSlidingLog::sliding_log(Quota::new(5, Duration::from_secs(300))?, KeyedConfig::new(100_000)?)?;
+///     KeyedSlidingLog::sliding_log(Quota::new(5, Duration::from_secs(300))?, KeyedConfig::builder(100_000).build()?)?;
 /// let auth = Policy::new("auth").limit(Limit::per_ip(five_per_5_min));
 /// # let _ = auth;
 /// # Ok::<(), Box<dyn std::error::Error>>(())

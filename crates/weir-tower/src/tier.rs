@@ -44,7 +44,7 @@ pub enum OnLookupError {
 /// /// A plan: `per_minute` a minute and `per_day` a day, at most `burst` at once,
 /// /// all or nothing.
 /// fn plan(per_minute: u64, per_day: u64, burst: u64) -> Result<Store, Box<dyn std::error::Error>> {
-///     let keys = KeyedConfig::new(100_000)?;
+///     let keys = KeyedConfig::builder(100_000).build()?;
 ///     let burst: KeyedGcra<Key> = KeyedGcra::gcra(Quota::per_minute(per_minute)?.with_burst(burst)?, keys.clone());
 ///     let minute: KeyedSlidingWindow<Key> = KeyedSlidingWindow::sliding_window(Quota::per_minute(per_minute)?, keys.clone())?;
 ///     let day: KeyedFixedWindow<Key> = KeyedFixedWindow::fixed_window(Quota::per_day(per_day)?, keys)?;

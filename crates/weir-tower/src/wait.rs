@@ -143,7 +143,7 @@ where
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_second(1)?, KeyedConfig::new(10_000)?);
+/// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_second(1)?, KeyedConfig::builder(10_000).build()?);
 /// let lines: FifoWait<String> = FifoWait::new();
 /// let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
 /// let admitted = lines.until_key_ready(&per_user, "alice", 1, deadline).await?;
@@ -270,7 +270,8 @@ mod tests {
 
     impl PerKey {
         fn new(quota: Quota) -> Self {
-            let store = KeyedGcra::gcra_with_clock(quota, KeyedConfig::new(100).unwrap(), TokioClock::new());
+            let store =
+                KeyedGcra::gcra_with_clock(quota, KeyedConfig::builder(100).build().unwrap(), TokioClock::new());
             Self { store, checks: AtomicU64::new(0) }
         }
     }

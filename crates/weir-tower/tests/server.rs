@@ -44,7 +44,7 @@ fn app(layer: RateLimitLayer) -> Router {
 }
 
 fn config() -> KeyedConfig {
-    KeyedConfig::new(10_000).unwrap()
+    KeyedConfig::builder(10_000).build().unwrap()
 }
 
 /// A per-key GCRA store on a clock that does not move.

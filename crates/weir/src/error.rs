@@ -21,7 +21,7 @@ use core::fmt;
 /// fn build(per_minute: u64) -> Result<(SlidingWindow, KeyedGcra<String>), Error> {
 ///     let quota = Quota::per_minute(per_minute)?; // QuotaError
 ///     let window = SlidingWindow::new(quota)?; // WindowError
-///     let per_user = Keyed::gcra(quota, KeyedConfig::new(10_000)?); // KeyedConfigError
+///     let per_user = Keyed::gcra(quota, KeyedConfig::builder(10_000).build()?); // KeyedConfigError
 ///     Ok((window, per_user))
 /// }
 ///
