@@ -181,7 +181,7 @@ fn racing_first_checks_of_a_new_key_share_the_last_place() {
     use weir_core::DenyReason;
     use weir_keyed::{AtCapacity, KeyedConfig};
     loom::model(|| {
-        let config = KeyedConfig::new(2).unwrap().at_capacity(AtCapacity::Deny);
+        let config = KeyedConfig::builder(2).at_capacity(AtCapacity::Deny).build().unwrap();
         let store = Arc::new(Keyed::with_hasher(gcra(4), config, Nanos::ZERO, Hasher::default()));
         assert!(store.check(&9).is_allowed()); // one place left
         let other = {

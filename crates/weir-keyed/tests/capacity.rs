@@ -165,7 +165,7 @@ fn a_full_window_store_with_one_idle_key_admits_a_new_key() {
 fn a_key_made_idle_by_a_refund_makes_room() {
     let clock = ManualClock::new();
     let store: Store =
-        Keyed::gcra_with_clock(Quota::per_minute(3).unwrap(), KeyedConfig::new(1).unwrap(), clock.clone());
+        Keyed::gcra_with_clock(Quota::per_minute(3).unwrap(), KeyedConfig::builder(1).build().unwrap(), clock.clone());
     let admission = store.check_n(&1, 3).unwrap(); // key 1: bucket spent, idle in 60 s
     assert!(admission.is_allowed());
     clock.advance(Duration::from_millis(1));
@@ -230,7 +230,7 @@ mod racing_first_checks {
         let pause: Pause = Arc::new(Mutex::new(None));
         let store: Arc<Keyed<Key, GcraAlgorithm, ManualClock>> = Arc::new(Keyed::gcra_with_clock(
             Quota::per_second(10).unwrap(),
-            KeyedConfig::new(max_keys).unwrap().at_capacity(policy),
+            KeyedConfig::builder(max_keys).at_capacity(policy).build().unwrap(),
             ManualClock::new(),
         ));
         for k in 0..stored_before {
