@@ -122,7 +122,7 @@ pub mod __private {
 
 #[cfg(feature = "alloc")]
 pub use all_of::{AllOf, AllOfError, AllOfMembers};
-pub use clock::Clock;
+pub use clock::{Clock, DefaultClock};
 #[cfg(all(feature = "std", not(loom)))]
 pub use clock::CoarseClock;
 #[cfg(feature = "alloc")]

@@ -3,12 +3,10 @@
 
 /// Declares a single limiter over an [`Algorithm`](crate::Algorithm): a struct
 /// holding the algorithm, one cache-padded state and a clock (generic `C`, defaulting
-/// to [`MonotonicClock`](crate::MonotonicClock) when the *calling* crate's `std`
-/// feature is on), with `check`, `check_n`, `refund`, `snapshot`, `clock`,
+/// to [`DefaultClock`](crate::DefaultClock)), with `check`, `check_n`, `refund`, `snapshot`, `clock`,
 /// `algorithm` and `state`, and its [`Limiter`](crate::Limiter) impl. The calling crate writes the
 /// constructors and whatever is specific to its algorithm. Usage, as weir-gcra
-/// declares `Gcra` (the macro reads the calling crate's `std` feature, so it is
-/// shown here, not compiled):
+/// declares `Gcra` (not compiled here: it expands to items of the calling crate):
 ///
 /// ```text
 /// weir_core::single_limiter! {
@@ -22,19 +20,9 @@ macro_rules! single_limiter {
         $(#[$meta:meta])*
         pub struct $name:ident { algorithm: $algorithm:ty, state: $state:ty $(,)? }
     ) => {
-        #[cfg(feature = "std")]
         $(#[$meta])*
         #[derive(Debug)]
-        pub struct $name<C = $crate::MonotonicClock> {
-            algorithm: $algorithm,
-            state: $crate::__private::sync::CachePadded<$state>,
-            clock: C,
-        }
-
-        #[cfg(not(feature = "std"))]
-        $(#[$meta])*
-        #[derive(Debug)]
-        pub struct $name<C> {
+        pub struct $name<C = $crate::DefaultClock> {
             algorithm: $algorithm,
             state: $crate::__private::sync::CachePadded<$state>,
             clock: C,

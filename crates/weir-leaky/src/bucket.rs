@@ -15,85 +15,76 @@ use crate::{BuildError, LeakSchedule, LeakSlot};
 #[cfg(any(feature = "std", loom))]
 use crate::wait::{self, BLOCKING_ONE, Waiters};
 
-macro_rules! bucket_struct {
-    ($($default:ty)?) => {
-        /// A leaky bucket as a queue: a throttle that delays instead of rejecting.
-        ///
-        /// Producers [`offer`](Self::offer) items into a bounded queue (the bucket);
-        /// consumers take them no faster than the leak rate, **all consumers together**,
-        /// however bursty the arrivals; a full bucket rejects at once, handing the item
-        /// back with a retry-after. See the [crate docs](crate) for the design, the
-        /// guarantees and a worked example.
-        ///
-        /// Consumers: [`try_recv`](Self::try_recv) (never waits),
-        /// [`recv`][recv] / [`recv_timeout`][recv_timeout] (block the
-        /// thread, `std`), [`recv_async`][recv_async] /
-        /// [`recv_async_timeout`][recv_async_timeout] (`tokio` feature). Any mix,
-        /// any number, share the bucket by reference (`&LeakyBucket`, `Arc<LeakyBucket>`).
-        ///
-        /// (The consumers of a feature that is off link to their docs.rs pages.)
-        ///
-        /// ```
-        /// use std::time::Duration;
-        /// use weir_core::{ManualClock, Quota};
-        /// use weir_leaky::{LeakyBucket, TryRecvError};
-        ///
-        /// let clock = ManualClock::new();
-        /// let bucket = LeakyBucket::with_clock(Quota::per_second(2)?, 10, clock.clone())?;
-        /// let ticket = bucket.offer("a").unwrap();
-        /// bucket.offer("b").unwrap();
-        /// assert_eq!((ticket.position(), ticket.expected_delay()), (0, Duration::ZERO));
-        ///
-        /// assert_eq!(bucket.try_recv(), Ok("a"));
-        /// assert_eq!(bucket.try_recv(), Err(TryRecvError::NotYet { retry_after: Duration::from_millis(500) }));
-        /// clock.advance(Duration::from_millis(500));
-        /// assert_eq!(bucket.try_recv(), Ok("b"));
-        /// assert_eq!(bucket.try_recv(), Err(TryRecvError::Empty));
-        /// # Ok::<(), Box<dyn std::error::Error>>(())
-        /// ```
-        ///
-        #[cfg_attr(feature = "std", doc = "[recv]: Self::recv")]
-        #[cfg_attr(feature = "std", doc = "[recv_timeout]: Self::recv_timeout")]
-        #[cfg_attr(
-            not(feature = "std"),
-            doc = "[recv]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv"
-        )]
-        #[cfg_attr(
-            not(feature = "std"),
-            doc = "[recv_timeout]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_timeout"
-        )]
-        #[cfg_attr(feature = "tokio", doc = "[recv_async]: Self::recv_async")]
-        #[cfg_attr(feature = "tokio", doc = "[recv_async_timeout]: Self::recv_async_timeout")]
-        #[cfg_attr(
-            not(feature = "tokio"),
-            doc = "[recv_async]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_async"
-        )]
-        #[cfg_attr(
-            not(feature = "tokio"),
-            doc = "[recv_async_timeout]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_async_timeout"
-        )]
-        pub struct LeakyBucket<T, C $(= $default)?> {
-            /// The items waiting to leave, in order.
-            queue: BoundedQueue<T>,
-            /// How many items consumers have reserved (each reservation entitles one
-            /// consumer to pop one item once its leak slot comes): at most the number of
-            /// pushes that have claimed a position, at least the number of pops.
-            /// Modulo 2⁶⁴, like the queue's positions.
-            reserved: CachePadded<AtomicU64>,
-            /// When items may leave.
-            schedule: LeakSchedule,
-            /// Consumers asleep waiting for an item.
-            #[cfg(any(feature = "std", loom))]
-            waiters: Waiters,
-            clock: C,
-        }
-    };
+/// A leaky bucket as a queue: a throttle that delays instead of rejecting.
+///
+/// Producers [`offer`](Self::offer) items into a bounded queue (the bucket);
+/// consumers take them no faster than the leak rate, **all consumers together**,
+/// however bursty the arrivals; a full bucket rejects at once, handing the item
+/// back with a retry-after. See the [crate docs](crate) for the design, the
+/// guarantees and a worked example.
+///
+/// Consumers: [`try_recv`](Self::try_recv) (never waits),
+/// [`recv`][recv] / [`recv_timeout`][recv_timeout] (block the
+/// thread, `std`), [`recv_async`][recv_async] /
+/// [`recv_async_timeout`][recv_async_timeout] (`tokio` feature). Any mix,
+/// any number, share the bucket by reference (`&LeakyBucket`, `Arc<LeakyBucket>`).
+///
+/// (The consumers of a feature that is off link to their docs.rs pages.)
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_core::{ManualClock, Quota};
+/// use weir_leaky::{LeakyBucket, TryRecvError};
+///
+/// let clock = ManualClock::new();
+/// let bucket = LeakyBucket::with_clock(Quota::per_second(2)?, 10, clock.clone())?;
+/// let ticket = bucket.offer("a").unwrap();
+/// bucket.offer("b").unwrap();
+/// assert_eq!((ticket.position(), ticket.expected_delay()), (0, Duration::ZERO));
+///
+/// assert_eq!(bucket.try_recv(), Ok("a"));
+/// assert_eq!(bucket.try_recv(), Err(TryRecvError::NotYet { retry_after: Duration::from_millis(500) }));
+/// clock.advance(Duration::from_millis(500));
+/// assert_eq!(bucket.try_recv(), Ok("b"));
+/// assert_eq!(bucket.try_recv(), Err(TryRecvError::Empty));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+#[cfg_attr(feature = "std", doc = "[recv]: Self::recv")]
+#[cfg_attr(feature = "std", doc = "[recv_timeout]: Self::recv_timeout")]
+#[cfg_attr(
+    not(feature = "std"),
+    doc = "[recv]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv"
+)]
+#[cfg_attr(
+    not(feature = "std"),
+    doc = "[recv_timeout]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_timeout"
+)]
+#[cfg_attr(feature = "tokio", doc = "[recv_async]: Self::recv_async")]
+#[cfg_attr(feature = "tokio", doc = "[recv_async_timeout]: Self::recv_async_timeout")]
+#[cfg_attr(
+    not(feature = "tokio"),
+    doc = "[recv_async]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_async"
+)]
+#[cfg_attr(
+    not(feature = "tokio"),
+    doc = "[recv_async_timeout]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_async_timeout"
+)]
+pub struct LeakyBucket<T, C = weir_core::DefaultClock> {
+    /// The items waiting to leave, in order.
+    queue: BoundedQueue<T>,
+    /// How many items consumers have reserved (each reservation entitles one
+    /// consumer to pop one item once its leak slot comes): at most the number of
+    /// pushes that have claimed a position, at least the number of pops.
+    /// Modulo 2⁶⁴, like the queue's positions.
+    reserved: CachePadded<AtomicU64>,
+    /// When items may leave.
+    schedule: LeakSchedule,
+    /// Consumers asleep waiting for an item.
+    #[cfg(any(feature = "std", loom))]
+    waiters: Waiters,
+    clock: C,
 }
-
-#[cfg(feature = "std")]
-bucket_struct!(weir_core::MonotonicClock);
-#[cfg(not(feature = "std"))]
-bucket_struct!();
 
 /// An item accepted into the bucket by [`LeakyBucket::offer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -994,35 +994,26 @@ impl StripedBuilder {
     }
 }
 
-macro_rules! striped_struct {
-    ($($default:ty)?) => {
-        /// A sliding window counter striped across cores, for one hot limit checked
-        /// by many threads: an admission touches only the thread's own stripe.
-        ///
-        /// See the [module docs](crate::striped) for the construction, the exact
-        /// mode's zero over-admission and the approximate mode's bound. Built with
-        /// [`StripedBuilder`] (or `StripedSlidingWindow::new` for the defaults, with `std`). Share it by
-        /// reference (`&StripedSlidingWindow`, `Arc<StripedSlidingWindow>`).
-        ///
-        /// ```
-        /// use weir_core::Quota;
-        /// use weir_window::StripedSlidingWindow;
-        ///
-        /// let limiter = StripedSlidingWindow::new(Quota::per_second(1_000_000)?)?;
-        /// assert!(limiter.check().is_allowed());
-        /// # Ok::<(), Box<dyn std::error::Error>>(())
-        /// ```
-        pub struct StripedSlidingWindow<C $(= $default)?> {
-            core: Core,
-            clock: C,
-        }
-    };
+/// A sliding window counter striped across cores, for one hot limit checked
+/// by many threads: an admission touches only the thread's own stripe.
+///
+/// See the [module docs](crate::striped) for the construction, the exact
+/// mode's zero over-admission and the approximate mode's bound. Built with
+/// [`StripedBuilder`] (or `StripedSlidingWindow::new` for the defaults, with `std`). Share it by
+/// reference (`&StripedSlidingWindow`, `Arc<StripedSlidingWindow>`).
+///
+/// ```
+/// use weir_core::Quota;
+/// use weir_window::StripedSlidingWindow;
+///
+/// let limiter = StripedSlidingWindow::new(Quota::per_second(1_000_000)?)?;
+/// assert!(limiter.check().is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct StripedSlidingWindow<C = weir_core::DefaultClock> {
+    core: Core,
+    clock: C,
 }
-
-#[cfg(feature = "std")]
-striped_struct!(weir_core::MonotonicClock);
-#[cfg(not(feature = "std"))]
-striped_struct!();
 
 impl<C: fmt::Debug> fmt::Debug for StripedSlidingWindow<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

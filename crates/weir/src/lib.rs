@@ -80,7 +80,7 @@ pub use weir_core::CoarseClock;
 pub use weir_core::CoarseClockError;
 #[cfg(feature = "tokio")]
 pub use weir_core::TokioClock;
-pub use weir_core::{Clock, ManualClock, Nanos};
+pub use weir_core::{Clock, DefaultClock, ManualClock, Nanos};
 #[cfg(feature = "std")]
 pub use weir_core::{InstantClock, MonotonicClock};
 
