@@ -212,8 +212,8 @@ pub enum BuildError {
         /// The bytes that would have taken (saturating).
         bytes: usize,
     },
-    /// The tolerance was longer than about 9.1 years
-    /// ([`MAX_TOLERANCE_TICKS`](weir_core::MAX_TOLERANCE_TICKS)).
+    /// The tolerance was longer than about 9.1 years (2⁵⁸ ns), the span weir's time
+    /// arithmetic covers.
     ToleranceTooLong {
         /// The tolerance asked for.
         tolerance: Duration,

@@ -50,10 +50,11 @@
 
 use core::fmt;
 use core::time::Duration;
+use weir_core::__private::MAX_TOLERANCE_TICKS;
 use weir_core::__private::duration_as_nanos_saturating;
 use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
 use weir_core::__private::ticks;
-use weir_core::{Clock, MAX_TOLERANCE_TICKS, Nanos, Quota};
+use weir_core::{Clock, Nanos, Quota};
 
 use crate::BuildError;
 
@@ -190,8 +191,8 @@ impl LeakSchedule {
     /// [`with_tolerance`](Self::with_tolerance)), so a quota whose burst is not its
     /// count is refused ([`BuildError::BurstNotUsed`]) rather than silently misread;
     /// and one item leaves per whole interval, so a rate whose interval is not a whole
-    /// number of ticks of 1/16 ns (some rates above 16 million per second; see
-    /// [`Quota::is_whole_ticks`]) is refused too ([`BuildError::FractionalInterval`]).
+    /// number of ticks of 1/16 ns (some rates above 16 million per second) is
+    /// refused too ([`BuildError::FractionalInterval`]).
     pub fn new(quota: Quota, origin: Nanos) -> Result<Self, BuildError> {
         if quota.burst() != quota.count() {
             return Err(BuildError::BurstNotUsed { burst: quota.burst(), count: quota.count() });
@@ -212,7 +213,7 @@ impl LeakSchedule {
     /// rate stays exact) at the price of releases up to `⌊τ / T⌋` items closer together
     /// than `T` (see the crate docs, "Pacing and tolerance"). Zero by default.
     ///
-    /// A tolerance above about 9.1 years ([`MAX_TOLERANCE_TICKS`]) is an error.
+    /// A tolerance above about 9.1 years (2⁵⁸ ns) is an error.
     pub fn with_tolerance(mut self, tolerance: Duration) -> Result<Self, BuildError> {
         self.set_tolerance(tolerance)?;
         Ok(self)
@@ -230,7 +231,7 @@ impl LeakSchedule {
 
     /// The leak interval `T`, in ticks (1/16 ns), exactly as enforced.
     #[inline]
-    pub fn interval_ticks(&self) -> u64 {
+    pub(crate) fn interval_ticks(&self) -> u64 {
         self.interval
     }
 

@@ -358,7 +358,7 @@ impl Retire for FixedWindowAlgorithm {
     }
 }
 
-weir_core::single_limiter! {
+weir_core::__private::single_limiter! {
     /// A fixed window counter: at most `limit` requests per window, one atomic word.
     ///
     /// See the [module docs](crate::fixed) for the algorithm, its boundary burst

@@ -181,6 +181,31 @@ pub mod log;
 pub mod sliding;
 pub mod striped;
 
+/// Not part of weir's public API and not covered by its semver promises: what
+/// weir's own tests and models reach into. Hidden from the docs; a program that
+/// uses weir never needs it.
+#[doc(hidden)]
+pub mod __private {
+    use crate::StripedSlidingWindow;
+    use weir_core::{Clock, Decision, InsufficientCapacity, Nanos, Snapshot};
+
+    /// A striped window's check of cost `n` on stripe `stripe` at the explicit
+    /// reading `now`, ignoring its clock (the loom models pass time in).
+    pub fn check_n_on_at<C: Clock>(
+        limiter: &StripedSlidingWindow<C>,
+        stripe: usize,
+        n: u64,
+        now: Nanos,
+    ) -> Result<Decision, InsufficientCapacity> {
+        limiter.check_n_on_at(stripe, n, now)
+    }
+
+    /// A striped window's snapshot at the explicit reading `now`.
+    pub fn snapshot_at<C: Clock>(limiter: &StripedSlidingWindow<C>, now: Nanos) -> Snapshot {
+        limiter.snapshot_at(now)
+    }
+}
+
 pub use error::WindowError;
 pub use fixed::{FixedWindow, FixedWindowAlgorithm, FixedWindowState};
 pub use log::{MAX_LOG_LIMIT, SlidingLog, SlidingLogAlgorithm, SlidingLogState};

@@ -1072,22 +1072,9 @@ impl<C: Clock> StripedSlidingWindow<C> {
     }
 
     /// Checks a request of cost `n` on stripe `stripe` at the explicit reading `now`,
-    /// ignoring the limiter's clock: for simulations and models that pass time in.
-    ///
-    /// ```
-    /// use weir_core::{Nanos, Quota};
-    /// use weir_window::StripedBuilder;
-    ///
-    /// let limiter = StripedBuilder::new(Quota::per_second(2)?).stripes(2).build_with_clock(Nanos::ZERO)?;
-    /// assert!(limiter.check_n_on_at(0, 2, Nanos::new(10))?.is_allowed());
-    /// let denied = limiter.check_n_on_at(1, 1, Nanos::new(20))?;
-    /// assert!(denied.is_denied());
-    /// // Next window, the 2 count by their overlap: room for 1 once half of it has passed,
-    /// // at 1.5 s, which is 1.5 s − 20 ns after this reading.
-    /// assert_eq!(denied.retry_after().unwrap().as_nanos(), 1_500_000_000 - 20);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn check_n_on_at(&self, stripe: usize, n: u64, now: Nanos) -> Result<Decision, InsufficientCapacity> {
+    /// ignoring the limiter's clock: for the models that pass time in (reached
+    /// through `crate::__private`).
+    pub(crate) fn check_n_on_at(&self, stripe: usize, n: u64, now: Nanos) -> Result<Decision, InsufficientCapacity> {
         let limit = self.core.frame.limit;
         if n > limit {
             return Err(InsufficientCapacity { requested: n, capacity: limit });
@@ -1105,13 +1092,13 @@ impl<C: Clock> StripedSlidingWindow<C> {
     /// denial; `n` above the limit is an error.
     ///
     /// ```
-    /// use weir_core::{Nanos, Quota};
+    /// use weir_core::{ManualClock, Quota};
     /// use weir_window::StripedBuilder;
     ///
-    /// let limiter = StripedBuilder::new(Quota::per_second(10)?).stripes(2).build_with_clock(Nanos::ZERO)?;
-    /// let admission = limiter.check_n_on_at(0, 10, Nanos::new(5))?;
+    /// let limiter = StripedBuilder::new(Quota::per_second(10)?).stripes(2).build_with_clock(ManualClock::new())?;
+    /// let admission = limiter.check_n_on(0, 10)?;
     /// limiter.refund(4, &admission)?;
-    /// assert_eq!(limiter.snapshot_at(Nanos::new(6)).remaining(), 4);
+    /// assert_eq!(limiter.snapshot().remaining(), 4);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn refund(&self, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
@@ -1131,8 +1118,9 @@ impl<C: Clock> StripedSlidingWindow<C> {
         self.core.snapshot_at(self.clock.now())
     }
 
-    /// [`snapshot`](Self::snapshot) at the explicit reading `now`.
-    pub fn snapshot_at(&self, now: Nanos) -> Snapshot {
+    /// [`snapshot`](Self::snapshot) at the explicit reading `now` (for the models,
+    /// through `crate::__private`).
+    pub(crate) fn snapshot_at(&self, now: Nanos) -> Snapshot {
         self.core.snapshot_at(now)
     }
 
