@@ -30,8 +30,7 @@ use std::time::Duration;
 use weir_core::{Algorithm, Decision, Nanos, Quota, Snapshot};
 use weir_window::__private::{check_n_on_at, snapshot_at};
 use weir_window::{
-    FixedWindowAlgorithm, SlidingLogAlgorithm, SlidingWindowAlgorithm, StripedBuilder, StripedMode,
-    StripedSlidingWindow,
+    FixedWindowAlgorithm, SlidingLogAlgorithm, SlidingWindowAlgorithm, StripedMode, StripedSlidingWindow,
 };
 
 /// Every model's window: 100 ns.
@@ -490,7 +489,12 @@ fn sliding_log_refund_races_with_a_writer() {
 // Striped sliding window.
 
 fn striped(limit: u64, stripes: usize, batch: u64, mode: StripedMode) -> StripedSlidingWindow<Nanos> {
-    StripedBuilder::new(quota(limit)).stripes(stripes).batch(batch).mode(mode).build_with_clock(Nanos::ZERO).unwrap()
+    StripedSlidingWindow::builder(quota(limit))
+        .stripes(stripes)
+        .batch(batch)
+        .mode(mode)
+        .build_with_clock(Nanos::ZERO)
+        .unwrap()
 }
 
 /// The striped limiter's judgement: in some order of the checks (keeping each

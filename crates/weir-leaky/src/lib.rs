@@ -122,7 +122,7 @@
 //! fall behind the rate, never exceed it. If your consumers cannot come back within
 //! `k × T` (above roughly 10⁴ items per second per blocking thread; above about 10³ per
 //! async task, tokio's timer having a 1 ms resolution), set a tolerance with
-//! [`LeakyBucket::with_tolerance`]: a consumer up to `τ` late still gets its scheduled
+//! [`LeakyBucketBuilder::tolerance`]: a consumer up to `τ` late still gets its scheduled
 //! slot, so the long-run rate stays exact, and in exchange up to `⌊τ / T⌋` items may
 //! leave closer together than `T`. (In GCRA terms, the output conforms to GCRA(`T`, `τ`);
 //! `τ` plays the part of ATM's cell delay variation tolerance.)
@@ -183,11 +183,11 @@ pub mod throttle;
 #[cfg(any(feature = "std", loom))]
 mod wait;
 
-pub use bucket::{Enqueued, LeakyBucket, OfferError, RecvError, RecvTimeoutError, TryRecvError};
+pub use bucket::{Enqueued, LeakyBucket, LeakyBucketBuilder, OfferError, RecvError, RecvTimeoutError, TryRecvError};
 pub use queue::{BoundedQueue, MAX_CAPACITY, PopError, PushError};
-pub use schedule::{LeakSchedule, LeakSlot};
+pub use schedule::{LeakSchedule, LeakScheduleBuilder, LeakSlot};
 #[cfg(feature = "tokio")]
-pub use throttle::{Throttle, ThrottleError};
+pub use throttle::{Throttle, ThrottleBuilder, ThrottleError};
 
 use core::fmt;
 use core::time::Duration;
@@ -259,7 +259,7 @@ impl fmt::Display for BuildError {
                 f,
                 "the quota has a burst of {burst} but a leaky bucket releases items one interval \
                  apart and has no burst; build the quota without `with_burst` (count {count}), \
-                 and use `with_tolerance` to absorb late consumers"
+                 and use the builder's `tolerance` to absorb late consumers"
             ),
             Self::FractionalInterval { count, period } => write!(
                 f,

@@ -105,7 +105,7 @@
 //!
 //! ```
 //! use weir_core::{Limiter, ManualClock, Quota};
-//! use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedBuilder};
+//! use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedSlidingWindow};
 //!
 //! let quota = Quota::per_minute(100)?;
 //! let clock = ManualClock::new();
@@ -113,7 +113,7 @@
 //!     Box::new(FixedWindow::with_clock(quota, clock.clone())?),
 //!     Box::new(SlidingWindow::with_clock(quota, clock.clone())?),
 //!     Box::new(SlidingLog::with_clock(quota, clock.clone())?),
-//!     Box::new(StripedBuilder::new(quota).build_with_clock(clock.clone())?),
+//!     Box::new(StripedSlidingWindow::builder(quota).build_with_clock(clock.clone())?),
 //! ];
 //! for limiter in &limiters {
 //!     assert!(limiter.check_n(100)?.is_allowed());
@@ -130,35 +130,40 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
-/// The constructors and accessors shared by the one-word window limiters
-/// ([`FixedWindow`], [`SlidingWindow`]): `new` on the default clock, `with_clock`,
-/// `with_clock_aligned` (through the algorithm's `aligned`), `limit` and `window`.
-/// Doc comments after a `;` are added to `with_clock_aligned`'s docs.
+/// What the one-word window limiters ([`FixedWindow`], [`SlidingWindow`]) share:
+/// `new` on the default clock, `with_clock`, `builder` (for where windows start)
+/// and its builder type, `limit` and `window`. Doc comments after a `;` are added
+/// to the builder's `window_start` docs.
 macro_rules! window_limiter_constructors {
-    ($name:ident, $algorithm:ty, $state:ty $(; $(#[$aligned_doc:meta])*)?) => {
+    ($name:ident, $builder:ident, $algorithm:ty, $state:ty $(; $(#[$start_doc:meta])*)?) => {
         #[cfg(feature = "std")]
         impl $name<weir_core::MonotonicClock> {
             /// An empty limiter enforcing `quota` (`count` per `period`) on the default
             /// [`MonotonicClock`](weir_core::MonotonicClock), windows aligned to its
             /// origin (the first `MonotonicClock` made in the process).
+            ///
+            /// Errors: see [`WindowError`].
             pub fn new(quota: Quota) -> Result<Self, WindowError> {
-                Self::with_clock(quota, weir_core::MonotonicClock::new())
+                Self::builder(quota).build()
+            }
+        }
+
+        impl $name<weir_core::DefaultClock> {
+            /// A builder for `quota`, for the option of where windows start
+            #[doc = concat!("([`", stringify!($builder), "::window_start`]); `build()` or")]
+            /// `build_with_clock(clock)` validates and makes the limiter.
+            pub fn builder(quota: Quota) -> $builder {
+                $builder { quota, window_start: Nanos::ZERO }
             }
         }
 
         impl<C: Clock> $name<C> {
             /// An empty limiter enforcing `quota`, reading time from `clock`, with
             /// windows starting at the clock's origin and every period after it.
+            ///
+            /// Errors: see [`WindowError`].
             pub fn with_clock(quota: Quota, clock: C) -> Result<Self, WindowError> {
-                Self::with_clock_aligned(quota, clock, Nanos::ZERO)
-            }
-
-            /// Like [`with_clock`](Self::with_clock), with windows starting at the
-            /// reading `window_start` and every period before and after it.
-            $($(#[$aligned_doc])*)?
-            pub fn with_clock_aligned(quota: Quota, clock: C, window_start: Nanos) -> Result<Self, WindowError> {
-                let algorithm = <$algorithm>::aligned(quota, clock.now(), window_start)?;
-                Ok(Self { algorithm, state: CachePadded::new(<$state>::new()), clock })
+                $builder { quota, window_start: Nanos::ZERO }.build_with_clock(clock)
             }
 
             /// The most requests admitted per window-length.
@@ -169,6 +174,43 @@ macro_rules! window_limiter_constructors {
             /// The window length.
             pub fn window(&self) -> core::time::Duration {
                 self.algorithm.window()
+            }
+        }
+
+        #[doc = concat!("Builds a [`", stringify!($name), "`]: its quota, and where its windows start.")]
+        ///
+        #[doc = concat!("Made by [`", stringify!($name), "::builder`]; the setters never fail, and")]
+        /// `build()` (default clock) or `build_with_clock(clock)` validates the quota
+        /// and returns the limiter or a [`WindowError`].
+        #[derive(Debug, Clone, Copy)]
+        pub struct $builder {
+            quota: Quota,
+            window_start: Nanos,
+        }
+
+        impl $builder {
+            /// Windows start at the reading `window_start` and every period before and
+            /// after it (default: the clock's origin, [`Nanos::ZERO`]). Pass the
+            /// clock's `now()` to start them when the limiter is made.
+            $($(#[$start_doc])*)?
+            pub fn window_start(self, window_start: Nanos) -> Self {
+                Self { window_start, ..self }
+            }
+
+            /// The limiter, on the default [`MonotonicClock`](weir_core::MonotonicClock).
+            ///
+            /// Errors: see [`WindowError`].
+            #[cfg(feature = "std")]
+            pub fn build(self) -> Result<$name, WindowError> {
+                self.build_with_clock(weir_core::MonotonicClock::new())
+            }
+
+            /// The limiter, reading time from `clock`.
+            ///
+            /// Errors: see [`WindowError`].
+            pub fn build_with_clock<C: Clock>(self, clock: C) -> Result<$name<C>, WindowError> {
+                let algorithm = <$algorithm>::aligned(self.quota, clock.now(), self.window_start)?;
+                Ok($name { algorithm, state: CachePadded::new(<$state>::new()), clock })
             }
         }
     };
@@ -207,7 +249,7 @@ pub mod __private {
 }
 
 pub use error::WindowError;
-pub use fixed::{FixedWindow, FixedWindowAlgorithm, FixedWindowState};
+pub use fixed::{FixedWindow, FixedWindowAlgorithm, FixedWindowBuilder, FixedWindowState};
 pub use log::{MAX_LOG_LIMIT, SlidingLog, SlidingLogAlgorithm, SlidingLogState};
-pub use sliding::{SlidingWindow, SlidingWindowAlgorithm, SlidingWindowState};
+pub use sliding::{SlidingWindow, SlidingWindowAlgorithm, SlidingWindowBuilder, SlidingWindowState};
 pub use striped::{MAX_STRIPES, StripedBuilder, StripedMode, StripedSlidingWindow};

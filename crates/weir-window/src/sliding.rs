@@ -465,4 +465,4 @@ weir_core::__private::single_limiter! {
     pub struct SlidingWindow { algorithm: SlidingWindowAlgorithm, state: SlidingWindowState }
 }
 
-window_limiter_constructors!(SlidingWindow, SlidingWindowAlgorithm, SlidingWindowState);
+window_limiter_constructors!(SlidingWindow, SlidingWindowBuilder, SlidingWindowAlgorithm, SlidingWindowState);

@@ -7,11 +7,15 @@ use weir_core::{Clock, Nanos, Quota};
 
 /// Builds a [`StripedSlidingWindow`]: stripes, batch, mode and window alignment.
 ///
+/// Made by [`StripedSlidingWindow::builder`]; the setters never fail, and `build()`
+/// (default clock) or `build_with_clock(clock)` validates every option and returns
+/// the limiter or a [`WindowError`] naming the bad one.
+///
 /// ```
 /// use weir_core::{ManualClock, Quota};
-/// use weir_window::{StripedBuilder, StripedMode};
+/// use weir_window::{StripedMode, StripedSlidingWindow};
 ///
-/// let limiter = StripedBuilder::new(Quota::per_second(1_000_000)?)
+/// let limiter = StripedSlidingWindow::builder(Quota::per_second(1_000_000)?)
 ///     .stripes(16)
 ///     .batch(1_000) // 0.1% of the limit
 ///     .mode(StripedMode::Approximate)
@@ -30,9 +34,9 @@ pub struct StripedBuilder {
 
 impl StripedBuilder {
     /// A builder for `quota` (`count` per `period`): exact mode, one stripe per
-    /// available core (1 without `std`), batch `max(1, limit / 1024)`, windows
+    /// hardware thread (1 without `std`), batch `max(1, limit / 1024)`, windows
     /// starting at the clock's origin.
-    pub fn new(quota: Quota) -> Self {
+    pub(super) fn new(quota: Quota) -> Self {
         Self { quota, stripes: None, batch: None, mode: StripedMode::Exact, window_start: Nanos::ZERO }
     }
 

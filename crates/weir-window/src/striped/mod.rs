@@ -179,9 +179,9 @@
 //!
 //! ```
 //! use weir_core::{ManualClock, Quota};
-//! use weir_window::{StripedBuilder, StripedMode};
+//! use weir_window::{StripedSlidingWindow, StripedMode};
 //!
-//! let limiter = StripedBuilder::new(Quota::per_second(10_000)?)
+//! let limiter = StripedSlidingWindow::builder(Quota::per_second(10_000)?)
 //!     .stripes(8)
 //!     .batch(64)
 //!     .mode(StripedMode::Exact)
@@ -259,13 +259,19 @@ impl<C: fmt::Debug> fmt::Debug for StripedSlidingWindow<C> {
 
 #[cfg(feature = "std")]
 impl StripedSlidingWindow<weir_core::MonotonicClock> {
-    /// The defaults (exact mode, one stripe per core, batch `max(1, limit / 1024)`)
-    /// on the default [`MonotonicClock`](weir_core::MonotonicClock).
+    /// The defaults (exact mode, one stripe per hardware thread, batch
+    /// `max(1, limit / 1024)`) on the default
+    /// [`MonotonicClock`](weir_core::MonotonicClock).
+    ///
+    /// Errors: see [`WindowError`](crate::WindowError).
     pub fn new(quota: weir_core::Quota) -> Result<Self, crate::WindowError> {
-        StripedBuilder::new(quota).build()
+        Self::builder(quota).build()
     }
+}
 
-    /// A builder for `quota`; the same as [`StripedBuilder::new`].
+impl StripedSlidingWindow<weir_core::DefaultClock> {
+    /// A builder for `quota` (`count` per `period`), for the options: stripes,
+    /// batch, mode and where windows start (see [`StripedBuilder`]).
     pub fn builder(quota: weir_core::Quota) -> StripedBuilder {
         StripedBuilder::new(quota)
     }
@@ -321,9 +327,9 @@ impl<C: Clock> StripedSlidingWindow<C> {
     ///
     /// ```
     /// use weir_core::{ManualClock, Quota};
-    /// use weir_window::StripedBuilder;
+    /// use weir_window::StripedSlidingWindow;
     ///
-    /// let limiter = StripedBuilder::new(Quota::per_second(10)?).stripes(2).build_with_clock(ManualClock::new())?;
+    /// let limiter = StripedSlidingWindow::builder(Quota::per_second(10)?).stripes(2).build_with_clock(ManualClock::new())?;
     /// let admission = limiter.check_n_on(0, 10)?;
     /// limiter.refund(4, &admission)?;
     /// assert_eq!(limiter.snapshot().remaining(), 4);
