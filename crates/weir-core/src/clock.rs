@@ -454,7 +454,8 @@ pub type DefaultClock = MonotonicClock;
 /// [`Infallible`](core::convert::Infallible), so a limiter type named without its
 /// clock cannot be built: a `no_std` program names its clock
 /// (`FixedWindow<ManualClock>`, `FixedWindow<Nanos>` for explicit time, or its own
-/// [`Clock`]). With `std` it is [`MonotonicClock`].
+/// [`Clock`]). With `std` it is
+/// [`MonotonicClock`](https://docs.rs/weir-core/latest/weir_core/struct.MonotonicClock.html).
 #[cfg(not(feature = "std"))]
 pub type DefaultClock = core::convert::Infallible;
 

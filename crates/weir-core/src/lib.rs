@@ -43,9 +43,17 @@
 //! With the `tokio` feature, [`TokioClock`] reads tokio's (pausable) time, so any
 //! limiter can be tested under `#[tokio::test(start_paused = true)]`.
 //!
+//! A limiter type named without its clock (`FixedWindow`, `Gcra`) reads the
+//! [`DefaultClock`]: [`MonotonicClock`] with `std`.
+//!
 //! `no_std`: without the default `std` feature the crate needs only `core` (and `alloc`
 //! with the `alloc` feature, for [`ManualClock`] and [`AllOf`]). The OS clocks need
-//! `std`.
+//! `std`; without them there is no default clock, and a `no_std` program names the
+//! clock of each limiter (`FixedWindow<ManualClock>`, its own [`Clock`], or a fixed
+//! [`Nanos`] for explicit time).
+//!
+//! Why it is built this way (the clocks' costs, the quota's encoding, the facade's
+//! surface): [DESIGN.md, "weir-core"](https://github.com/weir-rs/weir/blob/main/DESIGN.md#weir-core).
 //!
 //! (Items of a feature that is off link to their docs.rs pages.)
 //!

@@ -1,5 +1,16 @@
-//! Window rate limiters: the fixed window, the sliding window counter (in one word,
-//! and striped across cores for one hot limit), and the exact sliding log.
+//! Window rate limiters: "at most N per window" as users read it. The fixed window,
+//! the sliding window counter (in one word, and striped per thread for one hot
+//! limit), and the exact sliding log.
+//!
+//! # What to use when
+//!
+//! - Per-key limits with small counts: [`SlidingWindow`] (or [`FixedWindow`] if a
+//!   burst of up to twice the limit across a window boundary is acceptable).
+//! - One limit shared by every thread of a busy server: [`StripedSlidingWindow`].
+//! - The limit must hold in *every* interval, not on average, and the limit is
+//!   small: [`SlidingLog`].
+//! - A rate with a burst allowance rather than a count per window: GCRA
+//!   (`weir-gcra`).
 //!
 //! Every limiter here enforces "`limit` requests per window of length `P`", built
 //! from a [`Quota`](weir_core::Quota) (`limit = quota.count()`, `P =
@@ -12,6 +23,33 @@
 //! ones without changing a decision (a retired state is an all-ones word, or for the
 //! log a reserved sequence number, that admits nothing).
 //!
+//! Each limiter has `new(quota)` (the default clock) and `with_clock(quota, clock)`;
+//! options (where windows start, the striped window's stripes, batch and mode) go
+//! on its builder: `FixedWindow::builder(quota).window_start(start).build()?`.
+//!
+//! # Example
+//!
+//! ```
+//! use weir_core::{Limiter, ManualClock, Quota};
+//! use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedSlidingWindow};
+//!
+//! let quota = Quota::per_minute(100)?;
+//! let clock = ManualClock::new();
+//! let limiters: Vec<Box<dyn Limiter>> = vec![
+//!     Box::new(FixedWindow::with_clock(quota, clock.clone())?),
+//!     Box::new(SlidingWindow::with_clock(quota, clock.clone())?),
+//!     Box::new(SlidingLog::with_clock(quota, clock.clone())?),
+//!     Box::new(StripedSlidingWindow::builder(quota).build_with_clock(clock.clone())?),
+//! ];
+//! for limiter in &limiters {
+//!     assert!(limiter.check_n(100)?.is_allowed());
+//!     let denied = limiter.check();
+//!     assert!(denied.is_denied() && denied.limit() == 100 && denied.remaining() == 0);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+//!
 //! # Choosing a window algorithm
 //!
 //! | algorithm | memory per limiter | burst behaviour | accuracy | speed against governor's GCRA, allowed / denied: one thread; one hot limiter, 2 threads |
@@ -23,24 +61,10 @@
 //! | [`StripedSlidingWindow`], approximate | 128 B × stripes + 128 B | as [`SlidingWindow`] | estimate exceeds the limit by at most **batch − 1** (default batch `limit / 1024`: < 0.1%) | 1.0× / 1.0×; not re-measured on 2 threads |
 //!
 //! Speed is checks per second relative to governor's GCRA measured in the same run,
-//! every limiter on its default TSC clock, 2-core dev VM (BENCHMARKS.md, "Single
-//! limiter and windows against governor"): one thread from the interleaved
-//! single-thread suite (`weir-bench single --full`, medians), two threads on one
-//! shared limiter from `weir-bench throughput --threads 1,2` (the range of three
-//! runs; two threads writing one line vary widely between runs). A check costs
-//! about one clock read: the window arithmetic hides under it. The one-word
-//! sliding counter's allowed figure is measured at 16 per 16 ns, the only quota of
-//! its encoding that a check loop cannot exhaust, so nearly every check moves it to
-//! a new window (a multiplication and comparisons between loading the state and
-//! its CAS, which one thread's checks wait on in turn). The log's two-thread
-//! figures are from the full run at `d277e69`. Accuracy under 2-thread overload
-//! (`weir-bench accuracy`): every window limiter within 0.4% of its ideal, none
-//! above it.
-//!
-//! Rules of thumb: per-key limits with small counts: [`SlidingWindow`] (or
-//! [`FixedWindow`] if the boundary burst is acceptable). One limit shared by every
-//! core of a busy server: [`StripedSlidingWindow`]. When the limit must hold in
-//! every interval, not on average, and the limit is small: [`SlidingLog`].
+//! every limiter on its default clock (how and where it was measured:
+//! [DESIGN.md, "weir-window"](https://github.com/weir-rs/weir/blob/main/DESIGN.md#weir-window)).
+//! A check costs about one clock read: the window arithmetic hides under it. Under
+//! overload every window limiter stays within 0.4% of its ideal, none above it.
 //!
 //! # Windows and time
 //!
@@ -48,7 +72,7 @@
 //! `[k·P, (k+1)·P)` of the clock's readings, so limiters with the same period share
 //! boundaries and, with a clock counting from midnight, a minute window starts on the
 //! minute (the worked examples use a [`ManualClock`](weir_core::ManualClock) set to
-//! 12:00:00 that way). Each limiter takes a `window_start` to align elsewhere, e.g.
+//! 12:00:00 that way). Each limiter's builder takes a `window_start` to align elsewhere, e.g.
 //! its creation reading. The sliding log has no boundaries.
 //!
 //! A reading earlier than one already used (a clock stepping backwards, or a thread
@@ -101,28 +125,6 @@
 //! the clock read is the caller's choice (weir-core's `CoarseClock`
 //! costs one load).
 //!
-//! # Example
-//!
-//! ```
-//! use weir_core::{Limiter, ManualClock, Quota};
-//! use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedSlidingWindow};
-//!
-//! let quota = Quota::per_minute(100)?;
-//! let clock = ManualClock::new();
-//! let limiters: Vec<Box<dyn Limiter>> = vec![
-//!     Box::new(FixedWindow::with_clock(quota, clock.clone())?),
-//!     Box::new(SlidingWindow::with_clock(quota, clock.clone())?),
-//!     Box::new(SlidingLog::with_clock(quota, clock.clone())?),
-//!     Box::new(StripedSlidingWindow::builder(quota).build_with_clock(clock.clone())?),
-//! ];
-//! for limiter in &limiters {
-//!     assert!(limiter.check_n(100)?.is_allowed());
-//!     let denied = limiter.check();
-//!     assert!(denied.is_denied() && denied.limit() == 100 && denied.remaining() == 0);
-//! }
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
-
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -1,4 +1,4 @@
-//! The striped sliding window counter: one hot limit shared by many cores.
+//! The striped sliding window counter: one hot limit shared by many threads.
 //!
 //! # What it computes
 //!
@@ -10,10 +10,10 @@
 //! admitted   iff   prev × (P − elapsed) / P + curr + n ≤ limit
 //! ```
 //!
-//! but without every core writing one shared word: on a hot limiter that word's
+//! but without every thread writing one shared word: on a hot limiter that word's
 //! cache line would move between cores on every admission, and throughput would
-//! fall as cores are added (BENCHMARKS.md measures one shared `fetch_add` against a
-//! per-thread counter).
+//! fall as threads are added (the measurement is in
+//! [DESIGN.md, "weir-window"](https://github.com/weir-rs/weir/blob/main/DESIGN.md#weir-window)).
 //!
 //! # The construction: budget leases
 //!
@@ -57,16 +57,11 @@
 //! the pass takes the lease or the installer clears the flag. So once the checks
 //! that raced have finished, the flag is never set while a stripe holds capacity.
 //!
-//! This is the kernel's idea turned around. Linux's `__percpu_counter_limited_add`
-//! (`lib/percpu_counter.c`, added for tmpfs block accounting) lets each CPU add to
-//! its local count while `global + cpus × batch ≤ limit`, and sums every CPU's
-//! count under a lock near the limit. That fast path reads the shared global count
-//! on every call and relies on interrupts being off between the check and the add.
-//! Threads in user space can be preempted anywhere and several may share a stripe,
-//! so here the check is done once per lease, when capacity is *reserved*: the fast
-//! path needs no shared read at all, and exactness follows from accounting
-//! (admitted ≤ granted ≤ limit) rather than from bounding what other stripes might
-//! hold.
+//! The idea is Linux's `__percpu_counter_limited_add` (`lib/percpu_counter.c`)
+//! turned around: the check is done once per lease, when capacity is *reserved*,
+//! so the fast path reads no shared line, and exactness follows from accounting
+//! (admitted ≤ granted ≤ limit). How the two differ is in
+//! [DESIGN.md, "weir-window"](https://github.com/weir-rs/weir/blob/main/DESIGN.md#weir-window).
 //!
 //! ## Under-admission (exact mode)
 //!
@@ -127,9 +122,7 @@
 //! window's requests: a thread that read its lease before the rollover either
 //! spends it in the old window (its CAS lands first) or finds it gone and goes to
 //! the slow path. Any thread that finds the current window closed completes the
-//! rollover itself, so no thread waits on another. (An earlier design kept one word
-//! per window parity; loom found two windows open at once when a rollover by two
-//! windows raced with one by one window.)
+//! rollover itself, so no thread waits on another.
 //!
 //! # Refunds
 //!
@@ -150,7 +143,7 @@
 //! share stripes, which stays correct (stripe words are only changed by CAS) and
 //! costs only contention on that line. Without `std` there are no thread-locals:
 //! `check` uses stripe 0, and [`check_on`](StripedSlidingWindow::check_on) takes an
-//! explicit stripe (a core id from your executor, say). The stripe count is rounded
+//! explicit stripe (a worker id from your executor, say). The stripe count is rounded
 //! up to a power of two (at most [`MAX_STRIPES`]); with `std` it defaults to the
 //! available parallelism.
 //!
@@ -222,7 +215,7 @@ pub enum StripedMode {
     Approximate,
 }
 
-/// A sliding window counter striped across cores, for one hot limit checked
+/// A sliding window counter striped per thread, for one hot limit checked
 /// by many threads: an admission touches only the thread's own stripe.
 ///
 /// See the [module docs](crate::striped) for the construction, the exact
@@ -293,7 +286,7 @@ impl<C: Clock> StripedSlidingWindow<C> {
     }
 
     /// Checks one request on stripe `stripe` (taken modulo the stripe count): for
-    /// callers that know their core, and without `std`.
+    /// callers that number their own workers, and without `std`.
     #[inline]
     pub fn check_on(&self, stripe: usize) -> Decision {
         self.core.check(stripe, 1, self.clock.now())
