@@ -41,7 +41,7 @@ use weir_bench::windows;
 use weir_core::{Clock, ManualClock, MonotonicClock, Quota};
 use weir_gcra::{Gcra, GcraAlgorithm, LeaseConfig, LeasedGcra};
 use weir_keyed::{Keyed, KeyedConfig};
-use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedBuilder, StripedMode, StripedSlidingWindow};
+use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedMode, StripedSlidingWindow};
 
 /// governor's direct limiter on its fake clock (time never moves unless advanced).
 type FixedGovernor =
@@ -116,7 +116,7 @@ fn log_fixed(quota: Quota) -> &'static Weir<SlidingLog<ManualClock>> {
 }
 
 fn striped_fixed(quota: Quota) -> &'static Weir<StripedSlidingWindow<ManualClock>> {
-    let limiter = StripedBuilder::new(quota).mode(StripedMode::Exact).build_with_clock(fixed());
+    let limiter = StripedSlidingWindow::builder(quota).mode(StripedMode::Exact).build_with_clock(fixed());
     weir(Weir(limiter.expect("a valid window")))
 }
 

@@ -19,7 +19,7 @@ use serde::Serialize;
 use weir_core::{Limiter, ManualClock, Nanos, Quota};
 use weir_gcra::Gcra;
 use weir_leaky::LeakyBucket;
-use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedBuilder, StripedMode};
+use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedMode, StripedSlidingWindow};
 
 /// The limit every algorithm enforces: 10 per second, burst 10.
 const LIMIT: u64 = 10;
@@ -101,7 +101,7 @@ fn limiter(name: &str, clock: &ManualClock) -> Option<(Box<dyn Limiter>, usize)>
             (Box::new(SlidingLog::with_clock(q, c).ok()?), size_of::<SlidingLog<ManualClock>>() + 8 * LIMIT as usize)
         }
         "striped-window" => {
-            let l = StripedBuilder::new(q).stripes(2).mode(StripedMode::Exact).build_with_clock(c).ok()?;
+            let l = StripedSlidingWindow::builder(q).stripes(2).mode(StripedMode::Exact).build_with_clock(c).ok()?;
             (Box::new(l), size_of::<weir_window::StripedSlidingWindow<ManualClock>>() + 2 * 128)
         }
         "leased-gcra" => {

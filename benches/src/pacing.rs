@@ -63,7 +63,7 @@ pub fn ids() -> Vec<String> {
 
 fn pace(rate: u64, consumers: usize, tolerance: Duration, duration: Duration) -> PacingResult {
     let quota = Quota::per_second(rate).expect("a valid rate");
-    let bucket = LeakyBucket::<u64>::new(quota, 1_024).and_then(|b| b.with_tolerance(tolerance));
+    let bucket = LeakyBucket::<u64>::builder(quota, 1_024).tolerance(tolerance).build();
     let bucket = Arc::new(bucket.expect("a valid bucket"));
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();

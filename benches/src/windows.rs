@@ -9,7 +9,7 @@
 pub use crate::check::Weir;
 use std::time::Duration;
 use weir_core::{Clock, Limiter, MonotonicClock, Quota};
-use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedBuilder, StripedMode, StripedSlidingWindow};
+use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedMode, StripedSlidingWindow};
 
 fn quota(count: u64, period: Duration) -> Quota {
     Quota::new(count, period).expect("a valid quota")
@@ -56,12 +56,17 @@ pub fn log_closed() -> Weir<SlidingLog<MonotonicClock>> {
 
 /// A striped sliding window, one stripe per core, that never runs out.
 pub fn striped_open(mode: StripedMode) -> Weir<StripedSlidingWindow<MonotonicClock>> {
-    Weir(StripedBuilder::new(quota(1_000_000_000, Duration::from_secs(1))).mode(mode).build().expect("a valid window"))
+    Weir(
+        StripedSlidingWindow::builder(quota(1_000_000_000, Duration::from_secs(1)))
+            .mode(mode)
+            .build()
+            .expect("a valid window"),
+    )
 }
 
 /// A striped sliding window that is empty for the next hour.
 pub fn striped_closed(mode: StripedMode) -> Weir<StripedSlidingWindow<MonotonicClock>> {
-    drained(StripedBuilder::new(closed()).mode(mode).build().expect("a valid window"))
+    drained(StripedSlidingWindow::builder(closed()).mode(mode).build().expect("a valid window"))
 }
 
 /// A limiter with `clock`, for the accuracy and compare suites.
@@ -74,10 +79,16 @@ where
         WindowKind::Sliding => Box::new(SlidingWindow::with_clock(quota, clock).expect("a valid window")),
         WindowKind::Log => Box::new(SlidingLog::with_clock(quota, clock).expect("a valid log")),
         WindowKind::StripedExact => Box::new(
-            StripedBuilder::new(quota).mode(StripedMode::Exact).build_with_clock(clock).expect("a valid window"),
+            StripedSlidingWindow::builder(quota)
+                .mode(StripedMode::Exact)
+                .build_with_clock(clock)
+                .expect("a valid window"),
         ),
         WindowKind::StripedApproximate => Box::new(
-            StripedBuilder::new(quota).mode(StripedMode::Approximate).build_with_clock(clock).expect("a valid window"),
+            StripedSlidingWindow::builder(quota)
+                .mode(StripedMode::Approximate)
+                .build_with_clock(clock)
+                .expect("a valid window"),
         ),
     }
 }

@@ -28,9 +28,9 @@ use loom::thread;
 use loom_tests::interleavings;
 use std::time::Duration;
 use weir_core::{Algorithm, Decision, Nanos, Quota, Snapshot};
+use weir_window::__private::{check_n_on_at, snapshot_at};
 use weir_window::{
-    FixedWindowAlgorithm, SlidingLogAlgorithm, SlidingWindowAlgorithm, StripedBuilder, StripedMode,
-    StripedSlidingWindow,
+    FixedWindowAlgorithm, SlidingLogAlgorithm, SlidingWindowAlgorithm, StripedMode, StripedSlidingWindow,
 };
 
 /// Every model's window: 100 ns.
@@ -489,7 +489,12 @@ fn sliding_log_refund_races_with_a_writer() {
 // Striped sliding window.
 
 fn striped(limit: u64, stripes: usize, batch: u64, mode: StripedMode) -> StripedSlidingWindow<Nanos> {
-    StripedBuilder::new(quota(limit)).stripes(stripes).batch(batch).mode(mode).build_with_clock(Nanos::ZERO).unwrap()
+    StripedSlidingWindow::builder(quota(limit))
+        .stripes(stripes)
+        .batch(batch)
+        .mode(mode)
+        .build_with_clock(Nanos::ZERO)
+        .unwrap()
 }
 
 /// The striped limiter's judgement: in some order of the checks (keeping each
@@ -522,15 +527,15 @@ fn striped_model(limit: u64, stripes: usize, batch: u64, mode: StripedMode, end:
     model(
         threads,
         move || striped(limit, stripes + 1, batch, mode),
-        |l, c| l.check_n_on_at(c.stripe, c.n, Nanos::new(c.at)).unwrap(),
+        |l, c| check_n_on_at(l, c.stripe, c.n, Nanos::new(c.at)).unwrap(),
         |l, n, d, _| l.refund(n, d).unwrap(),
         move |l, threads, seen| {
-            let final_snapshot = l.snapshot_at(Nanos::new(end));
+            let final_snapshot = snapshot_at(l, Nanos::new(end));
             // Quiescence: every thread has finished. Probe the idle stripe.
             let mut probes = Vec::new();
             if mode == StripedMode::Exact {
                 while probes.len() as u64 <= limit {
-                    let allowed = l.check_n_on_at(idle, 1, Nanos::new(probe_at)).unwrap().is_allowed();
+                    let allowed = check_n_on_at(l, idle, 1, Nanos::new(probe_at)).unwrap().is_allowed();
                     probes.push(allowed);
                     if !allowed {
                         break;

@@ -436,6 +436,29 @@ pub use os::CoarseClock;
 #[cfg(feature = "std")]
 pub use os::{CoarseClockError, InstantClock, MonotonicClock};
 
+/// The clock a limiter reads when its type is named without one: `FixedWindow`
+/// is `FixedWindow<DefaultClock>`, and `new` constructors build it.
+///
+/// With `std` (the default) it is [`MonotonicClock`]. Without `std` there is no
+/// clock to default to: `DefaultClock` is then the uninhabited
+/// [`Infallible`](core::convert::Infallible), so a limiter type named without its
+/// clock cannot be built, and a `no_std` program names its clock
+/// (`FixedWindow<ManualClock>`, `FixedWindow<Nanos>` for explicit time, or its own
+/// [`Clock`]). Turning `std` on elsewhere in the build therefore changes no type a
+/// `no_std` program can hold.
+#[cfg(feature = "std")]
+pub type DefaultClock = MonotonicClock;
+
+/// The clock a limiter reads when its type is named without one: without `std`,
+/// none (see the `std` build's docs). `DefaultClock` is the uninhabited
+/// [`Infallible`](core::convert::Infallible), so a limiter type named without its
+/// clock cannot be built: a `no_std` program names its clock
+/// (`FixedWindow<ManualClock>`, `FixedWindow<Nanos>` for explicit time, or its own
+/// [`Clock`]). With `std` it is
+/// [`MonotonicClock`](https://docs.rs/weir-core/latest/weir_core/struct.MonotonicClock.html).
+#[cfg(not(feature = "std"))]
+pub type DefaultClock = core::convert::Infallible;
+
 #[cfg(feature = "tokio")]
 mod tokio_time {
     use crate::{Clock, Nanos};

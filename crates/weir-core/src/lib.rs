@@ -43,9 +43,17 @@
 //! With the `tokio` feature, [`TokioClock`] reads tokio's (pausable) time, so any
 //! limiter can be tested under `#[tokio::test(start_paused = true)]`.
 //!
+//! A limiter type named without its clock (`FixedWindow`, `Gcra`) reads the
+//! [`DefaultClock`]: [`MonotonicClock`] with `std`.
+//!
 //! `no_std`: without the default `std` feature the crate needs only `core` (and `alloc`
 //! with the `alloc` feature, for [`ManualClock`] and [`AllOf`]). The OS clocks need
-//! `std`.
+//! `std`; without them there is no default clock, and a `no_std` program names the
+//! clock of each limiter (`FixedWindow<ManualClock>`, its own [`Clock`], or a fixed
+//! [`Nanos`] for explicit time).
+//!
+//! Why it is built this way (the clocks' costs, the quota's encoding, the facade's
+//! surface): [DESIGN.md, "weir-core"](https://github.com/weir-rs/weir/blob/main/DESIGN.md#weir-core).
 //!
 //! (Items of a feature that is off link to their docs.rs pages.)
 //!
@@ -103,6 +111,9 @@ pub mod __private {
         pub use crate::sync::*;
     }
     pub use crate::nanos::{duration_as_nanos_saturating, ticks};
+    pub use crate::quota::MAX_TOLERANCE_TICKS;
+    /// Declares a limiter type over an algorithm (see the macro's docs).
+    pub use crate::single_limiter;
     use crate::stripes::MAX_STRIPES;
 
     /// The stripe count for a request of `stripes`: rounded up to a power of two, or
@@ -122,18 +133,22 @@ pub mod __private {
 
 #[cfg(feature = "alloc")]
 pub use all_of::{AllOf, AllOfError, AllOfMembers};
-pub use clock::Clock;
 #[cfg(all(feature = "std", not(loom)))]
 pub use clock::CoarseClock;
 #[cfg(feature = "alloc")]
 pub use clock::ManualClock;
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
+pub use clock::{Clock, DefaultClock};
 #[cfg(feature = "std")]
 pub use clock::{CoarseClockError, InstantClock, MonotonicClock};
 pub use decision::{Decision, DenyReason, InsufficientCapacity, Snapshot};
 pub use limiter::{Algorithm, Limiter, Retire};
 pub use nanos::Nanos;
-pub use quota::{MAX_TOLERANCE_TICKS, Quota, QuotaError};
+// Kept at the root, hidden, for crates that still name it there; weir's crates use
+// `__private::MAX_TOLERANCE_TICKS`.
+#[doc(hidden)]
+pub use quota::MAX_TOLERANCE_TICKS;
+pub use quota::{Quota, QuotaError};
 pub use quota_cell::QuotaCell;
 pub use store::{AsyncKeyedLimiter, KeyedLimiter, Local, Policy};

@@ -8,6 +8,7 @@ use core::time::Duration;
 /// 2⁵⁸ ns, about 9.1 years. Keeping two bits of headroom below `u64::MAX` means a
 /// theoretical arrival time (now + burst × interval) cannot overflow for the first
 /// 27 years of a limiter's life, and saturates, never wraps, after that.
+#[doc(hidden)] // in ticks, weir's shared fixed-point unit: not part of the public API
 pub const MAX_TOLERANCE_TICKS: u64 = 1 << 62;
 
 /// How far the enforced rate may be from the requested one: 1 part in 1000 (0.1%).
@@ -192,6 +193,7 @@ impl Quota {
 
     /// What one request of cost 1 is charged, in ticks (1/16 ns): the emission
     /// interval rounded up to a whole tick.
+    #[doc(hidden)] // fixed-point arithmetic that weir's crates share: not part of the public API
     #[inline]
     pub const fn emission_interval_ticks(&self) -> u64 {
         self.interval_ticks
@@ -200,6 +202,7 @@ impl Quota {
     /// `burst` requests' worth of capacity in ticks (what a call for `burst` is
     /// charged): how long an empty bucket takes to refill completely. Never above
     /// [`MAX_TOLERANCE_TICKS`].
+    #[doc(hidden)] // fixed-point arithmetic that weir's crates share: not part of the public API
     #[inline]
     pub const fn tolerance_ticks(&self) -> u64 {
         self.tolerance_ticks
@@ -208,6 +211,7 @@ impl Quota {
     /// What a call for `n` is charged, in ticks: `n` emission intervals (see
     /// "Precision"), saturating at `u64::MAX` (far above any tolerance, so such a call
     /// never fits).
+    #[doc(hidden)] // fixed-point arithmetic that weir's crates share: not part of the public API
     #[inline]
     pub const fn cost_ticks(&self, n: u64) -> u64 {
         if self.exact_ratio == 0 {
@@ -236,6 +240,7 @@ impl Quota {
     /// took them was charged for them (`n` intervals rounded *down* where
     /// [`cost_ticks`](Self::cost_ticks) rounds up), so a refund of part of a call
     /// cannot create capacity.
+    #[doc(hidden)] // fixed-point arithmetic that weir's crates share: not part of the public API
     #[inline]
     pub const fn credit_ticks(&self, n: u64) -> u64 {
         if self.exact_ratio == 0 {
@@ -263,6 +268,7 @@ impl Quota {
 
     /// How many units `ticks` of capacity pay for: the largest `n` whose
     /// [`cost_ticks`](Self::cost_ticks) is at most `ticks`.
+    #[doc(hidden)] // fixed-point arithmetic that weir's crates share: not part of the public API
     #[inline]
     pub const fn units_in(&self, ticks: u64) -> u64 {
         if self.exact_ratio == 0 {
@@ -281,6 +287,7 @@ impl Quota {
     /// such quotas.
     ///
     /// [`emission_interval_ticks`]: Self::emission_interval_ticks
+    #[doc(hidden)] // fixed-point arithmetic that weir's crates share: not part of the public API
     #[inline]
     pub const fn is_whole_ticks(&self) -> bool {
         self.exact_ratio == 0

@@ -1,40 +1,33 @@
-//! [`single_limiter!`](crate::single_limiter): the one definition of "an algorithm,
+//! `single_limiter!`: the one definition of "an algorithm,
 //! one state and a clock" that each algorithm crate's limiter type is made from.
 
 /// Declares a single limiter over an [`Algorithm`](crate::Algorithm): a struct
 /// holding the algorithm, one cache-padded state and a clock (generic `C`, defaulting
-/// to [`MonotonicClock`](crate::MonotonicClock) when the *calling* crate's `std`
-/// feature is on), with `check`, `check_n`, `refund`, `snapshot`, `clock`,
-/// `algorithm` and `state`, and its [`Limiter`](crate::Limiter) impl. The calling crate writes the
+/// to [`DefaultClock`](crate::DefaultClock)), with `check`, `check_n`, `refund`, `snapshot` and
+/// `clock`, and its [`Limiter`](crate::Limiter) impl. The calling crate writes the
 /// constructors and whatever is specific to its algorithm. Usage, as weir-gcra
-/// declares `Gcra` (the macro reads the calling crate's `std` feature, so it is
-/// shown here, not compiled):
+/// declares `Gcra` (not compiled here: it expands to items of the calling crate):
 ///
 /// ```text
-/// weir_core::single_limiter! {
+/// weir_core::__private::single_limiter! {
 ///     /// A token bucket in GCRA encoding.
 ///     pub struct Gcra { algorithm: GcraAlgorithm, state: GcraState }
 /// }
 /// ```
+///
+/// Not part of weir's public API: reach it as `weir_core::__private::single_limiter`
+/// (the crate-root path, where `#[macro_export]` puts every macro, is hidden and
+/// kept for crates that still name it there).
+#[doc(hidden)]
 #[macro_export]
 macro_rules! single_limiter {
     (
         $(#[$meta:meta])*
         pub struct $name:ident { algorithm: $algorithm:ty, state: $state:ty $(,)? }
     ) => {
-        #[cfg(feature = "std")]
         $(#[$meta])*
         #[derive(Debug)]
-        pub struct $name<C = $crate::MonotonicClock> {
-            algorithm: $algorithm,
-            state: $crate::__private::sync::CachePadded<$state>,
-            clock: C,
-        }
-
-        #[cfg(not(feature = "std"))]
-        $(#[$meta])*
-        #[derive(Debug)]
-        pub struct $name<C> {
+        pub struct $name<C = $crate::DefaultClock> {
             algorithm: $algorithm,
             state: $crate::__private::sync::CachePadded<$state>,
             clock: C,
@@ -74,17 +67,6 @@ macro_rules! single_limiter {
             /// The clock this limiter reads.
             pub fn clock(&self) -> &C {
                 &self.clock
-            }
-
-            /// The parameters, for use with [`state`](Self::state) through
-            /// [`Algorithm`]($crate::Algorithm).
-            pub fn algorithm(&self) -> &$algorithm {
-                &self.algorithm
-            }
-
-            /// The limiter's state.
-            pub fn state(&self) -> &$state {
-                &self.state
             }
         }
 

@@ -25,7 +25,7 @@
 pub const MAX_STRIPES: usize = 1 << 12;
 
 /// The default stripe count: the machine's hardware threads
-/// ([`std::thread::available_parallelism`]) rounded up to a power of two, at most
+/// ([`available_parallelism`](https://doc.rust-lang.org/std/thread/fn.available_parallelism.html)) rounded up to a power of two, at most
 /// [`MAX_STRIPES`]; 1 without the `std` feature.
 pub fn default_stripes() -> usize {
     #[cfg(feature = "std")]

@@ -2,6 +2,7 @@
 //! consumers that share one leak schedule.
 
 use core::fmt;
+use core::marker::PhantomData;
 use core::time::Duration;
 use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
 use weir_core::__private::ticks;
@@ -15,85 +16,76 @@ use crate::{BuildError, LeakSchedule, LeakSlot};
 #[cfg(any(feature = "std", loom))]
 use crate::wait::{self, BLOCKING_ONE, Waiters};
 
-macro_rules! bucket_struct {
-    ($($default:ty)?) => {
-        /// A leaky bucket as a queue: a throttle that delays instead of rejecting.
-        ///
-        /// Producers [`offer`](Self::offer) items into a bounded queue (the bucket);
-        /// consumers take them no faster than the leak rate, **all consumers together**,
-        /// however bursty the arrivals; a full bucket rejects at once, handing the item
-        /// back with a retry-after. See the [crate docs](crate) for the design, the
-        /// guarantees and a worked example.
-        ///
-        /// Consumers: [`try_recv`](Self::try_recv) (never waits),
-        /// [`recv`][recv] / [`recv_timeout`][recv_timeout] (block the
-        /// thread, `std`), [`recv_async`][recv_async] /
-        /// [`recv_async_timeout`][recv_async_timeout] (`tokio` feature). Any mix,
-        /// any number, share the bucket by reference (`&LeakyBucket`, `Arc<LeakyBucket>`).
-        ///
-        /// (The consumers of a feature that is off link to their docs.rs pages.)
-        ///
-        /// ```
-        /// use std::time::Duration;
-        /// use weir_core::{ManualClock, Quota};
-        /// use weir_leaky::{LeakyBucket, TryRecvError};
-        ///
-        /// let clock = ManualClock::new();
-        /// let bucket = LeakyBucket::with_clock(Quota::per_second(2)?, 10, clock.clone())?;
-        /// let ticket = bucket.offer("a").unwrap();
-        /// bucket.offer("b").unwrap();
-        /// assert_eq!((ticket.position(), ticket.expected_delay()), (0, Duration::ZERO));
-        ///
-        /// assert_eq!(bucket.try_recv(), Ok("a"));
-        /// assert_eq!(bucket.try_recv(), Err(TryRecvError::NotYet { retry_after: Duration::from_millis(500) }));
-        /// clock.advance(Duration::from_millis(500));
-        /// assert_eq!(bucket.try_recv(), Ok("b"));
-        /// assert_eq!(bucket.try_recv(), Err(TryRecvError::Empty));
-        /// # Ok::<(), Box<dyn std::error::Error>>(())
-        /// ```
-        ///
-        #[cfg_attr(feature = "std", doc = "[recv]: Self::recv")]
-        #[cfg_attr(feature = "std", doc = "[recv_timeout]: Self::recv_timeout")]
-        #[cfg_attr(
-            not(feature = "std"),
-            doc = "[recv]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv"
-        )]
-        #[cfg_attr(
-            not(feature = "std"),
-            doc = "[recv_timeout]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_timeout"
-        )]
-        #[cfg_attr(feature = "tokio", doc = "[recv_async]: Self::recv_async")]
-        #[cfg_attr(feature = "tokio", doc = "[recv_async_timeout]: Self::recv_async_timeout")]
-        #[cfg_attr(
-            not(feature = "tokio"),
-            doc = "[recv_async]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_async"
-        )]
-        #[cfg_attr(
-            not(feature = "tokio"),
-            doc = "[recv_async_timeout]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_async_timeout"
-        )]
-        pub struct LeakyBucket<T, C $(= $default)?> {
-            /// The items waiting to leave, in order.
-            queue: BoundedQueue<T>,
-            /// How many items consumers have reserved (each reservation entitles one
-            /// consumer to pop one item once its leak slot comes): at most the number of
-            /// pushes that have claimed a position, at least the number of pops.
-            /// Modulo 2⁶⁴, like the queue's positions.
-            reserved: CachePadded<AtomicU64>,
-            /// When items may leave.
-            schedule: LeakSchedule,
-            /// Consumers asleep waiting for an item.
-            #[cfg(any(feature = "std", loom))]
-            waiters: Waiters,
-            clock: C,
-        }
-    };
+/// A leaky bucket as a queue: a throttle that delays instead of rejecting.
+///
+/// Producers [`offer`](Self::offer) items into a bounded queue (the bucket);
+/// consumers take them no faster than the leak rate, **all consumers together**,
+/// however bursty the arrivals; a full bucket rejects at once, handing the item
+/// back with a retry-after. See the [crate docs](crate) for the design, the
+/// guarantees and a worked example.
+///
+/// Consumers: [`try_recv`](Self::try_recv) (never waits),
+/// [`recv`][recv] / [`recv_timeout`][recv_timeout] (block the
+/// thread, `std`), [`recv_async`][recv_async] /
+/// [`recv_async_timeout`][recv_async_timeout] (`tokio` feature). Any mix,
+/// any number, share the bucket by reference (`&LeakyBucket`, `Arc<LeakyBucket>`).
+///
+/// (The consumers of a feature that is off link to their docs.rs pages.)
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_core::{ManualClock, Quota};
+/// use weir_leaky::{LeakyBucket, TryRecvError};
+///
+/// let clock = ManualClock::new();
+/// let bucket = LeakyBucket::with_clock(Quota::per_second(2)?, 10, clock.clone())?;
+/// let ticket = bucket.offer("a").unwrap();
+/// bucket.offer("b").unwrap();
+/// assert_eq!((ticket.position(), ticket.expected_delay()), (0, Duration::ZERO));
+///
+/// assert_eq!(bucket.try_recv(), Ok("a"));
+/// assert_eq!(bucket.try_recv(), Err(TryRecvError::NotYet { retry_after: Duration::from_millis(500) }));
+/// clock.advance(Duration::from_millis(500));
+/// assert_eq!(bucket.try_recv(), Ok("b"));
+/// assert_eq!(bucket.try_recv(), Err(TryRecvError::Empty));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+#[cfg_attr(feature = "std", doc = "[recv]: Self::recv")]
+#[cfg_attr(feature = "std", doc = "[recv_timeout]: Self::recv_timeout")]
+#[cfg_attr(
+    not(feature = "std"),
+    doc = "[recv]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv"
+)]
+#[cfg_attr(
+    not(feature = "std"),
+    doc = "[recv_timeout]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_timeout"
+)]
+#[cfg_attr(feature = "tokio", doc = "[recv_async]: Self::recv_async")]
+#[cfg_attr(feature = "tokio", doc = "[recv_async_timeout]: Self::recv_async_timeout")]
+#[cfg_attr(
+    not(feature = "tokio"),
+    doc = "[recv_async]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_async"
+)]
+#[cfg_attr(
+    not(feature = "tokio"),
+    doc = "[recv_async_timeout]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_async_timeout"
+)]
+pub struct LeakyBucket<T, C = weir_core::DefaultClock> {
+    /// The items waiting to leave, in order.
+    queue: BoundedQueue<T>,
+    /// How many items consumers have reserved (each reservation entitles one
+    /// consumer to pop one item once its leak slot comes): at most the number of
+    /// pushes that have claimed a position, at least the number of pops.
+    /// Modulo 2⁶⁴, like the queue's positions.
+    reserved: CachePadded<AtomicU64>,
+    /// When items may leave.
+    schedule: LeakSchedule,
+    /// Consumers asleep waiting for an item.
+    #[cfg(any(feature = "std", loom))]
+    waiters: Waiters,
+    clock: C,
 }
-
-#[cfg(feature = "std")]
-bucket_struct!(weir_core::MonotonicClock);
-#[cfg(not(feature = "std"))]
-bucket_struct!();
 
 /// An item accepted into the bucket by [`LeakyBucket::offer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -269,9 +261,95 @@ impl<T> LeakyBucket<T, weir_core::MonotonicClock> {
     ///
     /// The output of a leaky bucket has no burst: a quota with one is a
     /// [`BuildError`] (see [`LeakSchedule::new`](crate::LeakSchedule::new), and
-    /// [`with_tolerance`](Self::with_tolerance) for absorbing consumer lateness).
+    /// [`LeakyBucketBuilder::tolerance`] for absorbing consumer lateness).
     pub fn new(quota: Quota, capacity: usize) -> Result<Self, BuildError> {
-        Self::with_clock(quota, capacity, weir_core::MonotonicClock::new())
+        Self::builder(quota, capacity).build()
+    }
+}
+
+impl<T> LeakyBucket<T, weir_core::DefaultClock> {
+    /// A builder for a bucket of `capacity` items leaking at `quota`'s rate, for the
+    /// option of a leak tolerance ([`LeakyBucketBuilder::tolerance`]); `build()` or
+    /// `build_with_clock(clock)` validates and makes the bucket.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_core::{ManualClock, Quota};
+    /// use weir_leaky::LeakyBucket;
+    ///
+    /// let bucket = LeakyBucket::<u32, _>::builder(Quota::per_second(100)?, 64)
+    ///     .tolerance(Duration::from_millis(2)) // consumers may come up to 2 ms late
+    ///     .build_with_clock(ManualClock::new())?;
+    /// assert_eq!(bucket.schedule().tolerance(), Duration::from_millis(2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn builder(quota: Quota, capacity: usize) -> LeakyBucketBuilder<T> {
+        LeakyBucketBuilder { quota, capacity, tolerance: Duration::ZERO, items: PhantomData }
+    }
+}
+
+/// Builds a [`LeakyBucket`]: its rate and capacity, and a leak tolerance.
+///
+/// Made by [`LeakyBucket::builder`]; the setter never fails, and `build()` (default
+/// clock) or [`build_with_clock`](Self::build_with_clock) validates everything and
+/// returns the bucket or a [`BuildError`] naming what is wrong.
+pub struct LeakyBucketBuilder<T> {
+    quota: Quota,
+    capacity: usize,
+    tolerance: Duration,
+    items: PhantomData<fn() -> T>,
+}
+
+impl<T> LeakyBucketBuilder<T> {
+    /// A consumer that comes for its slot up to `tolerance` late keeps the schedule,
+    /// so the long-run rate stays exact when wake-ups are late, at the price of
+    /// releases up to `⌊tolerance / T⌋` items closer together than `T` (see the crate
+    /// docs, "Pacing and tolerance"). Zero by default; above about 9.1 years the
+    /// build fails with [`BuildError::ToleranceTooLong`].
+    pub fn tolerance(self, tolerance: Duration) -> Self {
+        Self { tolerance, ..self }
+    }
+
+    /// The bucket, on the default [`MonotonicClock`](weir_core::MonotonicClock).
+    ///
+    /// Errors: see [`build_with_clock`](Self::build_with_clock).
+    #[cfg(feature = "std")]
+    pub fn build(self) -> Result<LeakyBucket<T>, BuildError> {
+        self.build_with_clock(weir_core::MonotonicClock::new())
+    }
+
+    /// The bucket, reading time from `clock`; the first item may leave at once.
+    ///
+    /// Errors: `capacity` 0, above [`MAX_CAPACITY`](crate::MAX_CAPACITY) or more
+    /// memory than the allocator gives; a quota the leak cannot honour or a
+    /// tolerance too long (see [`LeakScheduleBuilder::build`](crate::LeakScheduleBuilder::build)).
+    pub fn build_with_clock<C: Clock>(self, clock: C) -> Result<LeakyBucket<T, C>, BuildError> {
+        Ok(LeakyBucket {
+            queue: BoundedQueue::new(self.capacity)?,
+            reserved: CachePadded::new(AtomicU64::new(0)),
+            schedule: LeakSchedule::validated(self.quota, clock.now(), self.tolerance)?,
+            #[cfg(any(feature = "std", loom))]
+            waiters: Waiters::new(),
+            clock,
+        })
+    }
+}
+
+impl<T> Clone for LeakyBucketBuilder<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for LeakyBucketBuilder<T> {}
+
+impl<T> fmt::Debug for LeakyBucketBuilder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeakyBucketBuilder")
+            .field("quota", &self.quota)
+            .field("capacity", &self.capacity)
+            .field("tolerance", &self.tolerance)
+            .finish()
     }
 }
 
@@ -284,23 +362,7 @@ impl<T, C: Clock> LeakyBucket<T, C> {
     /// the allocator gives is a [`BuildError`], and so is a quota the leak cannot
     /// honour (see [`LeakSchedule::new`](crate::LeakSchedule::new)).
     pub fn with_clock(quota: Quota, capacity: usize, clock: C) -> Result<Self, BuildError> {
-        Ok(Self {
-            queue: BoundedQueue::new(capacity)?,
-            reserved: CachePadded::new(AtomicU64::new(0)),
-            schedule: LeakSchedule::new(quota, clock.now())?,
-            #[cfg(any(feature = "std", loom))]
-            waiters: Waiters::new(),
-            clock,
-        })
-    }
-
-    /// The same bucket with a leak tolerance: a consumer that comes for its slot up to
-    /// `tolerance` late keeps the schedule, so the long-run rate stays exact when
-    /// wake-ups are late, at the price of releases up to `⌊tolerance / T⌋` items closer
-    /// together than `T` (see the crate docs, "Pacing and tolerance"). Zero by default.
-    pub fn with_tolerance(mut self, tolerance: Duration) -> Result<Self, BuildError> {
-        self.schedule.set_tolerance(tolerance)?;
-        Ok(self)
+        LeakyBucketBuilder { quota, capacity, tolerance: Duration::ZERO, items: PhantomData }.build_with_clock(clock)
     }
 
     /// Offers `item`: accepted into the bucket (with its position and expected delay),

@@ -11,32 +11,12 @@
 //! | [`BoundedQueue<T>`](BoundedQueue) | the bucket's lock-free bounded MPMC ring (Vyukov), usable on its own |
 //! | [`LeakSchedule`] | the one-word schedule of leak slots all consumers share |
 //!
-//! # The algorithm
-//!
-//! The leaky bucket (J. Turner, "New directions in communications", IEEE
-//! Communications Magazine 24(10), 1986; the traffic shaper of A. Tanenbaum's
-//! *Computer Networks*, "The leaky bucket algorithm") has two readings:
-//!
-//! - **As a meter** (no queue), it decides whether a request conforms to the rate and
-//!   burst, and rejects it if not. That is exactly GCRA, ITU-T I.371's "continuous-state
-//!   leaky bucket": use [`weir-gcra`](https://docs.rs/weir-gcra) (`weir::gcra::Gcra`),
-//!   which this crate does not duplicate.
-//! - **As a queue** (this crate), it *delays*: requests wait in the bucket and leave one
-//!   every leak interval `T`; only a full bucket rejects.
-//!
-//! The queue is a [`BoundedQueue`]. The leak is a [`LeakSchedule`]: one atomic word
-//! holding the time of the next free *leak slot*, claimed GCRA-style
-//! (`slot = max(next, now); next := slot + T`) with one CAS. Every consumer takes an
-//! item in three steps:
-//!
-//! 1. **reserve** an item: a CAS on a counter that never exceeds the items pushed, so a
-//!    slot is only ever claimed for an item that exists;
-//! 2. **claim** the next slot, possibly ahead of time (that is what keeps pacing from
-//!    drifting: see below), and wait until it (sleeping, never spinning);
-//! 3. **pop** the item: it leaves at its slot.
-//!
-//! All consumers, whatever their kind and number, claim from the one schedule, so
-//! **together** they never exceed the rate: it is not a per-consumer sleep.
+//! Use it when excess requests should wait their turn rather than be refused (a
+//! client of a rate-limited upstream, a batch loop, a handler that may delay). To
+//! refuse what is over the rate, use GCRA (`weir-gcra`) or a window
+//! (`weir-window`). Each type has `new` (the default clock) and `with_clock`; the
+//! leak tolerance goes on its builder (`LeakyBucket::builder(quota,
+//! capacity).tolerance(t).build()?`).
 //!
 //! # Worked example
 //!
@@ -108,6 +88,33 @@
 //!   [`BuildError`]; time arithmetic saturates; a clock stepping backwards is treated
 //!   as no time passing.
 //!
+//! # The algorithm
+//!
+//! The leaky bucket (J. Turner, "New directions in communications", IEEE
+//! Communications Magazine 24(10), 1986; the traffic shaper of A. Tanenbaum's
+//! *Computer Networks*, "The leaky bucket algorithm") has two readings:
+//!
+//! - **As a meter** (no queue), it decides whether a request conforms to the rate and
+//!   burst, and rejects it if not. That is exactly GCRA, ITU-T I.371's "continuous-state
+//!   leaky bucket": use [`weir-gcra`](https://docs.rs/weir-gcra) (`weir::gcra::Gcra`),
+//!   which this crate does not duplicate.
+//! - **As a queue** (this crate), it *delays*: requests wait in the bucket and leave one
+//!   every leak interval `T`; only a full bucket rejects.
+//!
+//! The queue is a [`BoundedQueue`]. The leak is a [`LeakSchedule`]: one atomic word
+//! holding the time of the next free *leak slot*, claimed GCRA-style
+//! (`slot = max(next, now); next := slot + T`) with one CAS. Every consumer takes an
+//! item in three steps:
+//!
+//! 1. **reserve** an item: a CAS on a counter that never exceeds the items pushed, so a
+//!    slot is only ever claimed for an item that exists;
+//! 2. **claim** the next slot, possibly ahead of time (that is what keeps pacing from
+//!    drifting: see below), and wait until it (sleeping, never spinning);
+//! 3. **pop** the item: it leaves at its slot.
+//!
+//! All consumers, whatever their kind and number, claim from the one schedule, so
+//! **together** they never exceed the rate: it is not a per-consumer sleep.
+//!
 //! # Pacing and tolerance
 //!
 //! Slots are points in absolute time (ticks of 1/16 ns, so every rate a [`Quota`](weir_core::Quota)
@@ -122,7 +129,7 @@
 //! fall behind the rate, never exceed it. If your consumers cannot come back within
 //! `k × T` (above roughly 10⁴ items per second per blocking thread; above about 10³ per
 //! async task, tokio's timer having a 1 ms resolution), set a tolerance with
-//! [`LeakyBucket::with_tolerance`]: a consumer up to `τ` late still gets its scheduled
+//! [`LeakyBucketBuilder::tolerance`]: a consumer up to `τ` late still gets its scheduled
 //! slot, so the long-run rate stays exact, and in exchange up to `⌊τ / T⌋` items may
 //! leave closer together than `T`. (In GCRA terms, the output conforms to GCRA(`T`, `τ`);
 //! `τ` plays the part of ATM's cell delay variation tolerance.)
@@ -135,6 +142,9 @@
 //! - `tokio`: async consumers ([`LeakyBucket::recv_async`]) and [`Throttle`]; it turns
 //!   on weir-core's `tokio` feature, whose [`TokioClock`] tests them under tokio's
 //!   paused time.
+//!
+//! Why the ring, the throttle's line and the pacing are built as they are:
+//! [DESIGN.md, "weir-leaky"](https://github.com/weir-rs/weir/blob/main/DESIGN.md#weir-leaky).
 //!
 //! The items of a feature that is off link to their docs.rs pages.
 //!
@@ -183,11 +193,11 @@ pub mod throttle;
 #[cfg(any(feature = "std", loom))]
 mod wait;
 
-pub use bucket::{Enqueued, LeakyBucket, OfferError, RecvError, RecvTimeoutError, TryRecvError};
+pub use bucket::{Enqueued, LeakyBucket, LeakyBucketBuilder, OfferError, RecvError, RecvTimeoutError, TryRecvError};
 pub use queue::{BoundedQueue, MAX_CAPACITY, PopError, PushError};
-pub use schedule::{LeakSchedule, LeakSlot};
+pub use schedule::{LeakSchedule, LeakScheduleBuilder, LeakSlot};
 #[cfg(feature = "tokio")]
-pub use throttle::{Throttle, ThrottleError};
+pub use throttle::{Throttle, ThrottleBuilder, ThrottleError};
 
 use core::fmt;
 use core::time::Duration;
@@ -212,8 +222,8 @@ pub enum BuildError {
         /// The bytes that would have taken (saturating).
         bytes: usize,
     },
-    /// The tolerance was longer than about 9.1 years
-    /// ([`MAX_TOLERANCE_TICKS`](weir_core::MAX_TOLERANCE_TICKS)).
+    /// The tolerance was longer than about 9.1 years (2⁵⁸ ns), the span weir's time
+    /// arithmetic covers.
     ToleranceTooLong {
         /// The tolerance asked for.
         tolerance: Duration,
@@ -259,7 +269,7 @@ impl fmt::Display for BuildError {
                 f,
                 "the quota has a burst of {burst} but a leaky bucket releases items one interval \
                  apart and has no burst; build the quota without `with_burst` (count {count}), \
-                 and use `with_tolerance` to absorb late consumers"
+                 and use the builder's `tolerance` to absorb late consumers"
             ),
             Self::FractionalInterval { count, period } => write!(
                 f,

@@ -50,10 +50,11 @@
 
 use core::fmt;
 use core::time::Duration;
+use weir_core::__private::MAX_TOLERANCE_TICKS;
 use weir_core::__private::duration_as_nanos_saturating;
 use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
 use weir_core::__private::ticks;
-use weir_core::{Clock, MAX_TOLERANCE_TICKS, Nanos, Quota};
+use weir_core::{Clock, Nanos, Quota};
 
 use crate::BuildError;
 
@@ -187,50 +188,57 @@ impl LeakSchedule {
     /// `origin`.
     ///
     /// A leak has no burst (for consumer lateness see
-    /// [`with_tolerance`](Self::with_tolerance)), so a quota whose burst is not its
+    /// [`LeakScheduleBuilder::tolerance`]), so a quota whose burst is not its
     /// count is refused ([`BuildError::BurstNotUsed`]) rather than silently misread;
     /// and one item leaves per whole interval, so a rate whose interval is not a whole
-    /// number of ticks of 1/16 ns (some rates above 16 million per second; see
-    /// [`Quota::is_whole_ticks`]) is refused too ([`BuildError::FractionalInterval`]).
+    /// number of ticks of 1/16 ns (some rates above 16 million per second) is
+    /// refused too ([`BuildError::FractionalInterval`]).
     pub fn new(quota: Quota, origin: Nanos) -> Result<Self, BuildError> {
+        Self::validated(quota, origin, Duration::ZERO)
+    }
+
+    /// A builder for a schedule of `quota` with tick 0 at `origin`, for the option of
+    /// a tolerance ([`LeakScheduleBuilder::tolerance`]); `build()` validates.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_core::{Nanos, Quota};
+    /// use weir_leaky::LeakSchedule;
+    ///
+    /// let schedule = LeakSchedule::builder(Quota::per_second(10)?, Nanos::ZERO)
+    ///     .tolerance(Duration::from_millis(5))
+    ///     .build()?;
+    /// assert_eq!(schedule.tolerance(), Duration::from_millis(5));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn builder(quota: Quota, origin: Nanos) -> LeakScheduleBuilder {
+        LeakScheduleBuilder { quota, origin, tolerance: Duration::ZERO }
+    }
+
+    /// The schedule, or the error naming what it cannot honour: the quota's burst,
+    /// a fractional interval, then the tolerance.
+    pub(crate) fn validated(quota: Quota, origin: Nanos, tolerance: Duration) -> Result<Self, BuildError> {
         if quota.burst() != quota.count() {
             return Err(BuildError::BurstNotUsed { burst: quota.burst(), count: quota.count() });
         }
         if !quota.is_whole_ticks() {
             return Err(BuildError::FractionalInterval { count: quota.count(), period: quota.period() });
         }
-        Ok(Self {
-            next: CachePadded::new(AtomicU64::new(0)),
-            interval: quota.emission_interval_ticks(),
-            tolerance: 0,
-            origin,
-        })
-    }
-
-    /// The same schedule with tolerance `τ`: a slot may be claimed up to `τ` in the past,
-    /// so a consumer that comes late by less than `τ` keeps the schedule (the long-run
-    /// rate stays exact) at the price of releases up to `⌊τ / T⌋` items closer together
-    /// than `T` (see the crate docs, "Pacing and tolerance"). Zero by default.
-    ///
-    /// A tolerance above about 9.1 years ([`MAX_TOLERANCE_TICKS`]) is an error.
-    pub fn with_tolerance(mut self, tolerance: Duration) -> Result<Self, BuildError> {
-        self.set_tolerance(tolerance)?;
-        Ok(self)
-    }
-
-    /// Sets the tolerance (see [`with_tolerance`](Self::with_tolerance)).
-    pub(crate) fn set_tolerance(&mut self, tolerance: Duration) -> Result<(), BuildError> {
         let tolerance_ticks = ticks::from_nanos(duration_as_nanos_saturating(tolerance));
         if tolerance_ticks > MAX_TOLERANCE_TICKS {
             return Err(BuildError::ToleranceTooLong { tolerance });
         }
-        self.tolerance = tolerance_ticks;
-        Ok(())
+        Ok(Self {
+            next: CachePadded::new(AtomicU64::new(0)),
+            interval: quota.emission_interval_ticks(),
+            tolerance: tolerance_ticks,
+            origin,
+        })
     }
 
     /// The leak interval `T`, in ticks (1/16 ns), exactly as enforced.
     #[inline]
-    pub fn interval_ticks(&self) -> u64 {
+    pub(crate) fn interval_ticks(&self) -> u64 {
         self.interval
     }
 
@@ -239,7 +247,7 @@ impl LeakSchedule {
         Duration::from_nanos(ticks::to_nanos_ceil(self.interval))
     }
 
-    /// The tolerance `τ` (see [`with_tolerance`](Self::with_tolerance)), rounded up to a
+    /// The tolerance `τ` (see [`LeakScheduleBuilder::tolerance`]), rounded up to a
     /// whole nanosecond.
     pub fn tolerance(&self) -> Duration {
         Duration::from_nanos(ticks::to_nanos_ceil(self.tolerance))
@@ -450,6 +458,39 @@ impl LeakSchedule {
     }
 }
 
+/// Builds a [`LeakSchedule`]: its quota and origin, and a tolerance.
+///
+/// Made by [`LeakSchedule::builder`]; the setter never fails, and
+/// [`build`](Self::build) validates everything and returns the schedule or a
+/// [`BuildError`] naming what is wrong.
+#[derive(Debug, Clone, Copy)]
+pub struct LeakScheduleBuilder {
+    quota: Quota,
+    origin: Nanos,
+    tolerance: Duration,
+}
+
+impl LeakScheduleBuilder {
+    /// A slot may be claimed up to `tolerance` (`τ`) in the past, so a consumer that
+    /// comes late by less than `τ` keeps the schedule (the long-run rate stays exact)
+    /// at the price of releases up to `⌊τ / T⌋` items closer together than `T` (see
+    /// the crate docs, "Pacing and tolerance"). Zero by default; above about 9.1
+    /// years (2⁵⁸ ns), [`build`](Self::build) fails with
+    /// [`BuildError::ToleranceTooLong`].
+    pub fn tolerance(self, tolerance: Duration) -> Self {
+        Self { tolerance, ..self }
+    }
+
+    /// The schedule.
+    ///
+    /// Errors: the quota's burst is not its count ([`BuildError::BurstNotUsed`]), its
+    /// interval is not a whole number of ticks ([`BuildError::FractionalInterval`]),
+    /// or the tolerance is too long ([`BuildError::ToleranceTooLong`]).
+    pub fn build(self) -> Result<LeakSchedule, BuildError> {
+        LeakSchedule::validated(self.quota, self.origin, self.tolerance)
+    }
+}
+
 impl fmt::Debug for LeakSchedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeakSchedule")
@@ -503,9 +544,9 @@ mod tests {
 
     #[test]
     fn tolerance_keeps_the_schedule_for_late_claims() {
-        let schedule = LeakSchedule::new(per_second(1_000), Nanos::ZERO)
-            .unwrap()
-            .with_tolerance(Duration::from_micros(300))
+        let schedule = LeakSchedule::builder(per_second(1_000), Nanos::ZERO)
+            .tolerance(Duration::from_micros(300))
+            .build()
             .unwrap();
         let us = |n: u64| Nanos::new(n * 1_000);
         assert_eq!(schedule.claim(&us(0)).at(), us(0));
@@ -515,7 +556,7 @@ mod tests {
         assert_eq!(schedule.claim(&us(2_500)).at(), us(2_200));
         assert_eq!(schedule.tolerance(), Duration::from_micros(300));
         assert!(matches!(
-            LeakSchedule::new(per_second(1), Nanos::ZERO).unwrap().with_tolerance(Duration::MAX),
+            LeakSchedule::builder(per_second(1), Nanos::ZERO).tolerance(Duration::MAX).build(),
             Err(BuildError::ToleranceTooLong { .. })
         ));
     }

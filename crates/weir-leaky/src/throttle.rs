@@ -136,10 +136,80 @@ pub struct Throttle<C = TokioClock> {
 impl Throttle<TokioClock> {
     /// A throttle letting one request through every `quota.emission_interval()`, with
     /// at most `capacity` requests waiting, on a [`TokioClock`]. A quota with a burst
-    /// is a [`BuildError`] (a throttle has none; see [`LeakSchedule::new`] and
-    /// [`LeakSchedule::with_tolerance`]).
+    /// is a [`BuildError`] (a throttle has none; see [`LeakSchedule::new`], and
+    /// [`ThrottleBuilder::tolerance`] for absorbing late wake-ups).
     pub fn new(quota: Quota, capacity: usize) -> Result<Self, BuildError> {
-        Self::with_clock(quota, capacity, TokioClock::new())
+        Self::builder(quota, capacity).build()
+    }
+
+    /// A builder for a throttle of `quota` with at most `capacity` waiting, for the
+    /// option of a leak tolerance ([`ThrottleBuilder::tolerance`]); `build()` or
+    /// `build_with_clock(clock)` validates and makes the throttle.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir_core::Quota;
+    /// use weir_leaky::Throttle;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let throttle = Throttle::builder(Quota::per_second(1_000)?, 100)
+    ///     .tolerance(Duration::from_millis(1)) // tokio's timer resolution
+    ///     .build()?;
+    /// throttle.acquire().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder(quota: Quota, capacity: usize) -> ThrottleBuilder {
+        ThrottleBuilder { quota, capacity, tolerance: Duration::ZERO }
+    }
+}
+
+/// Builds a [`Throttle`]: its rate and capacity, and a leak tolerance.
+///
+/// Made by [`Throttle::builder`]; the setter never fails, and `build()` (on a
+/// [`TokioClock`]) or [`build_with_clock`](Self::build_with_clock) validates
+/// everything and returns the throttle or a [`BuildError`] naming what is wrong.
+#[derive(Debug, Clone, Copy)]
+pub struct ThrottleBuilder {
+    quota: Quota,
+    capacity: usize,
+    tolerance: Duration,
+}
+
+impl ThrottleBuilder {
+    /// A request whose slot comes up to `tolerance` late keeps the schedule (see
+    /// [`LeakScheduleBuilder::tolerance`](crate::LeakScheduleBuilder::tolerance)).
+    /// Zero by default.
+    pub fn tolerance(self, tolerance: Duration) -> Self {
+        Self { tolerance, ..self }
+    }
+
+    /// The throttle, on a [`TokioClock`].
+    ///
+    /// Errors: see [`build_with_clock`](Self::build_with_clock).
+    pub fn build(self) -> Result<Throttle<TokioClock>, BuildError> {
+        self.build_with_clock(TokioClock::new())
+    }
+
+    /// The throttle, reading time from `clock`. The clock must move with tokio's
+    /// timer (the waits are tokio sleeps of the clock's remaining time), so under
+    /// paused time use a [`TokioClock`].
+    ///
+    /// Errors: `capacity` 0 ([`BuildError::ZeroCapacity`]); a quota the leak cannot
+    /// honour or a tolerance too long (see
+    /// [`LeakScheduleBuilder::build`](crate::LeakScheduleBuilder::build)).
+    pub fn build_with_clock<C: Clock>(self, clock: C) -> Result<Throttle<C>, BuildError> {
+        if self.capacity == 0 {
+            return Err(BuildError::ZeroCapacity);
+        }
+        Ok(Throttle {
+            schedule: LeakSchedule::validated(self.quota, clock.now(), self.tolerance)?,
+            line: tokio::sync::Mutex::new(None),
+            waiting: CachePadded::new(AtomicU64::new(0)),
+            capacity: self.capacity as u64,
+            clock,
+        })
     }
 }
 
@@ -148,22 +218,7 @@ impl<C: Clock> Throttle<C> {
     /// timer (the waits are tokio sleeps of the clock's remaining time), so under
     /// paused time use a [`TokioClock`].
     pub fn with_clock(quota: Quota, capacity: usize, clock: C) -> Result<Self, BuildError> {
-        if capacity == 0 {
-            return Err(BuildError::ZeroCapacity);
-        }
-        Ok(Self {
-            schedule: LeakSchedule::new(quota, clock.now())?,
-            line: tokio::sync::Mutex::new(None),
-            waiting: CachePadded::new(AtomicU64::new(0)),
-            capacity: capacity as u64,
-            clock,
-        })
-    }
-
-    /// The same throttle with a leak tolerance (see [`LeakSchedule::with_tolerance`]).
-    pub fn with_tolerance(mut self, tolerance: Duration) -> Result<Self, BuildError> {
-        self.schedule.set_tolerance(tolerance)?;
-        Ok(self)
+        ThrottleBuilder { quota, capacity, tolerance: Duration::ZERO }.build_with_clock(clock)
     }
 
     /// Waits for this request's turn (FIFO), then returns `Ok`: the request may

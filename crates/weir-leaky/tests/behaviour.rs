@@ -78,9 +78,9 @@ fn a_late_consumer_restarts_the_schedule_unless_within_tolerance() {
     assert!(matches!(bucket.try_recv(), Err(TryRecvError::NotYet { .. })));
 
     let clock = ManualClock::new();
-    let bucket = LeakyBucket::with_clock(Quota::per_second(1_000).unwrap(), 10, clock.clone())
-        .unwrap()
-        .with_tolerance(Duration::from_micros(600))
+    let bucket = LeakyBucket::builder(Quota::per_second(1_000).unwrap(), 10)
+        .tolerance(Duration::from_micros(600))
+        .build_with_clock(clock.clone())
         .unwrap();
     for i in 0..4 {
         bucket.offer(i).unwrap();
@@ -123,7 +123,7 @@ fn bad_input_is_a_typed_error_with_advice() {
     let e = BoundedQueue::<[u8; 1 << 20]>::new(MAX_CAPACITY).unwrap_err();
     assert!(matches!(e, BuildError::OutOfMemory { .. }), "{e:?}");
     assert!(e.to_string().contains("could not allocate"), "{e}");
-    let e = LeakyBucket::<u8, _>::with_clock(q, 1, clock).unwrap().with_tolerance(Duration::MAX).unwrap_err();
+    let e = LeakyBucket::<u8, _>::builder(q, 1).tolerance(Duration::MAX).build_with_clock(clock).unwrap_err();
     assert!(matches!(e, BuildError::ToleranceTooLong { .. }));
     assert!(e.to_string().contains("shorter"), "{e}");
 }

@@ -160,9 +160,9 @@ proptest! {
         ops in prop::collection::vec(bucket_op(), 1..200),
     ) {
         let clock = ManualClock::starting_at(Nanos::new(start));
-        let bucket = LeakyBucket::with_clock(q, capacity, clock.clone())
-            .unwrap()
-            .with_tolerance(Duration::from_nanos(tolerance_ns))
+        let bucket = LeakyBucket::builder(q, capacity)
+            .tolerance(Duration::from_nanos(tolerance_ns))
+            .build_with_clock(clock.clone())
             .unwrap();
         let mut reference = Reference {
             items: VecDeque::new(),
@@ -215,9 +215,9 @@ proptest! {
         steps in prop::collection::vec((0u64..2_000, 0usize..6, 0usize..6), 1..200),
     ) {
         let clock = ManualClock::new();
-        let bucket = LeakyBucket::with_clock(q, capacity, clock.clone())
-            .unwrap()
-            .with_tolerance(Duration::from_nanos(tolerance_ns))
+        let bucket = LeakyBucket::builder(q, capacity)
+            .tolerance(Duration::from_nanos(tolerance_ns))
+            .build_with_clock(clock.clone())
             .unwrap();
         let mut releases = Vec::new();
         let mut accepted = 0u32;

@@ -358,7 +358,7 @@ impl Retire for FixedWindowAlgorithm {
     }
 }
 
-weir_core::single_limiter! {
+weir_core::__private::single_limiter! {
     /// A fixed window counter: at most `limit` requests per window, one atomic word.
     ///
     /// See the [module docs](crate::fixed) for the algorithm, its boundary burst
@@ -378,7 +378,7 @@ weir_core::single_limiter! {
     pub struct FixedWindow { algorithm: FixedWindowAlgorithm, state: FixedWindowState }
 }
 
-window_limiter_constructors!(FixedWindow, FixedWindowAlgorithm, FixedWindowState;
+window_limiter_constructors!(FixedWindow, FixedWindowBuilder, FixedWindowAlgorithm, FixedWindowState;
     ///
     /// ```
     /// use weir_core::{Clock, ManualClock, Nanos, Quota};
@@ -386,7 +386,9 @@ window_limiter_constructors!(FixedWindow, FixedWindowAlgorithm, FixedWindowState
     ///
     /// let clock = ManualClock::starting_at(Nanos::new(25_000_000_000)); // 25 s
     /// // Windows start when the limiter is made: [25 s, 85 s), [85 s, 145 s), ...
-    /// let limiter = FixedWindow::with_clock_aligned(Quota::per_minute(1)?, clock.clone(), clock.now())?;
+    /// let limiter = FixedWindow::builder(Quota::per_minute(1)?)
+    ///     .window_start(clock.now())
+    ///     .build_with_clock(clock.clone())?;
     /// assert!(limiter.check().is_allowed());
     /// assert_eq!(limiter.check().retry_after().unwrap().as_secs(), 60);
     /// # Ok::<(), Box<dyn std::error::Error>>(())

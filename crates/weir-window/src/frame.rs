@@ -15,7 +15,7 @@ use weir_core::{Nanos, Quota, Snapshot};
 
 /// How long every limiter must run after its creation before its window numbers run
 /// out: 2⁵⁸ ns, about 9.1 years, the span of weir's time arithmetic
-/// ([`weir_core::MAX_TOLERANCE_TICKS`] is 2⁵⁸ ns in ticks).
+/// (`weir_core::__private::MAX_TOLERANCE_TICKS` is 2⁵⁸ ns in ticks).
 pub(crate) const MIN_HORIZON_NS: u64 = 1 << 58;
 
 /// Bits needed to write `value` (0 for 0).

@@ -1,5 +1,16 @@
-//! Window rate limiters: the fixed window, the sliding window counter (in one word,
-//! and striped across cores for one hot limit), and the exact sliding log.
+//! Window rate limiters: "at most N per window" as users read it. The fixed window,
+//! the sliding window counter (in one word, and striped per thread for one hot
+//! limit), and the exact sliding log.
+//!
+//! # What to use when
+//!
+//! - Per-key limits with small counts: [`SlidingWindow`] (or [`FixedWindow`] if a
+//!   burst of up to twice the limit across a window boundary is acceptable).
+//! - One limit shared by every thread of a busy server: [`StripedSlidingWindow`].
+//! - The limit must hold in *every* interval, not on average, and the limit is
+//!   small: [`SlidingLog`].
+//! - A rate with a burst allowance rather than a count per window: GCRA
+//!   (`weir-gcra`).
 //!
 //! Every limiter here enforces "`limit` requests per window of length `P`", built
 //! from a [`Quota`](weir_core::Quota) (`limit = quota.count()`, `P =
@@ -12,6 +23,33 @@
 //! ones without changing a decision (a retired state is an all-ones word, or for the
 //! log a reserved sequence number, that admits nothing).
 //!
+//! Each limiter has `new(quota)` (the default clock) and `with_clock(quota, clock)`;
+//! options (where windows start, the striped window's stripes, batch and mode) go
+//! on its builder: `FixedWindow::builder(quota).window_start(start).build()?`.
+//!
+//! # Example
+//!
+//! ```
+//! use weir_core::{Limiter, ManualClock, Quota};
+//! use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedSlidingWindow};
+//!
+//! let quota = Quota::per_minute(100)?;
+//! let clock = ManualClock::new();
+//! let limiters: Vec<Box<dyn Limiter>> = vec![
+//!     Box::new(FixedWindow::with_clock(quota, clock.clone())?),
+//!     Box::new(SlidingWindow::with_clock(quota, clock.clone())?),
+//!     Box::new(SlidingLog::with_clock(quota, clock.clone())?),
+//!     Box::new(StripedSlidingWindow::builder(quota).build_with_clock(clock.clone())?),
+//! ];
+//! for limiter in &limiters {
+//!     assert!(limiter.check_n(100)?.is_allowed());
+//!     let denied = limiter.check();
+//!     assert!(denied.is_denied() && denied.limit() == 100 && denied.remaining() == 0);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+//!
 //! # Choosing a window algorithm
 //!
 //! | algorithm | memory per limiter | burst behaviour | accuracy | speed against governor's GCRA, allowed / denied: one thread; one hot limiter, 2 threads |
@@ -23,24 +61,10 @@
 //! | [`StripedSlidingWindow`], approximate | 128 B × stripes + 128 B | as [`SlidingWindow`] | estimate exceeds the limit by at most **batch − 1** (default batch `limit / 1024`: < 0.1%) | 1.0× / 1.0×; not re-measured on 2 threads |
 //!
 //! Speed is checks per second relative to governor's GCRA measured in the same run,
-//! every limiter on its default TSC clock, 2-core dev VM (BENCHMARKS.md, "Single
-//! limiter and windows against governor"): one thread from the interleaved
-//! single-thread suite (`weir-bench single --full`, medians), two threads on one
-//! shared limiter from `weir-bench throughput --threads 1,2` (the range of three
-//! runs; two threads writing one line vary widely between runs). A check costs
-//! about one clock read: the window arithmetic hides under it. The one-word
-//! sliding counter's allowed figure is measured at 16 per 16 ns, the only quota of
-//! its encoding that a check loop cannot exhaust, so nearly every check moves it to
-//! a new window (a multiplication and comparisons between loading the state and
-//! its CAS, which one thread's checks wait on in turn). The log's two-thread
-//! figures are from the full run at `d277e69`. Accuracy under 2-thread overload
-//! (`weir-bench accuracy`): every window limiter within 0.4% of its ideal, none
-//! above it.
-//!
-//! Rules of thumb: per-key limits with small counts: [`SlidingWindow`] (or
-//! [`FixedWindow`] if the boundary burst is acceptable). One limit shared by every
-//! core of a busy server: [`StripedSlidingWindow`]. When the limit must hold in
-//! every interval, not on average, and the limit is small: [`SlidingLog`].
+//! every limiter on its default clock (how and where it was measured:
+//! [DESIGN.md, "weir-window"](https://github.com/weir-rs/weir/blob/main/DESIGN.md#weir-window)).
+//! A check costs about one clock read: the window arithmetic hides under it. Under
+//! overload every window limiter stays within 0.4% of its ideal, none above it.
 //!
 //! # Windows and time
 //!
@@ -48,7 +72,7 @@
 //! `[k·P, (k+1)·P)` of the clock's readings, so limiters with the same period share
 //! boundaries and, with a clock counting from midnight, a minute window starts on the
 //! minute (the worked examples use a [`ManualClock`](weir_core::ManualClock) set to
-//! 12:00:00 that way). Each limiter takes a `window_start` to align elsewhere, e.g.
+//! 12:00:00 that way). Each limiter's builder takes a `window_start` to align elsewhere, e.g.
 //! its creation reading. The sliding log has no boundaries.
 //!
 //! A reading earlier than one already used (a clock stepping backwards, or a thread
@@ -101,28 +125,6 @@
 //! the clock read is the caller's choice (weir-core's `CoarseClock`
 //! costs one load).
 //!
-//! # Example
-//!
-//! ```
-//! use weir_core::{Limiter, ManualClock, Quota};
-//! use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedBuilder};
-//!
-//! let quota = Quota::per_minute(100)?;
-//! let clock = ManualClock::new();
-//! let limiters: Vec<Box<dyn Limiter>> = vec![
-//!     Box::new(FixedWindow::with_clock(quota, clock.clone())?),
-//!     Box::new(SlidingWindow::with_clock(quota, clock.clone())?),
-//!     Box::new(SlidingLog::with_clock(quota, clock.clone())?),
-//!     Box::new(StripedBuilder::new(quota).build_with_clock(clock.clone())?),
-//! ];
-//! for limiter in &limiters {
-//!     assert!(limiter.check_n(100)?.is_allowed());
-//!     let denied = limiter.check();
-//!     assert!(denied.is_denied() && denied.limit() == 100 && denied.remaining() == 0);
-//! }
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
-
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -130,35 +132,40 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
-/// The constructors and accessors shared by the one-word window limiters
-/// ([`FixedWindow`], [`SlidingWindow`]): `new` on the default clock, `with_clock`,
-/// `with_clock_aligned` (through the algorithm's `aligned`), `limit` and `window`.
-/// Doc comments after a `;` are added to `with_clock_aligned`'s docs.
+/// What the one-word window limiters ([`FixedWindow`], [`SlidingWindow`]) share:
+/// `new` on the default clock, `with_clock`, `builder` (for where windows start)
+/// and its builder type, `limit` and `window`. Doc comments after a `;` are added
+/// to the builder's `window_start` docs.
 macro_rules! window_limiter_constructors {
-    ($name:ident, $algorithm:ty, $state:ty $(; $(#[$aligned_doc:meta])*)?) => {
+    ($name:ident, $builder:ident, $algorithm:ty, $state:ty $(; $(#[$start_doc:meta])*)?) => {
         #[cfg(feature = "std")]
         impl $name<weir_core::MonotonicClock> {
             /// An empty limiter enforcing `quota` (`count` per `period`) on the default
             /// [`MonotonicClock`](weir_core::MonotonicClock), windows aligned to its
             /// origin (the first `MonotonicClock` made in the process).
+            ///
+            /// Errors: see [`WindowError`].
             pub fn new(quota: Quota) -> Result<Self, WindowError> {
-                Self::with_clock(quota, weir_core::MonotonicClock::new())
+                Self::builder(quota).build()
+            }
+        }
+
+        impl $name<weir_core::DefaultClock> {
+            /// A builder for `quota`, for the option of where windows start
+            #[doc = concat!("([`", stringify!($builder), "::window_start`]); `build()` or")]
+            /// `build_with_clock(clock)` validates and makes the limiter.
+            pub fn builder(quota: Quota) -> $builder {
+                $builder { quota, window_start: Nanos::ZERO }
             }
         }
 
         impl<C: Clock> $name<C> {
             /// An empty limiter enforcing `quota`, reading time from `clock`, with
             /// windows starting at the clock's origin and every period after it.
+            ///
+            /// Errors: see [`WindowError`].
             pub fn with_clock(quota: Quota, clock: C) -> Result<Self, WindowError> {
-                Self::with_clock_aligned(quota, clock, Nanos::ZERO)
-            }
-
-            /// Like [`with_clock`](Self::with_clock), with windows starting at the
-            /// reading `window_start` and every period before and after it.
-            $($(#[$aligned_doc])*)?
-            pub fn with_clock_aligned(quota: Quota, clock: C, window_start: Nanos) -> Result<Self, WindowError> {
-                let algorithm = <$algorithm>::aligned(quota, clock.now(), window_start)?;
-                Ok(Self { algorithm, state: CachePadded::new(<$state>::new()), clock })
+                $builder { quota, window_start: Nanos::ZERO }.build_with_clock(clock)
             }
 
             /// The most requests admitted per window-length.
@@ -171,6 +178,43 @@ macro_rules! window_limiter_constructors {
                 self.algorithm.window()
             }
         }
+
+        #[doc = concat!("Builds a [`", stringify!($name), "`]: its quota, and where its windows start.")]
+        ///
+        #[doc = concat!("Made by [`", stringify!($name), "::builder`]; the setters never fail, and")]
+        /// `build()` (default clock) or `build_with_clock(clock)` validates the quota
+        /// and returns the limiter or a [`WindowError`].
+        #[derive(Debug, Clone, Copy)]
+        pub struct $builder {
+            quota: Quota,
+            window_start: Nanos,
+        }
+
+        impl $builder {
+            /// Windows start at the reading `window_start` and every period before and
+            /// after it (default: the clock's origin, [`Nanos::ZERO`]). Pass the
+            /// clock's `now()` to start them when the limiter is made.
+            $($(#[$start_doc])*)?
+            pub fn window_start(self, window_start: Nanos) -> Self {
+                Self { window_start, ..self }
+            }
+
+            /// The limiter, on the default [`MonotonicClock`](weir_core::MonotonicClock).
+            ///
+            /// Errors: see [`WindowError`].
+            #[cfg(feature = "std")]
+            pub fn build(self) -> Result<$name, WindowError> {
+                self.build_with_clock(weir_core::MonotonicClock::new())
+            }
+
+            /// The limiter, reading time from `clock`.
+            ///
+            /// Errors: see [`WindowError`].
+            pub fn build_with_clock<C: Clock>(self, clock: C) -> Result<$name<C>, WindowError> {
+                let algorithm = <$algorithm>::aligned(self.quota, clock.now(), self.window_start)?;
+                Ok($name { algorithm, state: CachePadded::new(<$state>::new()), clock })
+            }
+        }
     };
 }
 
@@ -181,8 +225,33 @@ pub mod log;
 pub mod sliding;
 pub mod striped;
 
+/// Not part of weir's public API and not covered by its semver promises: what
+/// weir's own tests and models reach into. Hidden from the docs; a program that
+/// uses weir never needs it.
+#[doc(hidden)]
+pub mod __private {
+    use crate::StripedSlidingWindow;
+    use weir_core::{Clock, Decision, InsufficientCapacity, Nanos, Snapshot};
+
+    /// A striped window's check of cost `n` on stripe `stripe` at the explicit
+    /// reading `now`, ignoring its clock (the loom models pass time in).
+    pub fn check_n_on_at<C: Clock>(
+        limiter: &StripedSlidingWindow<C>,
+        stripe: usize,
+        n: u64,
+        now: Nanos,
+    ) -> Result<Decision, InsufficientCapacity> {
+        limiter.check_n_on_at(stripe, n, now)
+    }
+
+    /// A striped window's snapshot at the explicit reading `now`.
+    pub fn snapshot_at<C: Clock>(limiter: &StripedSlidingWindow<C>, now: Nanos) -> Snapshot {
+        limiter.snapshot_at(now)
+    }
+}
+
 pub use error::WindowError;
-pub use fixed::{FixedWindow, FixedWindowAlgorithm, FixedWindowState};
+pub use fixed::{FixedWindow, FixedWindowAlgorithm, FixedWindowBuilder, FixedWindowState};
 pub use log::{MAX_LOG_LIMIT, SlidingLog, SlidingLogAlgorithm, SlidingLogState};
-pub use sliding::{SlidingWindow, SlidingWindowAlgorithm, SlidingWindowState};
+pub use sliding::{SlidingWindow, SlidingWindowAlgorithm, SlidingWindowBuilder, SlidingWindowState};
 pub use striped::{MAX_STRIPES, StripedBuilder, StripedMode, StripedSlidingWindow};

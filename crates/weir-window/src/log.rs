@@ -559,7 +559,7 @@ impl Retire for SlidingLogAlgorithm {
     }
 }
 
-weir_core::single_limiter! {
+weir_core::__private::single_limiter! {
     /// A sliding window log: the timestamps of the requests admitted in the last
     /// window-length; exact, at `8 × limit` bytes.
     ///

@@ -446,7 +446,7 @@ impl Retire for SlidingWindowAlgorithm {
     }
 }
 
-weir_core::single_limiter! {
+weir_core::__private::single_limiter! {
     /// A sliding window counter: the previous window's count, weighted by its
     /// overlap with the last window-length, plus the current window's, in one
     /// atomic word.
@@ -465,4 +465,4 @@ weir_core::single_limiter! {
     pub struct SlidingWindow { algorithm: SlidingWindowAlgorithm, state: SlidingWindowState }
 }
 
-window_limiter_constructors!(SlidingWindow, SlidingWindowAlgorithm, SlidingWindowState);
+window_limiter_constructors!(SlidingWindow, SlidingWindowBuilder, SlidingWindowAlgorithm, SlidingWindowState);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, ManualClock, Nanos, Quota};
 use weir_window::{
     FixedWindow, FixedWindowAlgorithm, SlidingLog, SlidingLogAlgorithm, SlidingWindow, SlidingWindowAlgorithm,
-    StripedBuilder, StripedMode, StripedSlidingWindow, WindowError,
+    StripedMode, StripedSlidingWindow, WindowError,
 };
 
 const SECOND: u64 = 1_000_000_000;
@@ -33,7 +33,7 @@ fn all(quota: Quota, clock: &ManualClock) -> Vec<(&'static str, Box<dyn Limiter>
 }
 
 fn striped(quota: Quota, clock: &ManualClock, mode: StripedMode) -> StripedSlidingWindow<ManualClock> {
-    StripedBuilder::new(quota).stripes(4).batch(1).mode(mode).build_with_clock(clock.clone()).unwrap()
+    StripedSlidingWindow::builder(quota).stripes(4).batch(1).mode(mode).build_with_clock(clock.clone()).unwrap()
 }
 
 // ---------------------------------------------------------------------------------
@@ -74,7 +74,7 @@ fn worked_example_sliding_estimate() {
 
     // The same through the striped limiter (exact mode, any batch).
     let clock = ManualClock::starting_at(at(12, 0, 10));
-    let striped = StripedBuilder::new(Quota::per_minute(100).unwrap())
+    let striped = StripedSlidingWindow::builder(Quota::per_minute(100).unwrap())
         .stripes(4)
         .batch(16)
         .build_with_clock(clock.clone())
@@ -201,7 +201,11 @@ fn makers() -> Vec<(&'static str, Maker)> {
         ("log", |q, c| Box::new(SlidingLog::with_clock(q, c.clone()).unwrap())),
         ("striped-exact", |q, c| {
             Box::new(
-                StripedBuilder::new(q).stripes(2).batch(q.count().div_ceil(3)).build_with_clock(c.clone()).unwrap(),
+                StripedSlidingWindow::builder(q)
+                    .stripes(2)
+                    .batch(q.count().div_ceil(3))
+                    .build_with_clock(c.clone())
+                    .unwrap(),
             )
         }),
     ]
@@ -233,19 +237,22 @@ fn bad_input_is_a_typed_error() {
     assert_eq!(FixedWindow::with_clock(burst, clock.clone()).unwrap_err(), expected);
     assert_eq!(SlidingWindow::with_clock(burst, clock.clone()).unwrap_err(), expected);
     assert_eq!(SlidingLog::with_clock(burst, clock.clone()).unwrap_err(), expected);
-    assert_eq!(StripedBuilder::new(burst).build_with_clock(clock.clone()).unwrap_err(), expected);
+    assert_eq!(StripedSlidingWindow::builder(burst).build_with_clock(clock.clone()).unwrap_err(), expected);
     assert!(FixedWindow::with_clock(Quota::per_minute(100).unwrap().with_burst(100).unwrap(), clock.clone()).is_ok());
 
     let q = Quota::per_second(100).unwrap();
-    let build = |b: StripedBuilder| b.build_with_clock(clock.clone()).map(|_| ());
-    assert_eq!(build(StripedBuilder::new(q).stripes(0)), Err(WindowError::ZeroStripes));
+    let build = |b: weir_window::StripedBuilder| b.build_with_clock(clock.clone()).map(|_| ());
+    assert_eq!(build(StripedSlidingWindow::builder(q).stripes(0)), Err(WindowError::ZeroStripes));
     assert_eq!(
-        build(StripedBuilder::new(q).stripes(5000)),
+        build(StripedSlidingWindow::builder(q).stripes(5000)),
         Err(WindowError::TooManyStripes { stripes: 5000, max: 4096 })
     );
-    assert_eq!(build(StripedBuilder::new(q).batch(0)), Err(WindowError::ZeroBatch));
-    assert_eq!(build(StripedBuilder::new(q).batch(101)), Err(WindowError::BatchAboveLimit { batch: 101, limit: 100 }));
-    let striped = StripedBuilder::new(q).stripes(5).batch(100).build_with_clock(clock.clone()).unwrap();
+    assert_eq!(build(StripedSlidingWindow::builder(q).batch(0)), Err(WindowError::ZeroBatch));
+    assert_eq!(
+        build(StripedSlidingWindow::builder(q).batch(101)),
+        Err(WindowError::BatchAboveLimit { batch: 101, limit: 100 })
+    );
+    let striped = StripedSlidingWindow::builder(q).stripes(5).batch(100).build_with_clock(clock.clone()).unwrap();
     assert_eq!((striped.stripes(), striped.batch(), striped.mode()), (8, 100, StripedMode::Exact), "rounded up");
 
     let huge = Quota::per_second(1 << 25).unwrap();
@@ -271,14 +278,14 @@ fn limits_too_large_for_the_encoding_are_refused_with_what_fits() {
         // The other algorithms take the same quota.
         let q = Quota::new(max + 1, period).unwrap();
         assert!(FixedWindow::with_clock(q, clock.clone()).is_ok());
-        assert!(StripedBuilder::new(q).build_with_clock(clock.clone()).is_ok());
+        assert!(StripedSlidingWindow::builder(q).build_with_clock(clock.clone()).is_ok());
     }
     // The extremes of what a Quota allows: 16 per ns, and one per 9 years.
     for q in [Quota::per_second(16_000_000_000).unwrap(), Quota::new(1, Duration::from_secs(9 * 365 * 86_400)).unwrap()]
     {
         let _ = FixedWindow::with_clock(q, clock.clone()).map(|l| l.check());
         let _ = SlidingWindow::with_clock(q, clock.clone()).map(|l| l.check());
-        let _ = StripedBuilder::new(q).build_with_clock(clock.clone()).map(|l| l.check());
+        let _ = StripedSlidingWindow::builder(q).build_with_clock(clock.clone()).map(|l| l.check());
     }
     assert!(FixedWindow::with_clock(Quota::per_second(16_000_000_000).unwrap(), clock.clone()).is_ok());
 }
@@ -299,8 +306,8 @@ fn windows_align_to_the_clock_origin_or_where_asked() {
     let q = Quota::per_minute(1).unwrap();
     let clock = ManualClock::starting_at(at(12, 0, 40));
     let origin = FixedWindow::with_clock(q, clock.clone()).unwrap();
-    let creation = FixedWindow::with_clock_aligned(q, clock.clone(), clock.now()).unwrap();
-    let half = FixedWindow::with_clock_aligned(q, clock.clone(), Nanos::new(30 * SECOND)).unwrap();
+    let creation = FixedWindow::builder(q).window_start(clock.now()).build_with_clock(clock.clone()).unwrap();
+    let half = FixedWindow::builder(q).window_start(Nanos::new(30 * SECOND)).build_with_clock(clock.clone()).unwrap();
     for limiter in [&origin, &creation, &half] {
         assert!(limiter.check().is_allowed());
     }
@@ -308,7 +315,8 @@ fn windows_align_to_the_clock_origin_or_where_asked() {
     assert_eq!(creation.check().retry_after(), Some(Duration::from_secs(60)), "at 12:01:40");
     assert_eq!(half.check().retry_after(), Some(Duration::from_secs(50)), "at 12:01:30");
 
-    let striped = StripedBuilder::new(q).window_start(Nanos::new(30 * SECOND)).build_with_clock(clock.clone()).unwrap();
+    let striped =
+        StripedSlidingWindow::builder(q).window_start(Nanos::new(30 * SECOND)).build_with_clock(clock.clone()).unwrap();
     assert!(striped.check().is_allowed());
     clock.set(at(12, 1, 30));
     assert_eq!(striped.snapshot().remaining(), 0, "the previous window counts fully at its end");
@@ -446,7 +454,7 @@ fn per_key_states_share_one_algorithm() {
 #[test]
 fn a_striped_limiter_spreads_threads_and_takes_explicit_stripes() {
     let clock = ManualClock::new();
-    let limiter = StripedBuilder::new(Quota::per_second(1_000).unwrap())
+    let limiter = StripedSlidingWindow::builder(Quota::per_second(1_000).unwrap())
         .stripes(4)
         .batch(10)
         .build_with_clock(clock.clone())

@@ -26,7 +26,7 @@ use proptest::prelude::*;
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 use weir_core::{Decision, Limiter, ManualClock, Nanos, Quota, Snapshot};
-use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedBuilder, StripedMode};
+use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedMode, StripedSlidingWindow};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -331,7 +331,7 @@ proptest! {
             (StripedMode::Exact, (q.count() * batch_fraction / 100).max(1))
         };
         let clock = ManualClock::starting_at(Nanos::new(start));
-        let limiter = StripedBuilder::new(q).stripes(stripes).batch(batch).mode(mode).build_with_clock(clock.clone()).unwrap();
+        let limiter = StripedSlidingWindow::builder(q).stripes(stripes).batch(batch).mode(mode).build_with_clock(clock.clone()).unwrap();
         let mut reference = Windows::new(&q);
         let mut last = None;
         for op in ops {
@@ -373,7 +373,7 @@ proptest! {
     ) {
         let batch = (q.count() * batch_fraction / 100).max(1);
         let clock = ManualClock::starting_at(Nanos::new(start));
-        let limiter = StripedBuilder::new(q).stripes(stripes).batch(batch).mode(StripedMode::Approximate).build_with_clock(clock.clone()).unwrap();
+        let limiter = StripedSlidingWindow::builder(q).stripes(stripes).batch(batch).mode(StripedMode::Approximate).build_with_clock(clock.clone()).unwrap();
         let mut admitted = Windows::new(&q);
         let mut last = None;
         for op in ops {
@@ -414,7 +414,7 @@ proptest! {
         let fixed = FixedWindow::with_clock(q, clock.clone()).unwrap();
         let sliding = SlidingWindow::with_clock(q, clock.clone()).unwrap();
         let log = SlidingLog::with_clock(q, clock.clone()).unwrap();
-        let striped = StripedBuilder::new(q).stripes(stripes).batch(q.count().div_ceil(3)).build_with_clock(clock.clone()).unwrap();
+        let striped = StripedSlidingWindow::builder(q).stripes(stripes).batch(q.count().div_ceil(3)).build_with_clock(clock.clone()).unwrap();
         let limiters: [(&str, CheckFn); 4] = [
             ("fixed", &|n, _| fixed.check_n(n).unwrap().is_allowed()),
             ("sliding", &|n, _| sliding.check_n(n).unwrap().is_allowed()),

@@ -6,7 +6,7 @@
 use weir_core::{Algorithm, Clock, InsufficientCapacity, Limiter, ManualClock, Nanos, Quota};
 use weir_window::{
     FixedWindow, FixedWindowAlgorithm, SlidingLog, SlidingLogAlgorithm, SlidingWindow, SlidingWindowAlgorithm,
-    StripedBuilder, StripedMode,
+    StripedMode, StripedSlidingWindow,
 };
 
 const SECOND: u64 = 1_000_000_000;
@@ -24,7 +24,7 @@ fn admitted(limiter: &dyn Limiter, requests: usize) -> usize {
 fn all(clock: &ManualClock) -> Vec<(&'static str, Box<dyn Limiter>)> {
     let quota = Quota::per_minute(10).unwrap();
     let striped = |mode, batch| {
-        StripedBuilder::new(quota).stripes(2).batch(batch).mode(mode).build_with_clock(clock.clone()).unwrap()
+        StripedSlidingWindow::builder(quota).stripes(2).batch(batch).mode(mode).build_with_clock(clock.clone()).unwrap()
     };
     vec![
         ("fixed", Box::new(FixedWindow::with_clock(quota, clock.clone()).unwrap())),

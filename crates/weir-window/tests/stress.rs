@@ -6,7 +6,7 @@ use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use weir_core::{Limiter, ManualClock, Quota};
-use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedBuilder, StripedMode};
+use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedMode, StripedSlidingWindow};
 
 const THREADS: usize = 8;
 
@@ -43,13 +43,19 @@ fn frozen_clock_eight_threads_on_a_striped_exact_limiter_admit_exactly_the_limit
         [(1, 4, 1), (10, 2, 3), (1_000, 8, 64), (1_000, 16, 1), (50_000, 4, 1_000), (50_000, 16, 50_000)]
     {
         let quota = Quota::per_second(limit).unwrap();
-        let limiter =
-            StripedBuilder::new(quota).stripes(stripes).batch(batch).build_with_clock(ManualClock::new()).unwrap();
+        let limiter = StripedSlidingWindow::builder(quota)
+            .stripes(stripes)
+            .batch(batch)
+            .build_with_clock(ManualClock::new())
+            .unwrap();
         assert_eq!(hammer(&limiter, |_| 1), limit, "limit {limit}, {stripes} stripes, batch {batch}");
         assert_eq!(limiter.snapshot().remaining(), 0);
         // Mixed costs, on explicit stripes too.
-        let limiter =
-            StripedBuilder::new(quota).stripes(stripes).batch(batch).build_with_clock(ManualClock::new()).unwrap();
+        let limiter = StripedSlidingWindow::builder(quota)
+            .stripes(stripes)
+            .batch(batch)
+            .build_with_clock(ManualClock::new())
+            .unwrap();
         assert_eq!(hammer(&limiter, |t| (t as u64 % 3 + 1).min(limit)), limit, "mixed costs, limit {limit}");
     }
 }
@@ -59,7 +65,7 @@ fn frozen_clock_eight_threads_on_a_striped_exact_limiter_admit_exactly_the_limit
 #[test]
 fn frozen_clock_leases_left_by_finished_threads_are_reclaimed() {
     for (limit, stripes, batch) in [(1_000, 8, 64), (10_000, 16, 500), (100, 2, 100)] {
-        let limiter = StripedBuilder::new(Quota::per_second(limit).unwrap())
+        let limiter = StripedSlidingWindow::builder(Quota::per_second(limit).unwrap())
             .stripes(stripes)
             .batch(batch)
             .build_with_clock(ManualClock::new())
@@ -91,7 +97,7 @@ fn frozen_clock_leases_left_by_finished_threads_are_reclaimed() {
 #[test]
 fn frozen_clock_approximate_mode_stays_within_one_batch() {
     for (limit, stripes, batch) in [(10, 2, 3), (1_000, 8, 64), (50_000, 16, 50), (50_000, 4, 50_000)] {
-        let limiter = StripedBuilder::new(Quota::per_second(limit).unwrap())
+        let limiter = StripedSlidingWindow::builder(Quota::per_second(limit).unwrap())
             .stripes(stripes)
             .batch(batch)
             .mode(StripedMode::Approximate)
@@ -152,7 +158,7 @@ fn phases_across_rollovers_admit_exactly_what_the_sliding_window_allows() {
         (StripedMode::Exact, 16, 100),
     ] {
         let clock = ManualClock::new();
-        let limiter = StripedBuilder::new(quota)
+        let limiter = StripedSlidingWindow::builder(quota)
             .stripes(stripes)
             .batch(batch)
             .mode(mode)

@@ -33,7 +33,9 @@
 //!
 //! What the facade leaves out on purpose: the atomics facade, the limiter-declaring
 //! macro and the fixed-point time helpers that weir's crates share among themselves
-//! (they live in `weir-core`, and are not part of weir's stable surface).
+//! (they live in `weir-core`'s hidden `__private` module, and are not part of
+//! weir's stable surface). Why: [DESIGN.md, "The facade names what users
+//! need"](https://github.com/weir-rs/weir/blob/main/DESIGN.md#the-facade-names-what-users-need).
 //!
 //! (Items of a feature that is off link to their docs.rs pages.)
 //!
@@ -80,7 +82,7 @@ pub use weir_core::CoarseClock;
 pub use weir_core::CoarseClockError;
 #[cfg(feature = "tokio")]
 pub use weir_core::TokioClock;
-pub use weir_core::{Clock, ManualClock, Nanos};
+pub use weir_core::{Clock, DefaultClock, ManualClock, Nanos};
 #[cfg(feature = "std")]
 pub use weir_core::{InstantClock, MonotonicClock};
 
