@@ -27,7 +27,7 @@
 //! | you need, per key | build | type of the field |
 //! |---|---|---|
 //! | a rate with a burst allowance | [`Keyed::gcra`] | [`KeyedGcra<K>`] |
-//! | the same, where a few keys get most of the traffic from many threads at once | [`Keyed::gcra`] then [`Keyed::with_hot_keys`] | `Keyed<K, GcraAlgorithm, C, RandomState, HotKeys>` |
+//! | the same, where a few keys get most of the traffic from many threads at once | [`Keyed::gcra`] then [`Keyed::with_hot_keys`] | [`KeyedGcraHot<K>`] |
 //! | "N per window" (`window` feature) | `Keyed::sliding_window`, `Keyed::fixed_window`, `Keyed::sliding_log` | `KeyedSlidingWindow<K>`, `KeyedFixedWindow<K>`, `KeyedSlidingLog<K>` |
 //! | another algorithm, clock or hasher | [`Keyed::with_hasher`] | `Keyed<K, A, C, S>` |
 //!
@@ -241,7 +241,7 @@ pub use algorithm::KeyedAlgorithm;
 pub use config::{AtCapacity, KeyedConfig, KeyedConfigBuilder};
 pub use error::{KeyedConfigError, SweeperError};
 pub use hot::{HotKeyMode, HotKeys, HotKeysBuilder, NoHotKeys};
-pub use store::{Keyed, KeyedGcra};
+pub use store::{Keyed, KeyedGcra, KeyedGcraHot};
 #[cfg(feature = "window")]
 pub use store::{KeyedFixedWindow, KeyedSlidingLog, KeyedSlidingWindow};
 pub use sweeper::Sweeper;

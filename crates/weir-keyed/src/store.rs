@@ -4,7 +4,7 @@
 use crate::Shard;
 use crate::sweeper::IdleBound;
 use crate::table::{Collector, Guard, Inserted};
-use crate::{AtCapacity, HotKeyMode, KeyedAlgorithm, KeyedConfig, NoHotKeys};
+use crate::{AtCapacity, HotKeyMode, HotKeys, KeyedAlgorithm, KeyedConfig, NoHotKeys};
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
@@ -110,6 +110,21 @@ impl<K, A: KeyedAlgorithm, C, S, H: HotKeyMode<A>> fmt::Debug for Keyed<K, A, C,
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub type KeyedGcra<K, C = MonotonicClock> = Keyed<K, GcraAlgorithm, C>;
+
+/// A per-key GCRA store with hot keys: what [`Keyed::with_hot_keys`] makes of a
+/// [`KeyedGcra`] (keys that many threads hit at once move to per-thread leases).
+///
+/// ```
+/// use weir_core::Quota;
+/// use weir_keyed::{HotKeys, KeyedConfig, KeyedGcra, KeyedGcraHot};
+///
+/// let per_tenant: KeyedGcraHot<u64> =
+///     KeyedGcra::gcra(Quota::per_second(1_000_000)?, KeyedConfig::builder(10_000).build()?)
+///         .with_hot_keys(HotKeys::default());
+/// assert!(per_tenant.check(&7).is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub type KeyedGcraHot<K, C = MonotonicClock> = Keyed<K, GcraAlgorithm, C, RandomState, HotKeys>;
 
 /// A per-key fixed-window store ([`Keyed::fixed_window`]).
 #[cfg(feature = "window")]
