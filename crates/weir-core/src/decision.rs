@@ -127,26 +127,35 @@ pub struct Decision {
     /// The clock reading the decision was made at, in the deciding limiter's time
     /// base (zero if the limiter did not say).
     decided_at: u64,
+    /// Decided by a store's fallback limiter, not by the key's own state.
+    fallback: bool,
 }
 
 impl Decision {
     /// An admission; `snapshot` is the state after it.
     #[inline]
     pub const fn allowed(snapshot: Snapshot) -> Self {
-        Self { snapshot, denial: None, policy: 0, retry_after_ns: 0, decided_at: 0 }
+        Self { snapshot, denial: None, policy: 0, retry_after_ns: 0, decided_at: 0, fallback: false }
     }
 
     /// A denial for [`DenyReason::RateLimited`]: the same request would be admitted
     /// after `retry_after_ns` nanoseconds if nothing else is admitted meanwhile.
     #[inline]
     pub const fn denied(snapshot: Snapshot, retry_after_ns: u64) -> Self {
-        Self { snapshot, denial: Some(DenyReason::RateLimited), policy: 0, retry_after_ns, decided_at: 0 }
+        Self {
+            snapshot,
+            denial: Some(DenyReason::RateLimited),
+            policy: 0,
+            retry_after_ns,
+            decided_at: 0,
+            fallback: false,
+        }
     }
 
     /// A denial for another `reason`.
     #[inline]
     pub const fn denied_because(reason: DenyReason, snapshot: Snapshot, retry_after_ns: u64) -> Self {
-        Self { snapshot, denial: Some(reason), policy: 0, retry_after_ns, decided_at: 0 }
+        Self { snapshot, denial: Some(reason), policy: 0, retry_after_ns, decided_at: 0, fallback: false }
     }
 
     /// The same decision, made at `now` (the deciding limiter's clock reading). A
@@ -172,6 +181,23 @@ impl Decision {
     pub const fn for_policy(self, index: usize) -> Self {
         let policy = if index > u16::MAX as usize { u16::MAX } else { index as u16 };
         Self { policy, ..self }
+    }
+
+    /// The same decision, marked as made by a store's fallback limiter (a per-key
+    /// store's overflow limiter when it is full, a remote store's local fallback
+    /// while it is unreachable) rather than by the key's own state: such an
+    /// admission took nothing from the key, so the store gives nothing back to the
+    /// key when it is refunded.
+    #[inline]
+    pub const fn from_fallback(self) -> Self {
+        Self { fallback: true, ..self }
+    }
+
+    /// Whether a store's fallback limiter made this decision (see
+    /// [`from_fallback`](Self::from_fallback)).
+    #[inline]
+    pub const fn is_from_fallback(&self) -> bool {
+        self.fallback
     }
 
     /// Which of the deciding store's policies decided: for an all-of check, the
@@ -235,7 +261,8 @@ impl Decision {
 }
 
 /// Decisions are equal when they say the same to a client: outcome, numbers and
-/// deciding policy. When each was made ([`Decision::decided_at`]) is not compared.
+/// deciding policy. When each was made ([`Decision::decided_at`]) and whether a
+/// fallback made it ([`Decision::is_from_fallback`]) are not compared.
 impl PartialEq for Decision {
     fn eq(&self, other: &Self) -> bool {
         (self.snapshot, self.denial, self.policy, self.retry_after_ns)

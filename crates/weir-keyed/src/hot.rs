@@ -19,10 +19,139 @@ use weir_gcra::__private::{
 use weir_gcra::{GcraAlgorithm, GcraState, LeaseConfig};
 
 mod sealed {
-    /// Only weir-keyed's modes implement [`HotKeyMode`](super::HotKeyMode).
-    pub trait Sealed {}
-    impl Sealed for super::NoHotKeys {}
-    impl Sealed for super::HotKeys {}
+    use super::*;
+
+    /// The store's side of a [`HotKeyMode`](super::HotKeyMode): the methods its
+    /// check, sweeps and refunds call. In a private module, so that only
+    /// weir-keyed's modes implement it and only weir-keyed calls its methods (they
+    /// take the store's epoch guard, which must be the store's own).
+    pub trait Sealed<A: KeyedAlgorithm>: Copy + fmt::Debug + Send + Sync + 'static {
+        /// What the store keeps per hot key.
+        type Stripes: Send + Sync + 'static;
+
+        /// [`Algorithm::check_n`], also returning how many CAS races the check lost (0
+        /// where nothing would use the count).
+        fn check_n<C: Clock + ?Sized>(
+            &self,
+            algorithm: &A,
+            state: &A::State,
+            n: u64,
+            clock: &C,
+        ) -> Result<(Decision, u32), InsufficientCapacity>;
+
+        /// What `state` is, from one load: live, retired or moved to a hot bucket.
+        fn kind(algorithm: &A, state: &A::State) -> StateKind;
+
+        /// Decides a check of a key (in shard number `shard`) whose state `kind` found
+        /// moved to a hot bucket (`denied` is what the state itself said). `None`:
+        /// retry from the lookup.
+        #[allow(clippy::too_many_arguments)]
+        fn check_hot<K, C, S, Q>(
+            store: &Keyed<K, A, C, S, Self>,
+            shard: usize,
+            hash: u64,
+            key: &Q,
+            state: &A::State,
+            n: u64,
+            now: Nanos,
+            denied: Decision,
+            guard: &Guard<'_>,
+        ) -> Option<Result<Decision, InsufficientCapacity>>
+        where
+            Self: super::HotKeyMode<A>,
+            K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+            Q: Hash + Eq + ?Sized,
+            C: Clock,
+            S: BuildHasher + Clone;
+
+        /// After an admission that lost `lost_races` CAS races (at least 1): moves the
+        /// key (in shard number `shard`) to a hot bucket if that is contention enough.
+        fn contended<K, C, S, Q>(
+            store: &Keyed<K, A, C, S, Self>,
+            shard: usize,
+            hash: u64,
+            key: &Q,
+            state: &A::State,
+            lost_races: u32,
+            guard: &Guard<'_>,
+        ) where
+            Self: super::HotKeyMode<A>,
+            K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+            Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+            C: Clock,
+            S: BuildHasher + Clone;
+
+        /// The snapshot of a key whose state is hot; `None` if it is being retired.
+        fn hot_snapshot<K, C, S, Q>(
+            store: &Keyed<K, A, C, S, Self>,
+            hash: u64,
+            key: &Q,
+            state: &A::State,
+            now: Nanos,
+            guard: &Guard<'_>,
+        ) -> Option<Snapshot>
+        where
+            Self: super::HotKeyMode<A>,
+            K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+            Q: Hash + Eq + ?Sized,
+            C: Clock,
+            S: BuildHasher + Clone;
+
+        /// A refund to a key whose state is hot.
+        #[allow(clippy::too_many_arguments)]
+        fn hot_refund<K, C, S, Q>(
+            store: &Keyed<K, A, C, S, Self>,
+            hash: u64,
+            key: &Q,
+            state: &A::State,
+            n: u64,
+            admission: &Decision,
+            guard: &Guard<'_>,
+        ) -> Result<(), InsufficientCapacity>
+        where
+            Self: super::HotKeyMode<A>,
+            K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+            Q: Hash + Eq + ?Sized,
+            C: Clock,
+            S: BuildHasher + Clone;
+
+        /// Drops the hot stripes of `state`, just removed for `key`, if it has any.
+        fn forget<K, C, S, Q>(store: &Keyed<K, A, C, S, Self>, hash: u64, key: &Q, state: &A::State, guard: &Guard<'_>)
+        where
+            Self: super::HotKeyMode<A>,
+            K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
+            Q: Hash + Eq + ?Sized,
+            C: Clock,
+            S: BuildHasher + Clone;
+
+        /// For a hot key's state: retires its hot bucket if idle with every lease
+        /// expired, drops it, and retires the state. Returns whether the state was
+        /// retired (false for any other state).
+        fn try_retire_hot<K, C, S>(
+            store: &Keyed<K, A, C, S, Self>,
+            hash: impl FnOnce() -> u64,
+            key: &K,
+            state: &A::State,
+            now: Nanos,
+            guard: &Guard<'_>,
+        ) -> bool
+        where
+            Self: super::HotKeyMode<A>,
+            K: Hash + Eq + Clone + Send + Sync + 'static,
+            C: Clock,
+            S: BuildHasher + Clone;
+
+        /// Evicts a hot key idle at `now`, if one is.
+        fn evict_idle_hot_key<K, C, S>(store: &Keyed<K, A, C, S, Self>, now: Nanos, guard: &Guard<'_>) -> bool
+        where
+            Self: super::HotKeyMode<A>,
+            K: Hash + Eq + Clone + Send + Sync + 'static,
+            C: Clock,
+            S: BuildHasher + Clone;
+
+        /// Whether every hot-key slot is taken (`count` hot keys are stored).
+        fn slots_full(&self, count: &AtomicUsize) -> bool;
+    }
 }
 
 /// How a [`Keyed`] store treats keys that every thread hits at once: the store's
@@ -33,144 +162,26 @@ mod sealed {
 /// A mode is chosen by type, so a store without hot keys compiles to a check with
 /// no hot-key code in it at all. Sealed: implemented by those two types only; its
 /// methods are the store's and are not part of the public API.
-pub trait HotKeyMode<A: KeyedAlgorithm>: sealed::Sealed + Copy + fmt::Debug + Send + Sync + 'static {
-    /// What the store keeps per hot key.
-    #[doc(hidden)]
-    type Stripes: Send + Sync + 'static;
-
-    /// [`Algorithm::check_n`], also returning how many CAS races the check lost (0
-    /// where nothing would use the count).
-    #[doc(hidden)]
-    fn check_n<C: Clock + ?Sized>(
-        &self,
-        algorithm: &A,
-        state: &A::State,
-        n: u64,
-        clock: &C,
-    ) -> Result<(Decision, u32), InsufficientCapacity>;
-
-    /// What `state` is, from one load: live, retired or moved to a hot bucket.
-    #[doc(hidden)]
-    fn kind(algorithm: &A, state: &A::State) -> StateKind;
-
-    /// Decides a check of a key (in shard number `shard`) whose state `kind` found
-    /// moved to a hot bucket (`denied` is what the state itself said). `None`:
-    /// retry from the lookup.
-    #[doc(hidden)]
-    #[allow(clippy::too_many_arguments)]
-    fn check_hot<K, C, S, Q>(
-        store: &Keyed<K, A, C, S, Self>,
-        shard: usize,
-        hash: u64,
-        key: &Q,
-        state: &A::State,
-        n: u64,
-        now: Nanos,
-        denied: Decision,
-        guard: &Guard<'_>,
-    ) -> Option<Result<Decision, InsufficientCapacity>>
-    where
-        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-        C: Clock,
-        S: BuildHasher + Clone;
-
-    /// After an admission that lost `lost_races` CAS races (at least 1): moves the
-    /// key (in shard number `shard`) to a hot bucket if that is contention enough.
-    #[doc(hidden)]
-    fn contended<K, C, S, Q>(
-        store: &Keyed<K, A, C, S, Self>,
-        shard: usize,
-        hash: u64,
-        key: &Q,
-        state: &A::State,
-        lost_races: u32,
-        guard: &Guard<'_>,
-    ) where
-        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-        C: Clock,
-        S: BuildHasher + Clone;
-
-    /// The snapshot of a key whose state is hot; `None` if it is being retired.
-    #[doc(hidden)]
-    fn hot_snapshot<K, C, S, Q>(
-        store: &Keyed<K, A, C, S, Self>,
-        hash: u64,
-        key: &Q,
-        state: &A::State,
-        now: Nanos,
-        guard: &Guard<'_>,
-    ) -> Option<Snapshot>
-    where
-        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-        C: Clock,
-        S: BuildHasher + Clone;
-
-    /// A refund to a key whose state is hot.
-    #[doc(hidden)]
-    #[allow(clippy::too_many_arguments)]
-    fn hot_refund<K, C, S, Q>(
-        store: &Keyed<K, A, C, S, Self>,
-        hash: u64,
-        key: &Q,
-        state: &A::State,
-        n: u64,
-        admission: &Decision,
-        guard: &Guard<'_>,
-    ) -> Result<(), InsufficientCapacity>
-    where
-        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-        C: Clock,
-        S: BuildHasher + Clone;
-
-    /// Drops the hot stripes of `state`, just removed for `key`, if it has any.
-    #[doc(hidden)]
-    fn forget<K, C, S, Q>(store: &Keyed<K, A, C, S, Self>, hash: u64, key: &Q, state: &A::State, guard: &Guard<'_>)
-    where
-        K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-        C: Clock,
-        S: BuildHasher + Clone;
-
-    /// For a hot key's state: retires its hot bucket if idle with every lease
-    /// expired, drops it, and retires the state. Returns whether the state was
-    /// retired (false for any other state).
-    #[doc(hidden)]
-    fn try_retire_hot<K, C, S>(
-        store: &Keyed<K, A, C, S, Self>,
-        hash: impl FnOnce() -> u64,
-        key: &K,
-        state: &A::State,
-        now: Nanos,
-        guard: &Guard<'_>,
-    ) -> bool
-    where
-        K: Hash + Eq + Clone + Send + Sync + 'static,
-        C: Clock,
-        S: BuildHasher + Clone;
-
-    /// Evicts a hot key idle at `now`, if one is.
-    #[doc(hidden)]
-    fn evict_idle_hot_key<K, C, S>(store: &Keyed<K, A, C, S, Self>, now: Nanos, guard: &Guard<'_>) -> bool
-    where
-        K: Hash + Eq + Clone + Send + Sync + 'static,
-        C: Clock,
-        S: BuildHasher + Clone;
-
-    /// Whether every hot-key slot is taken (`count` hot keys are stored).
-    #[doc(hidden)]
-    fn slots_full(&self, count: &AtomicUsize) -> bool;
-}
+///
+/// The store's hot-key operations take its epoch guard on trust, so they cannot be
+/// named outside weir-keyed:
+///
+/// ```compile_fail
+/// use weir_gcra::GcraAlgorithm;
+/// use weir_keyed::{HotKeyMode, HotKeys};
+///
+/// let _ = <HotKeys as HotKeyMode<GcraAlgorithm>>::slots_full;
+/// ```
+pub trait HotKeyMode<A: KeyedAlgorithm>: sealed::Sealed<A> {}
 
 /// The hot-key mode of a store that keeps every key exact: the default of every
 /// [`Keyed`] store. Its checks contain no hot-key code.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NoHotKeys;
 
-impl<A: KeyedAlgorithm> HotKeyMode<A> for NoHotKeys {
+impl<A: KeyedAlgorithm> HotKeyMode<A> for NoHotKeys {}
+
+impl<A: KeyedAlgorithm> sealed::Sealed<A> for NoHotKeys {
     type Stripes = ();
 
     #[inline(always)]
@@ -397,7 +408,9 @@ impl HotKeysBuilder {
     }
 }
 
-impl HotKeyMode<GcraAlgorithm> for HotKeys {
+impl HotKeyMode<GcraAlgorithm> for HotKeys {}
+
+impl sealed::Sealed<GcraAlgorithm> for HotKeys {
     type Stripes = LeaseStripes;
 
     #[inline(always)]

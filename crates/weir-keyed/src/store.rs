@@ -441,7 +441,7 @@ where
         if n > limit {
             return Err(InsufficientCapacity { requested: n, capacity: limit });
         }
-        if n == 0 || admission.is_denied() {
+        if n == 0 || admission.is_denied() || admission.is_from_fallback() {
             return Ok(());
         }
         let hash = self.hash(key);
@@ -617,7 +617,13 @@ where
             match inserted {
                 Ok(state) => return Ok((state, true)),
                 Err(Inserted::Held(current)) => return Ok((current, false)),
-                Err(Inserted::Refused) => self.make_room()?,
+                Err(Inserted::Refused) => {
+                    if let Err(full) = self.make_room() {
+                        // Another first check of `key` may have made room and
+                        // inserted it after this one was refused: then it is held.
+                        return shard.get(hash, key, guard).map(|current| (current, false)).ok_or(full);
+                    }
+                }
                 Err(Inserted::Full) => {
                     // Ordering: Relaxed; give back the place (see `remove`). The
                     // shard's slab is at its limit (only for stores of more than 2⁴⁰
@@ -661,7 +667,7 @@ where
 
     pub(crate) fn at_capacity(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
         match &self.config.at_capacity {
-            AtCapacity::EvictIdleOrOverflow(overflow) => overflow.check_n(n),
+            AtCapacity::EvictIdleOrOverflow(overflow) => overflow.check_n(n).map(Decision::from_fallback),
             AtCapacity::EvictIdle | AtCapacity::Deny => Ok(self.capacity_denial()),
         }
     }

@@ -271,3 +271,135 @@ mod racing_first_checks {
         race(AtCapacity::EvictIdle, 1, 0);
     }
 }
+
+/// An admission of the overflow limiter took nothing from the key's own state, so
+/// its refund gives nothing back to it, even once the key is stored.
+#[test]
+fn a_refund_of_an_overflow_admission_gives_nothing_to_the_key() {
+    use std::sync::Arc;
+    use weir_gcra::Gcra;
+    use weir_keyed::AtCapacity;
+    let clock = ManualClock::new();
+    let overflow = Arc::new(Gcra::with_clock(Quota::per_second(1_000).unwrap(), clock.clone()));
+    let config = KeyedConfig::builder(1).at_capacity(AtCapacity::EvictIdleOrOverflow(overflow)).build().unwrap();
+    let store: Store = Keyed::gcra_with_clock(Quota::per_second(1).unwrap(), config, clock.clone());
+    assert!(store.check(&1).is_allowed()); // full; key 1 busy until 1 s
+    clock.advance(Duration::from_millis(999));
+    let by_overflow = store.check(&2); // admitted by the overflow limiter
+    assert!(by_overflow.is_allowed());
+    assert!(by_overflow.is_from_fallback());
+    clock.advance(Duration::from_millis(1)); // key 1 idle
+    assert!(store.check(&2).is_allowed()); // key 2 stored, its one permit spent
+    store.refund(&2, 1, &by_overflow).unwrap();
+    clock.advance(Duration::from_millis(1));
+    assert!(store.check(&2).is_denied(), "key 2's state (burst 1, 1/s) admitted twice in 1 ms");
+}
+
+mod racing_first_checks_at_a_full_store {
+    //! A first check of a new key, refused a place at a full store, while another
+    //! first check of the same key makes room and inserts it: the refused one finds
+    //! the key, as it would in either order.
+
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    use weir_core::{Clock, DenyReason, ManualClock, Nanos, Quota};
+    use weir_gcra::{Gcra, GcraAlgorithm};
+    use weir_keyed::{AtCapacity, HotKeys, Keyed, KeyedConfig};
+
+    type Hook = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
+
+    /// A manual clock that runs a hook inside its `n`-th reading from when armed.
+    #[derive(Clone)]
+    struct HookClock {
+        inner: ManualClock,
+        countdown: Arc<AtomicI64>,
+        hook: Hook,
+    }
+
+    impl HookClock {
+        fn new() -> Self {
+            Self { inner: ManualClock::new(), countdown: Default::default(), hook: Default::default() }
+        }
+        fn arm(&self, nth: i64, hook: impl FnOnce() + Send + 'static) {
+            *self.hook.lock().unwrap() = Some(Box::new(hook));
+            self.countdown.store(nth, Ordering::SeqCst);
+        }
+    }
+
+    impl Clock for HookClock {
+        fn now(&self) -> Nanos {
+            if self.countdown.fetch_sub(1, Ordering::SeqCst) == 1 {
+                let hook = self.hook.lock().unwrap().take();
+                if let Some(hook) = hook {
+                    hook();
+                }
+            }
+            self.inner.now()
+        }
+    }
+
+    type Store = Keyed<u64, GcraAlgorithm, HookClock>;
+
+    /// Two keys at most (one shard), 1/s with a burst of 2: key 10 checked at 0
+    /// (idle at 1 s), key 11 at 0.5 s (idle at 1.5 s); the clock left at 1 s.
+    fn full_store_with_one_idle_key(policy: AtCapacity) -> (&'static Store, HookClock) {
+        let clock = HookClock::new();
+        let quota = Quota::per_second(1).unwrap().with_burst(2).unwrap();
+        let config = KeyedConfig::builder(2).at_capacity(policy).build().unwrap();
+        let store: &'static Store = Box::leak(Box::new(Keyed::gcra_with_clock(quota, config, clock.clone())));
+        assert!(store.check(&10).is_allowed());
+        clock.inner.advance(Duration::from_millis(500));
+        assert!(store.check(&11).is_allowed());
+        clock.inner.advance(Duration::from_millis(500));
+        (store, clock)
+    }
+
+    #[test]
+    fn the_refused_check_finds_the_key_the_other_inserted() {
+        let (store, clock) = full_store_with_one_idle_key(AtCapacity::EvictIdle);
+        let other = Arc::new(Mutex::new(None));
+        {
+            let other = other.clone();
+            // The refused check's readings: 1 its check's, 2 its search's for room.
+            clock.arm(2, move || *other.lock().unwrap() = Some(store.check(&1)));
+        }
+        let refused = store.check(&1);
+        let other = other.lock().unwrap().take().expect("the other check ran inside the first");
+        assert!(other.is_allowed());
+        assert_eq!(store.len(), 2);
+        assert_ne!(
+            refused.deny_reason(),
+            Some(DenyReason::KeyCapacity),
+            "refused for capacity while the key is stored"
+        );
+        assert!(refused.is_allowed());
+        assert_eq!(store.snapshot(&1).remaining(), 0, "both checks decided on the key's one state");
+    }
+
+    #[test]
+    fn the_refused_check_is_not_sent_to_the_overflow_limiter() {
+        let overflow = Gcra::with_clock(Quota::per_hour(1).unwrap(), ManualClock::new());
+        assert!(weir_core::Limiter::check(&overflow).is_allowed()); // spent
+        let (store, clock) = full_store_with_one_idle_key(AtCapacity::EvictIdleOrOverflow(Arc::new(overflow)));
+        clock.arm(2, move || assert!(store.check(&1).is_allowed()));
+        let refused = store.check(&1);
+        assert!(refused.is_allowed(), "decided on the overflow limiter while the key is stored: {:?}", refused);
+        assert!(!refused.is_from_fallback());
+    }
+
+    #[test]
+    fn promote_finds_the_key_the_other_inserted() {
+        let clock = HookClock::new();
+        let quota = Quota::per_second(1).unwrap().with_burst(2).unwrap();
+        let config = KeyedConfig::builder(2).build().unwrap();
+        let store: &'static Keyed<u64, GcraAlgorithm, HookClock, std::hash::RandomState, HotKeys> =
+            Box::leak(Box::new(Keyed::gcra_with_clock(quota, config, clock.clone()).with_hot_keys(HotKeys::default())));
+        assert!(store.check(&10).is_allowed());
+        clock.inner.advance(Duration::from_millis(500));
+        assert!(store.check(&11).is_allowed());
+        clock.inner.advance(Duration::from_millis(500));
+        clock.arm(1, move || assert!(store.check(&1).is_allowed())); // promote's first reading: its search's
+        assert!(store.promote(&1), "the key is stored and a hot slot is free");
+    }
+}
