@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir_core::Quota;
-use weir_redis::{LeaseConfig, Leased, Redis, RedisLimiter, RedisOptions};
+use weir_redis::{Backend, LeaseConfig, Leased, Redis, RedisLimiter, RedisOptions};
 
 const KEYS: usize = 10_000;
 const TASKS: usize = 64;
@@ -138,7 +138,7 @@ fn main() {
 async fn run(url: String, secs: f64) {
     let options = RedisOptions::new().timeout(Duration::from_secs(2));
     let redis = Redis::connect_with(&url, options).await.expect("connect");
-    let info: String = redis.command(redis::cmd("INFO").arg("server")).await.unwrap();
+    let info: String = weir_redis::__private::command(&redis, redis::cmd("INFO").arg("server")).await.unwrap();
     let version = info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("?").to_owned();
     println!(
         "redis-server {version} on {url}; {secs} s per run; serial = 1 task, concurrent = {TASKS} tasks on one connection"
@@ -149,9 +149,9 @@ async fn run(url: String, secs: f64) {
     let client = redis::Client::open(url.as_str()).unwrap();
     let bare = client.get_multiplexed_async_connection().await.unwrap();
     let quota = Quota::per_second(100).unwrap();
-    let gcra = RedisLimiter::gcra(&redis, quota).with_prefix("bench:gcra:").unwrap();
+    let gcra = RedisLimiter::builder(&redis, quota).prefix("bench:gcra:").build().unwrap();
     let _ = gcra.check("warm-up").await.unwrap(); // loads the script
-    let sha = gcra.script_sha().to_owned();
+    let sha = weir_redis::__private::script_sha(&gcra).to_owned();
     let ping = |tasks| {
         let bare = bare.clone();
         measure(tasks, secs, move |_| {
@@ -186,21 +186,22 @@ async fn run(url: String, secs: f64) {
     row("EVALSHA of the GCRA script (redis-rs)", &eval_serial, &eval_concurrent, reference);
 
     let window_quota = Quota::per_second(100).unwrap();
+    let window =
+        |backend, prefix| RedisLimiter::builder(&redis, window_quota).backend(backend).prefix(prefix).build().unwrap();
     let limiters = [
         ("GCRA", gcra.clone()),
         (
             "tier (3 GCRA quotas)",
-            RedisLimiter::tiered(&redis, &[quota, Quota::per_minute(3_000).unwrap(), Quota::per_day(100_000).unwrap()])
-                .unwrap()
-                .with_prefix("bench:tier:")
+            RedisLimiter::builder(&redis, quota)
+                .and_quota(Quota::per_minute(3_000).unwrap())
+                .and_quota(Quota::per_day(100_000).unwrap())
+                .prefix("bench:tier:")
+                .build()
                 .unwrap(),
         ),
-        ("fixed window", RedisLimiter::fixed_window(&redis, window_quota).unwrap().with_prefix("bench:fw:").unwrap()),
-        (
-            "sliding window",
-            RedisLimiter::sliding_window(&redis, window_quota).unwrap().with_prefix("bench:sw:").unwrap(),
-        ),
-        ("sliding log", RedisLimiter::sliding_log(&redis, window_quota).unwrap().with_prefix("bench:sl:").unwrap()),
+        ("fixed window", window(Backend::FixedWindow, "bench:fw:")),
+        ("sliding window", window(Backend::SlidingWindow, "bench:sw:")),
+        ("sliding log", window(Backend::SlidingLog, "bench:sl:")),
     ];
     for hot in [false, true] {
         for (name, limiter) in &limiters {
@@ -229,10 +230,12 @@ async fn leases(url: &str, secs: f64) {
     println!("|---|---:|---:|---:|---:|");
     let redis = Redis::connect(url).await.unwrap();
     for max_lease in [16u64, 64] {
-        let limiter = RedisLimiter::gcra(&redis, Quota::per_second(1_000_000).unwrap())
-            .with_prefix(&format!("bench:lease{max_lease}:"))
+        let limiter = RedisLimiter::builder(&redis, Quota::per_second(1_000_000).unwrap())
+            .prefix(&format!("bench:lease{max_lease}:"))
+            .build()
             .unwrap();
-        let leased = Arc::new(Leased::new(limiter, LeaseConfig::new(max_lease).unwrap()).unwrap());
+        let config = LeaseConfig::builder().max_lease(max_lease).build().unwrap();
+        let leased = Arc::new(Leased::new(limiter, config).unwrap());
         let l = leased.clone();
         let run = measure(TASKS, secs, move |_| {
             let l = l.clone();
@@ -250,14 +253,14 @@ async fn leases(url: &str, secs: f64) {
         );
     }
     // Overshoot: 4 instances (own connections), one key at 2 000/s, burst 200,
-    // max lease 32, ttl 1 s, all overloaded; admitted vs the exact B + r·t.
+    // max lease 32, lifetime 1 s, all overloaded; admitted vs the exact B + r·t.
     let (instances, max_lease, rate, burst) = (4u32, 32u64, 2_000.0, 200.0);
     let quota = Quota::per_second(2_000).unwrap().with_burst(200).unwrap();
-    let config = LeaseConfig::new(max_lease).unwrap().instances(instances).unwrap();
+    let config = LeaseConfig::builder().max_lease(max_lease).instances(instances).build().unwrap();
     let mut clients = Vec::new();
     for _ in 0..instances {
         let redis = Redis::connect(url).await.unwrap();
-        let limiter = RedisLimiter::gcra(&redis, quota).with_prefix("bench:overshoot:").unwrap();
+        let limiter = RedisLimiter::builder(&redis, quota).prefix("bench:overshoot:").build().unwrap();
         clients.push(Arc::new(Leased::new(limiter, config).unwrap()));
     }
     let admitted = Arc::new(weir_core::__private::sync::AtomicU64::new(0));
@@ -294,7 +297,7 @@ async fn leases(url: &str, secs: f64) {
     println!();
     println!(
         "overshoot: admitted {admitted:.0} in {elapsed:.2} s against the exact {exact:.0} (B + r·t): {:+.0} \
-         (bound min(N·L, r·ttl) = {:.0})",
+         (bound min(N·L, r·lifetime) = {:.0})",
         admitted - exact,
         (f64::from(instances) * max_lease as f64).min(rate)
     );

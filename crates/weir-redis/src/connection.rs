@@ -241,9 +241,8 @@ impl Redis {
         self.bounded(invocation.invoke_async(&mut conn)).await
     }
 
-    /// Runs one command within the time limit (tests and benchmarks).
-    #[doc(hidden)]
-    pub async fn command<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
+    /// Runs one command within the time limit (see `__private::command`).
+    pub(crate) async fn command<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
         let mut conn = self.conn.clone();
         self.bounded(cmd.query_async(&mut conn)).await
     }

@@ -171,6 +171,12 @@ pub enum ConfigError {
         /// The number of quotas given.
         quotas: usize,
     },
+    /// Several quotas ([`and_quota`](crate::RedisLimiterBuilder::and_quota)) on a
+    /// backend other than GCRA: only GCRA checks a tier of quotas.
+    TierNeedsGcra {
+        /// The backend asked for.
+        backend: crate::Backend,
+    },
     /// A window limiter's quota has a burst different from its count (a window has
     /// no separate burst).
     BurstIsNotCount {
@@ -190,9 +196,11 @@ pub enum ConfigError {
         /// The window asked for.
         window: Duration,
     },
-    /// A number that must not be zero was zero.
+    /// An option that must not be zero was zero.
     Zero {
-        /// What it was.
+        /// The option: `max_lease` or `instances` of a
+        /// [`LeaseConfigBuilder`](crate::LeaseConfigBuilder), or
+        /// `FailPolicy::LocalFallback::instances`.
         what: &'static str,
     },
     /// A fail policy's fallback quota could not be built (see the message).
@@ -216,11 +224,14 @@ impl fmt::Display for ConfigError {
         match self {
             Self::BraceInPrefix { prefix } => write!(
                 f,
-                "the key prefix {prefix:?} contains a brace; braces are reserved for the per-client hash tag \
+                "prefix: the key prefix {prefix:?} contains a brace; braces are reserved for the per-client hash tag \
                  that keeps a client's keys in one Redis Cluster slot"
             ),
             Self::TierSize { quotas } => {
-                write!(f, "a tier takes 1 to {} quotas, not {quotas}", crate::MAX_TIER)
+                write!(f, "and_quota: a tier takes 1 to {} quotas, not {quotas}", crate::MAX_TIER)
+            }
+            Self::TierNeedsGcra { backend } => {
+                write!(f, "and_quota: a tier of several quotas runs on Backend::Gcra only, not Backend::{backend:?}")
             }
             Self::BurstIsNotCount { count, burst } => write!(
                 f,
@@ -239,7 +250,7 @@ impl fmt::Display for ConfigError {
             Self::Zero { what } => write!(f, "{what} must not be zero"),
             Self::Fallback { message } => write!(f, "the local fallback limiter cannot be built: {message}"),
             Self::LeaseNeedsGcra => {
-                f.write_str("leases are taken from a single-quota GCRA limiter (RedisLimiter::gcra)")
+                f.write_str("leases are taken from a single-quota GCRA limiter (Backend::Gcra, no and_quota)")
             }
             Self::Url { url, message } => write!(f, "the Redis URL {url} is not usable: {message}"),
         }

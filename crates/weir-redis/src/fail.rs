@@ -105,9 +105,9 @@ type Fallback<C> = Keyed<Vec<u8>, weir_gcra::GcraAlgorithm, C>;
 /// use weir_redis::{FailPolicy, Path, Redis, RedisLimiter, Resilient};
 ///
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
-/// let limiter = RedisLimiter::gcra(&redis, Quota::per_second(100)?);
+/// let limiter = RedisLimiter::builder(&redis, Quota::per_second(100)?).build()?;
 /// // Ten instances behind the load balancer: each enforces 10/s alone while Redis is away.
-/// let limiter = Resilient::new(limiter, FailPolicy::LocalFallback { instances: 10, max_keys: 100_000 })?;
+/// let limiter = Resilient::builder(limiter, FailPolicy::LocalFallback { instances: 10, max_keys: 100_000 }).build()?;
 /// let checked = limiter.check_traced("203.0.113.7", 1).await?;
 /// if checked.path != Path::Redis {
 ///     // count it: the shared limit is not in force
@@ -154,25 +154,60 @@ fn divided(quota: Quota, instances: u32) -> Result<Quota, ConfigError> {
 }
 
 impl Resilient<MonotonicClock> {
-    /// `limiter` with `policy`, the default [`Backoff`] and the monotonic clock.
-    pub fn new(limiter: RedisLimiter, policy: FailPolicy) -> Result<Self, ConfigError> {
-        Self::with_clock(limiter, policy, Backoff::default(), MonotonicClock::new())
+    /// The options of `limiter` with `policy`, at their defaults (the default
+    /// [`Backoff`]).
+    pub fn builder(limiter: RedisLimiter, policy: FailPolicy) -> ResilientBuilder {
+        ResilientBuilder { limiter, policy, backoff: Backoff::default() }
     }
 }
 
-impl<C: Clock + Clone> Resilient<C> {
-    /// `limiter` with `policy` and `backoff`, timing back-offs (and the local
-    /// fallback) with `clock`.
-    pub fn with_clock(
-        limiter: RedisLimiter,
-        policy: FailPolicy,
-        backoff: Backoff,
-        clock: C,
-    ) -> Result<Self, ConfigError> {
+/// The options of a [`Resilient`]: setters that never fail, checked together by
+/// [`build`](Self::build) or [`build_with_clock`](Self::build_with_clock). From
+/// [`Resilient::builder`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use weir_core::Quota;
+/// use weir_redis::{Backoff, FailPolicy, Redis, RedisLimiter, Resilient};
+///
+/// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
+/// let limiter = RedisLimiter::builder(&redis, Quota::per_second(100)?).build()?;
+/// let backoff = Backoff { initial: Duration::from_millis(50), max: Duration::from_secs(2) };
+/// let limiter = Resilient::builder(limiter, FailPolicy::Open).backoff(backoff).build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct ResilientBuilder {
+    limiter: RedisLimiter,
+    policy: FailPolicy,
+    backoff: Backoff,
+}
+
+impl ResilientBuilder {
+    /// How long Redis is left alone after it failed. Default: [`Backoff::default()`]
+    /// (100 ms, doubling up to 5 s).
+    pub fn backoff(self, backoff: Backoff) -> Self {
+        Self { backoff, ..self }
+    }
+
+    /// The limiter with its policy, timing back-offs (and the local fallback) with
+    /// the monotonic clock; or the first option that cannot be used:
+    /// [`ConfigError::Zero`] (`FailPolicy::LocalFallback::instances` zero),
+    /// [`ConfigError::Fallback`] (a fallback quota or store that cannot be built).
+    pub fn build(self) -> Result<Resilient<MonotonicClock>, ConfigError> {
+        self.build_with_clock(MonotonicClock::new())
+    }
+
+    /// As [`build`](Self::build), timing back-offs (and the local fallback) with
+    /// `clock`.
+    pub fn build_with_clock<C: Clock + Clone>(self, clock: C) -> Result<Resilient<C>, ConfigError> {
+        let Self { limiter, policy, backoff } = self;
         let mut fallback = Vec::new();
         if let FailPolicy::LocalFallback { instances, max_keys } = policy {
             if instances == 0 {
-                return Err(ConfigError::Zero { what: "the number of instances" });
+                return Err(ConfigError::Zero { what: "FailPolicy::LocalFallback::instances" });
             }
             let config =
                 KeyedConfig::builder(max_keys).build().map_err(|e| ConfigError::Fallback { message: e.to_string() })?;
@@ -181,7 +216,7 @@ impl<C: Clock + Clone> Resilient<C> {
                 fallback.push(Keyed::gcra_with_clock(quota, config.clone(), clock.clone()));
             }
         }
-        Ok(Self {
+        Ok(Resilient {
             limiter,
             policy,
             fallback: fallback.into_boxed_slice(),

@@ -6,8 +6,8 @@
 //! An instance takes a *lease* of `L` permits from a key's GCRA bucket in Redis in
 //! one round trip (the bucket is charged `L` requests at once, as `check_n(L)`
 //! would), then serves the next requests for that key from the lease in memory,
-//! without asking Redis, until it runs out or expires ([`LeaseConfig::ttl`]). The
-//! round trip that takes a lease also decides the request that asked for it; when
+//! without asking Redis, until it runs out or its lifetime ends
+//! ([`LeaseConfigBuilder::lifetime`]). The round trip that takes a lease also decides the request that asked for it; when
 //! a whole lease does not fit, the request alone is asked for (exact behaviour), and
 //! when that does not fit either, Redis's denial is returned.
 //!
@@ -26,16 +26,16 @@
 //! lease was taken, so leases never admit more permits than Redis granted: at a
 //! frozen time, all instances together admit at most the burst `B`, exactly as
 //! without leases. What leases change is *when* permits are spent: a permit taken
-//! at time `t` can be spent until `t + ttl`. So, with `N` instances holding leases
+//! at time `t` can be spent until `t + lifetime`. So, with `N` instances holding leases
 //! on one key, `r` the quota's rate and `L` = `max_lease`, the requests admitted in
 //! any interval of length `τ` are at most
 //!
 //! ```text
-//! B + r·τ + min(N·L, r·ttl)
+//! B + r·τ + min(N·L, r·lifetime)
 //! ```
 //!
 //! against `B + r·τ` for the exact limiter: the overshoot is at most the permits
-//! held in leases when the interval starts (`N·L`), and no more than a `ttl`'s
+//! held in leases when the interval starts (`N·L`), and no more than a `lifetime`'s
 //! worth of refill. Permits left in an expired lease are dropped (the limiter then
 //! admits *less* than the quota, never more). `tests/leases.rs` asserts the bound
 //! with several clients.
@@ -59,56 +59,119 @@ use tokio::sync::Notify;
 use weir_core::__private::sync::{AtomicU64, Ordering};
 use weir_core::{AsyncKeyedLimiter, Clock, Decision, InsufficientCapacity, MonotonicClock, Nanos, Policy, Snapshot};
 
-/// How leases are sized and how long they live.
+/// How leases are sized and how long they live: built with
+/// [`LeaseConfig::builder`], or [`LeaseConfig::default()`] (leases of at most 64
+/// permits, for 1 instance, spendable for 1 s, for at most 10 000 keys at once).
 ///
 /// ```
 /// use std::time::Duration;
 /// use weir_redis::LeaseConfig;
 ///
-/// let config = LeaseConfig::new(64)?.instances(8)?.ttl(Duration::from_millis(500));
-/// assert_eq!(config.max_lease_size(), 64);
+/// let config = LeaseConfig::builder().max_lease(64).instances(8).lifetime(Duration::from_millis(500)).build()?;
+/// assert_eq!((config.max_lease(), config.instances()), (64, 8));
 /// # Ok::<(), weir_redis::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseConfig {
     max_lease: u64,
     instances: u32,
-    ttl: Duration,
+    lifetime: Duration,
     max_keys: usize,
 }
 
+impl Default for LeaseConfig {
+    /// Leases of at most 64 permits, for 1 instance, spendable for 1 s, for at most
+    /// 10 000 keys at once.
+    fn default() -> Self {
+        Self { max_lease: 64, instances: 1, lifetime: Duration::from_secs(1), max_keys: 10_000 }
+    }
+}
+
 impl LeaseConfig {
-    /// Leases of at most `max_lease` permits, for 1 instance, living 1 s, for at
-    /// most 10 000 keys at once.
-    pub const fn new(max_lease: u64) -> Result<Self, ConfigError> {
-        if max_lease == 0 {
-            return Err(ConfigError::Zero { what: "the lease size" });
-        }
-        Ok(Self { max_lease, instances: 1, ttl: Duration::from_secs(1), max_keys: 10_000 })
-    }
-
-    /// How many instances share each key (sizes leases: `headroom ÷ (2 × instances)`).
-    pub const fn instances(self, instances: u32) -> Result<Self, ConfigError> {
-        if instances == 0 {
-            return Err(ConfigError::Zero { what: "the number of instances" });
-        }
-        Ok(Self { instances, ..self })
-    }
-
-    /// How long a lease's permits may be spent after it was taken.
-    pub const fn ttl(self, ttl: Duration) -> Self {
-        Self { ttl, ..self }
-    }
-
-    /// The most keys holding a lease at once in this instance (others are decided
-    /// in Redis one request at a time).
-    pub const fn max_keys(self, max_keys: usize) -> Self {
-        Self { max_keys, ..self }
+    /// The options, at their defaults (those of [`LeaseConfig::default()`]).
+    pub const fn builder() -> LeaseConfigBuilder {
+        LeaseConfigBuilder { max_lease: 64, instances: 1, lifetime: Duration::from_secs(1), max_keys: 10_000 }
     }
 
     /// The largest lease.
-    pub const fn max_lease_size(&self) -> u64 {
+    pub const fn max_lease(&self) -> u64 {
         self.max_lease
+    }
+
+    /// How many instances share each key.
+    pub const fn instances(&self) -> u32 {
+        self.instances
+    }
+
+    /// How long a lease's permits may be spent after it was taken.
+    pub const fn lifetime(&self) -> Duration {
+        self.lifetime
+    }
+
+    /// The most keys holding a lease at once in this instance.
+    pub const fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+}
+
+/// The options of a [`LeaseConfig`]: setters that never fail, checked together by
+/// [`build`](Self::build). From [`LeaseConfig::builder`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct LeaseConfigBuilder {
+    max_lease: u64,
+    instances: u32,
+    lifetime: Duration,
+    max_keys: usize,
+}
+
+impl LeaseConfigBuilder {
+    /// Leases of at most `n` permits (at least 1; 1 takes every permit from Redis
+    /// one at a time). Default: 64.
+    pub const fn max_lease(self, n: u64) -> Self {
+        Self { max_lease: n, ..self }
+    }
+
+    /// How many instances share each key (at least 1; sizes leases:
+    /// `headroom ÷ (2 × instances)`). Default: 1.
+    pub const fn instances(self, n: u32) -> Self {
+        Self { instances: n, ..self }
+    }
+
+    /// How long a lease's permits may be spent after it was taken. Default: 1 s.
+    pub const fn lifetime(self, lifetime: Duration) -> Self {
+        Self { lifetime, ..self }
+    }
+
+    /// The most keys holding a lease at once in this instance (others are decided
+    /// in Redis one request at a time). Default: 10 000.
+    pub const fn max_keys(self, n: usize) -> Self {
+        Self { max_keys: n, ..self }
+    }
+
+    /// The configuration, or [`ConfigError::Zero`] naming the first option that is
+    /// zero and must not be (`max_lease`, `instances`).
+    ///
+    /// ```
+    /// use weir_redis::{ConfigError, LeaseConfig};
+    ///
+    /// let e = LeaseConfig::builder().instances(0).build().unwrap_err();
+    /// assert_eq!(e, ConfigError::Zero { what: "instances" });
+    /// assert_eq!(e.to_string(), "instances must not be zero");
+    /// ```
+    pub const fn build(self) -> Result<LeaseConfig, ConfigError> {
+        if self.max_lease == 0 {
+            return Err(ConfigError::Zero { what: "max_lease" });
+        }
+        if self.instances == 0 {
+            return Err(ConfigError::Zero { what: "instances" });
+        }
+        Ok(LeaseConfig {
+            max_lease: self.max_lease,
+            instances: self.instances,
+            lifetime: self.lifetime,
+            max_keys: self.max_keys,
+        })
     }
 }
 
@@ -149,8 +212,8 @@ type Shard = Mutex<HashMap<Vec<u8>, Lease>>;
 /// use weir_redis::{LeaseConfig, Leased, Redis, RedisLimiter};
 ///
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
-/// let limiter = RedisLimiter::gcra(&redis, Quota::per_second(10_000)?);
-/// let leased = Leased::new(limiter, LeaseConfig::new(100)?.instances(4)?)?;
+/// let limiter = RedisLimiter::builder(&redis, Quota::per_second(10_000)?).build()?;
+/// let leased = Leased::new(limiter, LeaseConfig::builder().max_lease(100).instances(4).build()?)?;
 /// let decision = leased.check("tenant-7").await?; // one round trip per ~100 decisions
 /// # Ok(()) }
 /// ```
@@ -320,7 +383,7 @@ impl<C: Clock> Leased<C> {
                     let held = if lease.expires_ns > now { lease.permits } else { 0 };
                     lease.permits = held.saturating_add(extra).min(self.config.max_lease);
                     lease.expires_ns =
-                        now.saturating_add(u64::try_from(self.config.ttl.as_nanos()).unwrap_or(u64::MAX));
+                        now.saturating_add(u64::try_from(self.config.lifetime.as_nanos()).unwrap_or(u64::MAX));
                     lease.granted_at = granted_at;
                 }
                 let share = lease.headroom / (2 * u64::from(self.config.instances));

@@ -11,11 +11,11 @@
 //!
 //! | you want | use | cost per decision |
 //! |---|---|---|
-//! | a per-client token bucket (most APIs) | [`RedisLimiter::gcra`] | one round trip; `GET` + `SET PX` in Redis, a denial only `GET` |
-//! | minute + day + burst limits together | [`RedisLimiter::tiered`] | one round trip for all quotas, all or nothing |
-//! | "N per calendar window" | [`RedisLimiter::fixed_window`] | one round trip; allows 2 × N across a window boundary |
-//! | a window without the boundary burst | [`RedisLimiter::sliding_window`] | one round trip (an estimate, as `weir_window::SlidingWindow`) |
-//! | an exact sliding window | [`RedisLimiter::sliding_log`] | one round trip, one sorted-set entry per request of the window |
+//! | a per-client token bucket (most APIs) | [`RedisLimiter::builder`]`(&redis, quota)` ([`Backend::Gcra`], the default) | one round trip; `GET` + `SET PX` in Redis, a denial only `GET` |
+//! | minute + day + burst limits together | [`and_quota`](RedisLimiterBuilder::and_quota) for each further quota | one round trip for all quotas, all or nothing |
+//! | "N per calendar window" | [`backend`](RedisLimiterBuilder::backend)`(`[`Backend::FixedWindow`]`)` | one round trip; allows 2 × N across a window boundary |
+//! | a window without the boundary burst | [`Backend::SlidingWindow`] | one round trip (an estimate, as `weir_window::SlidingWindow`) |
+//! | an exact sliding window | [`Backend::SlidingLog`] | one round trip, one sorted-set entry per request of the window |
 //! | keep serving when Redis is slow or down | [`Resilient`] with a [`FailPolicy`] | a timeout at the start of an outage, then local decisions |
 //! | very hot keys, fewer round trips | [`Leased`] | a round trip per lease (up to `max_lease` decisions), bounded overshoot |
 //!
@@ -30,9 +30,9 @@
 //! // One connection per instance, shared by every limiter and task.
 //! let redis = Redis::connect_with("redis://:secret@10.0.0.5:6379/0", RedisOptions::new().timeout(Duration::from_millis(20))).await?;
 //! // 100 per minute per API key, shared by every instance using this prefix.
-//! let per_key = RedisLimiter::gcra(&redis, Quota::per_minute(100)?).with_prefix("rl:api:")?;
+//! let per_key = RedisLimiter::builder(&redis, Quota::per_minute(100)?).prefix("rl:api:").build()?;
 //! // While Redis is away: 1/10 of the rate per instance, for a fleet of 10.
-//! let per_key = Resilient::new(per_key, FailPolicy::LocalFallback { instances: 10, max_keys: 100_000 })?;
+//! let per_key = Resilient::builder(per_key, FailPolicy::LocalFallback { instances: 10, max_keys: 100_000 }).build()?;
 //!
 //! let decision = per_key.check("key-7f3a").await?;
 //! if decision.is_denied() {
@@ -58,8 +58,9 @@
 //!   10⁶ per second are enforced for calls of at least 1 µs worth, e.g. bytes in
 //!   batches). A sliding window's `retry_after` is the local one rounded up to a µs.
 //! - **Server time.** By default the script reads Redis's `TIME`, so clock skew
-//!   between instances cannot widen a limit; [`RedisLimiter::with_clock`] injects a
-//!   clock (tests). A clock stepping back is treated as no time passing, as locally.
+//!   between instances cannot widen a limit;
+//!   [`build_with_clock`](RedisLimiterBuilder::build_with_clock) injects a clock
+//!   (tests). A clock stepping back is treated as no time passing, as locally.
 //! - **Denials write nothing** (the sliding log drops its expired entries). Keys
 //!   expire exactly when their state is back to empty, so idle clients cost Redis
 //!   nothing.
@@ -116,6 +117,25 @@ mod scripts;
 
 pub use connection::{Redis, RedisOptions};
 pub use error::{ConfigError, Error};
-pub use fail::{Backoff, Checked, FailPolicy, Path, Resilient};
-pub use lease::{LeaseConfig, Leased};
-pub use limiter::{Backend, DEFAULT_PREFIX, MAX_LOG_LIMIT, MAX_TIER, RedisLimiter};
+pub use fail::{Backoff, Checked, FailPolicy, Path, Resilient, ResilientBuilder};
+pub use lease::{LeaseConfig, LeaseConfigBuilder, Leased};
+pub use limiter::{Backend, DEFAULT_PREFIX, MAX_LOG_LIMIT, MAX_TIER, RedisLimiter, RedisLimiterBuilder};
+
+/// Not part of the public API: what weir-redis's benchmark program needs from
+/// inside the crate. May change or go away in any release.
+#[doc(hidden)]
+pub mod __private {
+    use crate::{Error, Redis, RedisLimiter};
+    use redis::{Cmd, FromRedisValue};
+
+    /// The SHA1 of the script `limiter`'s checks run (`EVALSHA`), to compare a
+    /// check with a bare `EVALSHA` of the same script.
+    pub fn script_sha(limiter: &RedisLimiter) -> &str {
+        limiter.script_sha()
+    }
+
+    /// Runs one command on `redis` within its call time limit.
+    pub async fn command<T: FromRedisValue>(redis: &Redis, cmd: &Cmd) -> Result<T, Error> {
+        redis.command(cmd).await
+    }
+}

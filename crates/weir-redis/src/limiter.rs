@@ -17,7 +17,8 @@ pub const MAX_LOG_LIMIT: u64 = 100_000;
 /// The key prefix used unless another is set.
 pub const DEFAULT_PREFIX: &str = "weir:";
 
-/// Which algorithm a [`RedisLimiter`] runs.
+/// Which algorithm a [`RedisLimiter`] runs
+/// ([`RedisLimiterBuilder::backend`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Backend {
@@ -52,19 +53,21 @@ enum TimeSource {
 /// Per-key rate limiting with the state in Redis: every instance of a fleet that
 /// uses the same Redis, key prefix and quota shares one limit per key.
 ///
-/// Built from a [`Redis`] connection and a quota:
+/// Built from a [`Redis`] connection and a quota with [`RedisLimiter::builder`];
+/// the [`Backend`] picks the algorithm (GCRA unless said otherwise):
 ///
-/// | constructor | algorithm | Redis calls per decision | memory per active key |
+/// | builder | algorithm | Redis calls per decision | memory per active key |
 /// |---|---|---|---|
-/// | [`gcra`](Self::gcra) | token bucket (GCRA), as `weir-gcra` | `GET` + `SET PX` (denied: `GET`) | one string |
-/// | [`tiered`](Self::tiered) | several GCRA quotas, all or nothing | that, per quota, in one script | one string per quota |
-/// | [`fixed_window`](Self::fixed_window) | fixed window counter | `GET` + `SET PX` | one string |
-/// | [`sliding_window`](Self::sliding_window) | sliding window counter | `GET` + `SET PX` | one string |
-/// | [`sliding_log`](Self::sliding_log) | exact sliding window | 3 reads + `ZADD` + `PEXPIRE` | one entry per request in the window |
+/// | `builder(&redis, quota)` | token bucket (GCRA), as `weir-gcra` | `GET` + `SET PX` (denied: `GET`) | one string |
+/// | `builder(&redis, q1).and_quota(q2)` | several GCRA quotas, all or nothing | that, per quota, in one script | one string per quota |
+/// | `builder(&redis, quota).backend(Backend::FixedWindow)` | fixed window counter | `GET` + `SET PX` | one string |
+/// | `builder(&redis, quota).backend(Backend::SlidingWindow)` | sliding window counter | `GET` + `SET PX` | one string |
+/// | `builder(&redis, quota).backend(Backend::SlidingLog)` | exact sliding window | 3 reads + `ZADD` + `PEXPIRE` | one entry per request in the window |
 ///
 /// Each decision is one round trip running one Lua script, atomic on the server.
-/// Time is Redis's `TIME` unless [`with_clock`](Self::with_clock) says otherwise.
-/// Keys are `<prefix>{<client key>}:<suffix>`; see the crate docs.
+/// Time is Redis's `TIME` unless the limiter is built with
+/// [`build_with_clock`](RedisLimiterBuilder::build_with_clock). Keys are
+/// `<prefix>{<client key>}:<suffix>`; see the crate docs.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -72,7 +75,7 @@ enum TimeSource {
 /// use weir_redis::{Redis, RedisLimiter};
 ///
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
-/// let per_user = RedisLimiter::gcra(&redis, Quota::per_minute(100)?).with_prefix("rl:api:")?;
+/// let per_user = RedisLimiter::builder(&redis, Quota::per_minute(100)?).prefix("rl:api:").build()?;
 /// let decision = per_user.check("user-42").await?;
 /// if decision.is_denied() {
 ///     println!("retry in {:?}", decision.retry_after());
@@ -126,81 +129,92 @@ fn window_of(quota: &Quota) -> Result<WindowMicros, ConfigError> {
     Ok(WindowMicros { limit: quota.count(), period_us })
 }
 
-impl RedisLimiter {
-    fn build(redis: &Redis, algo: Algo, policies: Box<[Policy]>, quotas: &[Quota]) -> Self {
-        Self {
-            redis: redis.clone(),
-            algo,
-            policies,
-            quotas: quotas.into(),
-            prefix: Arc::from(DEFAULT_PREFIX),
-            time: TimeSource::Server,
-            tag: random_tag(),
-        }
+/// The options of a [`RedisLimiter`]: setters that never fail, checked together by
+/// [`build`](Self::build) or [`build_with_clock`](Self::build_with_clock). From
+/// [`RedisLimiter::builder`].
+///
+/// ```
+/// # async fn demo(redis: &weir_redis::Redis) -> Result<(), Box<dyn std::error::Error>> {
+/// use weir_core::Quota;
+/// use weir_redis::{Backend, ConfigError, RedisLimiter};
+///
+/// // A minute, a day and a burst limit, all or nothing, in one round trip.
+/// let tiered = RedisLimiter::builder(redis, Quota::per_minute(100)?)
+///     .and_quota(Quota::per_day(5_000)?)
+///     .and_quota(Quota::per_second(10)?)
+///     .prefix("rl:api:")
+///     .build()?;
+/// // An exact sliding window.
+/// let log = RedisLimiter::builder(redis, Quota::per_minute(100)?).backend(Backend::SlidingLog).build()?;
+/// // Build errors name the option.
+/// let e = RedisLimiter::builder(redis, Quota::per_minute(100)?).prefix("{rl}").build().unwrap_err();
+/// assert!(matches!(e, ConfigError::BraceInPrefix { .. }));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct RedisLimiterBuilder {
+    redis: Redis,
+    backend: Backend,
+    quotas: Vec<Quota>,
+    prefix: String,
+}
+
+impl RedisLimiterBuilder {
+    /// The algorithm (see the table on [`RedisLimiter`]). Default: [`Backend::Gcra`].
+    ///
+    /// - [`Backend::Gcra`]: a token bucket (GCRA) per key, deciding exactly as
+    ///   `weir_gcra::Gcra` does for the same requests at the same times (to 1 µs, see
+    ///   the crate docs).
+    /// - [`Backend::FixedWindow`]: at most `count` per window of `period`, windows
+    ///   aligned to the Unix epoch (or the clock's origin).
+    /// - [`Backend::SlidingWindow`]: as `weir_window::SlidingWindow` (the previous
+    ///   window's count weighted by its overlap with the last window-length, plus the
+    ///   current one's).
+    /// - [`Backend::SlidingLog`]: exactly at most `count` in any interval of
+    ///   `period`, as `weir_window::SlidingLog`, at the cost of one sorted-set entry
+    ///   per admitted request; at most [`MAX_LOG_LIMIT`] per window.
+    ///
+    /// The windows take one quota whose burst equals its count, with a window of at
+    /// least 1 ms.
+    pub fn backend(self, backend: Backend) -> Self {
+        Self { backend, ..self }
     }
 
-    /// A token bucket (GCRA) per key, deciding exactly as `weir_gcra::Gcra` does for
-    /// the same requests at the same times (to 1 µs, see the crate docs).
-    pub fn gcra(redis: &Redis, quota: Quota) -> Self {
-        Self::build(redis, Algo::Gcra(Box::new([GcraMicros::new(&quota)])), Box::new([Policy::of(&quota)]), &[quota])
-    }
-
-    /// Several GCRA quotas per key, checked all or nothing in one script (a minute,
-    /// a day and a burst limit, say): a request is admitted only if every quota
-    /// admits it, and a denied one consumes nothing from any of them.
+    /// Adds a quota checked together with the others, all or nothing, in one script
+    /// (a minute, a day and a burst limit, say): a request is admitted only if every
+    /// quota admits it, and a denied one consumes nothing from any of them. GCRA
+    /// only; at most [`MAX_TIER`] quotas in all.
     ///
     /// The decision's [`policy_index`](Decision::policy_index) names the quota that
-    /// decided: on denial the one whose wait is longest, on admission the one with
-    /// the least left.
-    pub fn tiered(redis: &Redis, quotas: &[Quota]) -> Result<Self, ConfigError> {
-        if quotas.is_empty() || quotas.len() > MAX_TIER {
-            return Err(ConfigError::TierSize { quotas: quotas.len() });
-        }
-        let micros = quotas.iter().map(GcraMicros::new).collect();
-        let policies = quotas.iter().map(Policy::of).collect();
-        Ok(Self::build(redis, Algo::Gcra(micros), policies, quotas))
+    /// decided (0 for the builder's, then in the order added): on denial the one
+    /// whose wait is longest, on admission the one with the least left.
+    pub fn and_quota(mut self, quota: Quota) -> Self {
+        self.quotas.push(quota);
+        self
     }
 
-    /// A fixed window counter per key: at most `count` per window of `period`,
-    /// windows aligned to the Unix epoch (or the clock's origin). The quota's burst
-    /// must equal its count; the window must be at least 1 ms.
-    pub fn fixed_window(redis: &Redis, quota: Quota) -> Result<Self, ConfigError> {
-        let window = window_of(&quota)?;
-        Ok(Self::build(redis, Algo::Fixed(window), Box::new([Policy::new(quota.count(), quota.period())]), &[quota]))
+    /// Keys under `prefix`, so they never collide with the application's or another
+    /// limiter's. Instances that should share a limit use the same prefix. Braces are
+    /// refused by [`build`](Self::build) (they would break the per-client hash tag).
+    /// Default: [`DEFAULT_PREFIX`].
+    pub fn prefix(self, prefix: &str) -> Self {
+        Self { prefix: prefix.to_owned(), ..self }
     }
 
-    /// A sliding window counter per key, as `weir_window::SlidingWindow` (the
-    /// previous window's count weighted by its overlap with the last window-length,
-    /// plus the current one's).
-    pub fn sliding_window(redis: &Redis, quota: Quota) -> Result<Self, ConfigError> {
-        let window = window_of(&quota)?;
-        Ok(Self::build(redis, Algo::Sliding(window), Box::new([Policy::new(quota.count(), quota.period())]), &[quota]))
+    /// The limiter, deciding at Redis's `TIME`, or the first option that cannot be
+    /// used: [`ConfigError::TierSize`] (more than [`MAX_TIER`] quotas),
+    /// [`ConfigError::TierNeedsGcra`] (several quotas on a window backend),
+    /// [`ConfigError::BurstIsNotCount`], [`ConfigError::WindowTooShort`] or
+    /// [`ConfigError::LogTooLarge`] (a quota the backend cannot run),
+    /// [`ConfigError::BraceInPrefix`] (the prefix).
+    pub fn build(self) -> Result<RedisLimiter, ConfigError> {
+        self.build_with(TimeSource::Server)
     }
 
-    /// A sliding log per key: exactly at most `count` in any interval of `period`,
-    /// as `weir_window::SlidingLog`, at the cost of one sorted-set entry per
-    /// admitted request. At most [`MAX_LOG_LIMIT`] per window.
-    pub fn sliding_log(redis: &Redis, quota: Quota) -> Result<Self, ConfigError> {
-        let window = window_of(&quota)?;
-        if window.limit > MAX_LOG_LIMIT {
-            return Err(ConfigError::LogTooLarge { limit: window.limit });
-        }
-        Ok(Self::build(redis, Algo::Log(window), Box::new([Policy::new(quota.count(), quota.period())]), &[quota]))
-    }
-
-    /// The same limiter with keys under `prefix` (default [`DEFAULT_PREFIX`]), so its
-    /// keys never collide with the application's or another limiter's. Instances
-    /// that should share a limit use the same prefix. Braces are refused (they would
-    /// break the per-client hash tag).
-    pub fn with_prefix(self, prefix: &str) -> Result<Self, ConfigError> {
-        if prefix.contains(['{', '}']) {
-            return Err(ConfigError::BraceInPrefix { prefix: prefix.to_owned() });
-        }
-        Ok(Self { prefix: Arc::from(prefix), ..self })
-    }
-
-    /// The same limiter deciding at this process's `clock` (read in nanoseconds,
-    /// used in whole microseconds) instead of Redis's `TIME`.
+    /// The limiter, deciding at this process's `clock` (read in nanoseconds, used in
+    /// whole microseconds) instead of Redis's `TIME`; errors as
+    /// [`build`](Self::build).
     ///
     /// For tests (a [`ManualClock`](weir_core::ManualClock) makes every decision
     /// reproducible), and for fleets whose clocks are known to agree: with client
@@ -208,8 +222,60 @@ impl RedisLimiter {
     /// widens the limit; Redis's time cannot be skewed between instances. Readings
     /// are taken as times since the Unix epoch; windows align to multiples of their
     /// length from the clock's origin.
-    pub fn with_clock(self, clock: impl Clock + Send + Sync + 'static) -> Self {
-        Self { time: TimeSource::Client(Arc::new(clock)), ..self }
+    pub fn build_with_clock(self, clock: impl Clock + Send + Sync + 'static) -> Result<RedisLimiter, ConfigError> {
+        self.build_with(TimeSource::Client(Arc::new(clock)))
+    }
+
+    fn build_with(self, time: TimeSource) -> Result<RedisLimiter, ConfigError> {
+        let quotas = self.quotas;
+        if quotas.len() > MAX_TIER {
+            return Err(ConfigError::TierSize { quotas: quotas.len() });
+        }
+        let (algo, policies): (Algo, Box<[Policy]>) = match (self.backend, quotas.as_slice()) {
+            (Backend::Gcra, _) => {
+                (Algo::Gcra(quotas.iter().map(GcraMicros::new).collect()), quotas.iter().map(Policy::of).collect())
+            }
+            (backend, &[quota]) => {
+                let window = window_of(&quota)?;
+                let algo = match backend {
+                    Backend::FixedWindow => Algo::Fixed(window),
+                    Backend::SlidingWindow => Algo::Sliding(window),
+                    _ => {
+                        if window.limit > MAX_LOG_LIMIT {
+                            return Err(ConfigError::LogTooLarge { limit: window.limit });
+                        }
+                        Algo::Log(window)
+                    }
+                };
+                (algo, Box::new([Policy::new(quota.count(), quota.period())]))
+            }
+            (backend, _) => return Err(ConfigError::TierNeedsGcra { backend }),
+        };
+        if self.prefix.contains(['{', '}']) {
+            return Err(ConfigError::BraceInPrefix { prefix: self.prefix });
+        }
+        Ok(RedisLimiter {
+            redis: self.redis,
+            algo,
+            policies,
+            quotas: quotas.into(),
+            prefix: Arc::from(self.prefix),
+            time,
+            tag: random_tag(),
+        })
+    }
+}
+
+impl RedisLimiter {
+    /// The options of a limiter of `quota` for each key, over `redis`, at their
+    /// defaults: GCRA, keys under [`DEFAULT_PREFIX`], Redis's time.
+    pub fn builder(redis: &Redis, quota: Quota) -> RedisLimiterBuilder {
+        RedisLimiterBuilder {
+            redis: redis.clone(),
+            backend: Backend::Gcra,
+            quotas: vec![quota],
+            prefix: DEFAULT_PREFIX.to_owned(),
+        }
     }
 
     /// The algorithm this limiter runs.
@@ -287,10 +353,8 @@ impl RedisLimiter {
         out
     }
 
-    /// The SHA1 of the script a check runs (`EVALSHA`), for benchmarks that compare
-    /// a check with a bare `EVALSHA` of the same script.
-    #[doc(hidden)]
-    pub fn script_sha(&self) -> &str {
+    /// The SHA1 of the script a check runs (see `__private::script_sha`).
+    pub(crate) fn script_sha(&self) -> &str {
         match self.algo {
             Algo::Gcra(_) => scripts::GCRA.get_hash(),
             Algo::Fixed(_) => scripts::FIXED.get_hash(),

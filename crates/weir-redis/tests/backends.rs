@@ -16,15 +16,8 @@ async fn connect(server: &RedisServer) -> Redis {
     Redis::connect(&server.url()).await.expect("connect to the test server")
 }
 
-fn limiter(redis: &Redis, backend: Backend, quota: Quota, clock: &ManualClock) -> RedisLimiter {
-    let limiter = match backend {
-        Backend::Gcra => RedisLimiter::gcra(redis, quota),
-        Backend::FixedWindow => RedisLimiter::fixed_window(redis, quota).unwrap(),
-        Backend::SlidingWindow => RedisLimiter::sliding_window(redis, quota).unwrap(),
-        Backend::SlidingLog => RedisLimiter::sliding_log(redis, quota).unwrap(),
-        _ => unreachable!(),
-    };
-    limiter.with_clock(clock.clone())
+fn limiter(redis: &Redis, backend: Backend, quota: Quota, clock: &ManualClock, prefix: &str) -> RedisLimiter {
+    RedisLimiter::builder(redis, quota).backend(backend).prefix(prefix).build_with_clock(clock.clone()).unwrap()
 }
 
 const BACKENDS: [Backend; 4] = [Backend::Gcra, Backend::FixedWindow, Backend::SlidingWindow, Backend::SlidingLog];
@@ -34,8 +27,9 @@ async fn gcra_worked_example() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
     let clock = ManualClock::starting_at(Nanos::new(T0));
-    let limiter =
-        RedisLimiter::gcra(&redis, Quota::per_second(10).unwrap().with_burst(20).unwrap()).with_clock(clock.clone());
+    let limiter = RedisLimiter::builder(&redis, Quota::per_second(10).unwrap().with_burst(20).unwrap())
+        .build_with_clock(clock.clone())
+        .unwrap();
     let d = limiter.check_n("alice", 20).await.unwrap();
     assert!(d.is_allowed() && d.remaining() == 0, "{d:?}");
     assert_eq!(d.decided_at(), Nanos::new(T0));
@@ -59,7 +53,7 @@ async fn gcra_worked_example() {
 async fn server_time_decides_by_default_and_idle_keys_expire() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
-    let limiter = RedisLimiter::gcra(&redis, Quota::per_second(1_000).unwrap()).with_prefix("t:").unwrap();
+    let limiter = RedisLimiter::builder(&redis, Quota::per_second(1_000).unwrap()).prefix("t:").build().unwrap();
     let d = limiter.check_n("k", 10).await.unwrap();
     assert!(d.is_allowed());
     let now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
@@ -69,7 +63,7 @@ async fn server_time_decides_by_default_and_idle_keys_expire() {
     let ttl: i64 = server.cli(&["PTTL", "t:{k}:g0"]).trim().parse().unwrap();
     assert!((1..=10).contains(&ttl), "PTTL {ttl}");
     // A denial (and a peek) writes nothing: no key appears.
-    let big = RedisLimiter::gcra(&redis, Quota::per_hour(1).unwrap()).with_prefix("t2:").unwrap();
+    let big = RedisLimiter::builder(&redis, Quota::per_hour(1).unwrap()).prefix("t2:").build().unwrap();
     assert!(big.check("x").await.unwrap().is_allowed());
     assert!(big.check("x").await.unwrap().is_denied());
     let _ = big.snapshot("y").await.unwrap();
@@ -125,8 +119,7 @@ async fn decisions_match_the_local_crates_field_by_field() {
     for (q, quota) in gcra_quotas.into_iter().enumerate() {
         let clock = ManualClock::starting_at(Nanos::new(T0));
         let local = weir_gcra::Gcra::with_clock(quota, clock.clone());
-        let remote =
-            RedisLimiter::gcra(&redis, quota).with_prefix(&format!("g{q}:")).unwrap().with_clock(clock.clone());
+        let remote = limiter(&redis, Backend::Gcra, quota, &clock, &format!("g{q}:"));
         let period_us = quota.period().as_micros() as u64;
         let steps = sequence(q as u64 + 1, 300, period_us / quota.count() * 2, quota.burst().min(5));
         agree(&format!("GCRA {quota}"), |n| local.check_n(n).unwrap(), &remote, &clock, &steps).await;
@@ -137,17 +130,17 @@ async fn decisions_match_the_local_crates_field_by_field() {
         let steps = sequence(q as u64 + 7, 300, period_us / quota.count() * 2, 4);
         let clock = ManualClock::starting_at(Nanos::new(T0));
         let local = weir_window::FixedWindow::with_clock(quota, clock.clone()).unwrap();
-        let remote = limiter(&redis, Backend::FixedWindow, quota, &clock).with_prefix(&format!("f{q}:")).unwrap();
+        let remote = limiter(&redis, Backend::FixedWindow, quota, &clock, &format!("f{q}:"));
         agree(&format!("fixed {quota}"), |n| local.check_n(n).unwrap(), &remote, &clock, &steps).await;
 
         let clock = ManualClock::starting_at(Nanos::new(T0));
         let local = weir_window::SlidingWindow::with_clock(quota, clock.clone()).unwrap();
-        let remote = limiter(&redis, Backend::SlidingWindow, quota, &clock).with_prefix(&format!("s{q}:")).unwrap();
+        let remote = limiter(&redis, Backend::SlidingWindow, quota, &clock, &format!("s{q}:"));
         agree(&format!("sliding {quota}"), |n| local.check_n(n).unwrap(), &remote, &clock, &steps).await;
 
         let clock = ManualClock::starting_at(Nanos::new(T0));
         let local = weir_window::SlidingLog::with_clock(quota, clock.clone()).unwrap();
-        let remote = limiter(&redis, Backend::SlidingLog, quota, &clock).with_prefix(&format!("l{q}:")).unwrap();
+        let remote = limiter(&redis, Backend::SlidingLog, quota, &clock, &format!("l{q}:"));
         agree(&format!("log {quota}"), |n| local.check_n(n).unwrap(), &remote, &clock, &steps).await;
     }
 }
@@ -161,7 +154,7 @@ async fn clients_on_one_key_share_exactly_the_limit() {
         let mut tasks = Vec::new();
         for _client in 0..4 {
             // Each client is its own instance: its own connection.
-            let limiter = Arc::new(limiter(&connect(&server).await, backend, quota, &clock));
+            let limiter = Arc::new(limiter(&connect(&server).await, backend, quota, &clock, "weir:"));
             for _task in 0..8 {
                 let limiter = limiter.clone();
                 tasks.push(tokio::spawn(async move {
@@ -189,7 +182,8 @@ async fn a_tier_is_all_or_nothing_and_names_the_deciding_quota() {
     let burst = Quota::per_second(2).unwrap().with_burst(5).unwrap();
     let minute = Quota::per_minute(20).unwrap();
     let day = Quota::per_day(30).unwrap();
-    let tier = RedisLimiter::tiered(&redis, &[burst, minute, day]).unwrap().with_clock(clock.clone());
+    let tier =
+        RedisLimiter::builder(&redis, burst).and_quota(minute).and_quota(day).build_with_clock(clock.clone()).unwrap();
     assert_eq!(
         tier.policies(),
         &[Policy::of(&burst), Policy::new(20, Duration::from_secs(60)), Policy::new(30, Duration::from_secs(86_400))]
@@ -227,7 +221,11 @@ async fn a_tier_is_all_or_nothing_and_names_the_deciding_quota() {
     assert!(admitted.is_allowed(), "{admitted:?}");
     tier.refund("u", 4, &admitted).await.unwrap();
     assert!(tier.check_n("u", 4).await.unwrap().is_allowed());
-    assert!(matches!(RedisLimiter::tiered(&redis, &[]), Err(ConfigError::TierSize { quotas: 0 })));
+    let nine = (0..8).fold(RedisLimiter::builder(&redis, minute), |b, _| b.and_quota(day));
+    assert!(matches!(nine.build(), Err(ConfigError::TierSize { quotas: 9 })));
+    let e = RedisLimiter::builder(&redis, minute).and_quota(day).backend(Backend::SlidingLog).build().unwrap_err();
+    assert_eq!(e, ConfigError::TierNeedsGcra { backend: Backend::SlidingLog });
+    assert!(e.to_string().starts_with("and_quota: "), "{e}");
 }
 
 #[tokio::test]
@@ -237,7 +235,7 @@ async fn refunds_give_back_to_the_window_the_admission_was_counted_in() {
     let quota = Quota::per_minute(10).unwrap();
     for backend in BACKENDS {
         let clock = ManualClock::starting_at(Nanos::new(T0 + 50_000_000_000)); // 50 s into a minute
-        let limiter = limiter(&redis, backend, quota, &clock).with_prefix(&format!("{backend:?}:")).unwrap();
+        let limiter = limiter(&redis, backend, quota, &clock, &format!("{backend:?}:"));
         let admission = limiter.check_n("k", 6).await.unwrap();
         assert!(admission.is_allowed());
         limiter.refund("k", 2, &admission).await.unwrap();
@@ -270,7 +268,7 @@ async fn a_wrong_type_or_unreadable_key_is_a_typed_error_and_admits_nothing() {
     let redis = connect(&server).await;
     let clock = ManualClock::starting_at(Nanos::new(T0));
     for backend in BACKENDS {
-        let limiter = limiter(&redis, backend, Quota::per_minute(10).unwrap(), &clock);
+        let limiter = limiter(&redis, backend, Quota::per_minute(10).unwrap(), &clock, "weir:");
         let key = &limiter.redis_keys("victim")[0];
         server.cli(&["DEL", key]);
         server.cli(&["HSET", key, "field", "1"]);
@@ -293,10 +291,12 @@ async fn a_wrong_type_or_unreadable_key_is_a_typed_error_and_admits_nothing() {
 async fn keys_carry_the_client_as_a_hash_tag() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
-    let limiter = RedisLimiter::gcra(&redis, Quota::per_minute(10).unwrap());
+    let limiter = RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap()).build().unwrap();
     assert_eq!(limiter.redis_keys("a}b{c%"), ["weir:{a%7Db%7Bc%25}:g0"]);
     assert_eq!(limiter.redis_keys(&b"\xff"[..]), ["weir:{%FF}:g0"]);
-    assert!(matches!(limiter.clone().with_prefix("x{"), Err(ConfigError::BraceInPrefix { .. })));
+    let e = RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap()).prefix("x{").build().unwrap_err();
+    assert!(matches!(e, ConfigError::BraceInPrefix { .. }), "{e}");
+    assert!(e.to_string().starts_with("prefix: "), "{e}");
     // Keys with braces work and do not collide with their encoded spelling.
     assert!(limiter.check_n("a}b", 10).await.unwrap().is_allowed());
     assert!(limiter.check_n("a%7Db", 10).await.unwrap().is_allowed());
@@ -309,7 +309,7 @@ async fn the_async_keyed_trait_is_the_whole_interface() {
     }
     let server = RedisServer::start();
     let redis = connect(&server).await;
-    let limiter = RedisLimiter::gcra(&redis, Quota::per_minute(1).unwrap());
+    let limiter = RedisLimiter::builder(&redis, Quota::per_minute(1).unwrap()).build().unwrap();
     assert!(admit(&limiter, "k").await.unwrap());
     assert!(!admit(&limiter, "k").await.unwrap());
     assert_eq!(AsyncKeyedLimiter::<str>::policies(&limiter), &[Policy::new(1, Duration::from_secs(60))]);
@@ -319,7 +319,15 @@ async fn the_async_keyed_trait_is_the_whole_interface() {
 async fn a_password_is_checked_at_connection() {
     let server = RedisServer::start_with_password("s3cret-pw");
     let ok = Redis::connect(&server.url()).await.expect("the right password");
-    assert!(RedisLimiter::gcra(&ok, Quota::per_minute(1).unwrap()).check("k").await.unwrap().is_allowed());
+    assert!(
+        RedisLimiter::builder(&ok, Quota::per_minute(1).unwrap())
+            .build()
+            .unwrap()
+            .check("k")
+            .await
+            .unwrap()
+            .is_allowed()
+    );
     let url = format!("redis://:wrong@127.0.0.1:{}", server.port());
     let e = Redis::connect(&url).await.unwrap_err();
     assert!(matches!(e, Error::Auth(_)), "a wrong password is an authentication error: {e:?}");
@@ -332,6 +340,14 @@ async fn a_password_is_checked_at_connection() {
     server.cli(&["ACL", "SETUSER", "limiter", "on", ">user-pw", "~*", "+@all"]);
     let url = format!("redis://limiter:user-pw@127.0.0.1:{}/3", server.port());
     let user = Redis::connect(&url).await.expect("an ACL user");
-    assert!(RedisLimiter::gcra(&user, Quota::per_minute(1).unwrap()).check("k").await.unwrap().is_allowed());
+    assert!(
+        RedisLimiter::builder(&user, Quota::per_minute(1).unwrap())
+            .build()
+            .unwrap()
+            .check("k")
+            .await
+            .unwrap()
+            .is_allowed()
+    );
     assert_eq!(server.cli(&["-n", "3", "EXISTS", "weir:{k}:g0"]).trim(), "1", "database 3");
 }

@@ -24,7 +24,12 @@ async fn a_tier_runs_as_one_script_on_a_cluster() {
         Quota::per_minute(20).unwrap(),
         Quota::per_day(1_000).unwrap(),
     ];
-    let tier = RedisLimiter::tiered(&redis, &quotas).unwrap().with_prefix("rl:").unwrap();
+    let tier = RedisLimiter::builder(&redis, quotas[0])
+        .and_quota(quotas[1])
+        .and_quota(quotas[2])
+        .prefix("rl:")
+        .build()
+        .unwrap();
     let mut masters_used = HashSet::new();
     for client in 0..24 {
         let key = format!("client-{client}");

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::{FakeMode, FakeRedis, RedisServer};
 use weir_core::{ManualClock, Nanos, Quota};
-use weir_redis::{Backoff, Error, FailPolicy, Path, Redis, RedisLimiter, RedisOptions, Resilient};
+use weir_redis::{Backend, Backoff, Error, FailPolicy, Path, Redis, RedisLimiter, RedisOptions, Resilient};
 
 const TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -30,8 +30,8 @@ async fn bounded<T>(what: &str, call: impl Future<Output = T>) -> T {
 }
 
 fn resilient(redis: &Redis, policy: FailPolicy, clock: &ManualClock) -> Resilient<ManualClock> {
-    let limiter = RedisLimiter::gcra(redis, Quota::per_minute(100).unwrap());
-    Resilient::with_clock(limiter, policy, backoff(), clock.clone()).unwrap()
+    let limiter = RedisLimiter::builder(redis, Quota::per_minute(100).unwrap()).build().unwrap();
+    Resilient::builder(limiter, policy).backoff(backoff()).build_with_clock(clock.clone()).unwrap()
 }
 
 const POLICIES: [FailPolicy; 3] =
@@ -101,7 +101,7 @@ async fn a_server_stopped_mid_load_hands_over_to_each_policy() {
 async fn a_paused_server_times_out_then_the_policy_decides_and_checks_recover() {
     let mut server = RedisServer::start();
     let redis = connect(&server.url()).await;
-    let raw = RedisLimiter::gcra(&redis, Quota::per_minute(100).unwrap());
+    let raw = RedisLimiter::builder(&redis, Quota::per_minute(100).unwrap()).build().unwrap();
     let clock = ManualClock::new();
     let limiter = resilient(&redis, FailPolicy::Closed, &clock);
     assert_eq!(limiter.check_traced("k", 1).await.unwrap().path, Path::Redis);
@@ -160,14 +160,13 @@ async fn script_flush_mid_run_reloads_transparently() {
     let server = RedisServer::start();
     let redis = connect(&server.url()).await;
     let clock = ManualClock::starting_at(Nanos::new(1_700_000_000_000_000_000));
-    let limiters = [
-        RedisLimiter::gcra(&redis, Quota::per_minute(10).unwrap()),
-        RedisLimiter::fixed_window(&redis, Quota::per_minute(10).unwrap()).unwrap(),
-        RedisLimiter::sliding_window(&redis, Quota::per_minute(10).unwrap()).unwrap(),
-        RedisLimiter::sliding_log(&redis, Quota::per_minute(10).unwrap()).unwrap(),
-    ];
-    for (i, limiter) in limiters.into_iter().enumerate() {
-        let limiter = limiter.with_clock(clock.clone()).with_prefix(&format!("p{i}:")).unwrap();
+    let backends = [Backend::Gcra, Backend::FixedWindow, Backend::SlidingWindow, Backend::SlidingLog];
+    for (i, backend) in backends.into_iter().enumerate() {
+        let limiter = RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap())
+            .backend(backend)
+            .prefix(&format!("p{i}:"))
+            .build_with_clock(clock.clone())
+            .unwrap();
         for expected in (5..10).rev() {
             assert_eq!(limiter.check("k").await.unwrap().remaining(), expected);
             assert_eq!(server.cli(&["SCRIPT", "FLUSH"]).trim(), "OK");
@@ -183,7 +182,7 @@ async fn script_flush_mid_run_reloads_transparently() {
 async fn bad_replies_are_typed_errors_and_admit_nothing() {
     let fake = FakeRedis::start();
     let redis = connect(&fake.url()).await;
-    let limiter = RedisLimiter::gcra(&redis, Quota::per_minute(10).unwrap());
+    let limiter = RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap()).build().unwrap();
     for (reply, what) in [
         (&b"+PONG\r\n"[..], "a status"),
         (b"*2\r\n:1\r\n:5\r\n", "too short an array"),
@@ -195,7 +194,8 @@ async fn bad_replies_are_typed_errors_and_admit_nothing() {
         assert!(matches!(e, Error::Reply { .. }), "{what}: {e:?}");
         // The fail policy does not turn a bad reply into an admission.
         let clock = ManualClock::new();
-        let open = Resilient::with_clock(limiter.clone(), FailPolicy::Open, backoff(), clock).unwrap();
+        let open =
+            Resilient::builder(limiter.clone(), FailPolicy::Open).backoff(backoff()).build_with_clock(clock).unwrap();
         let e = bounded("a check", open.check("k")).await.unwrap_err();
         assert!(matches!(e, Error::Reply { .. }), "{what}: {e:?}");
     }

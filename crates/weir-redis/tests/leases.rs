@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::RedisServer;
 use weir_core::{ManualClock, Nanos, Quota};
-use weir_redis::{ConfigError, LeaseConfig, Leased, Redis, RedisLimiter};
+use weir_redis::{Backend, ConfigError, LeaseConfig, Leased, Redis, RedisLimiter};
 
 const T0: u64 = 1_700_000_000_000_000_000;
 
 async fn client(server: &RedisServer, quota: Quota, config: LeaseConfig, clock: &ManualClock) -> Leased<ManualClock> {
     // Each client is an instance of its own: its own connection and leases.
     let redis = Redis::connect(&server.url()).await.unwrap();
-    let limiter = RedisLimiter::gcra(&redis, quota).with_clock(clock.clone());
+    let limiter = RedisLimiter::builder(&redis, quota).build_with_clock(clock.clone()).unwrap();
     Leased::with_clock(limiter, config, clock.clone()).unwrap()
 }
 
@@ -23,7 +23,7 @@ async fn at_a_frozen_time_leased_clients_admit_exactly_the_burst() {
     let server = RedisServer::start();
     let clock = ManualClock::starting_at(Nanos::new(T0));
     let quota = Quota::per_minute(100).unwrap();
-    let config = LeaseConfig::new(16).unwrap().instances(4).unwrap();
+    let config = LeaseConfig::builder().max_lease(16).instances(4).build().unwrap();
     let mut tasks = Vec::new();
     for _ in 0..4 {
         let client = Arc::new(client(&server, quota, config, &clock).await);
@@ -49,10 +49,10 @@ async fn at_a_frozen_time_leased_clients_admit_exactly_the_burst() {
 async fn over_time_the_overshoot_stays_within_the_documented_bound() {
     let server = RedisServer::start();
     let clock = ManualClock::starting_at(Nanos::new(T0));
-    // r = 100/s, B = 50; N = 4 clients, L = 10, ttl = 200 ms: bound = min(40, 20) = 20.
+    // r = 100/s, B = 50; N = 4 clients, L = 10, lifetime = 200 ms: bound = min(40, 20) = 20.
     let quota = Quota::per_second(100).unwrap().with_burst(50).unwrap();
-    let (n, max_lease, ttl) = (4u64, 10u64, Duration::from_millis(200));
-    let config = LeaseConfig::new(max_lease).unwrap().instances(n as u32).unwrap().ttl(ttl);
+    let (n, max_lease, lifetime) = (4u64, 10u64, Duration::from_millis(200));
+    let config = LeaseConfig::builder().max_lease(max_lease).instances(n as u32).lifetime(lifetime).build().unwrap();
     let mut clients = Vec::new();
     for _ in 0..n {
         clients.push(client(&server, quota, config, &clock).await);
@@ -74,7 +74,7 @@ async fn over_time_the_overshoot_stays_within_the_documented_bound() {
         clock.advance(Duration::from_millis(1));
     }
     let (burst, rate_per_ms) = (50.0, 0.1);
-    let bound = (n * max_lease).min(100 * ttl.as_millis() as u64 / 1_000) as f64;
+    let bound = (n * max_lease).min(100 * lifetime.as_millis() as u64 / 1_000) as f64;
     let mut worst: f64 = f64::MIN;
     for (i, &start) in admitted_at.iter().enumerate() {
         for (j, &end) in admitted_at.iter().enumerate().skip(i) {
@@ -96,7 +96,7 @@ async fn leases_cut_round_trips_for_keys_below_their_limit() {
     let server = RedisServer::start();
     let clock = ManualClock::starting_at(Nanos::new(T0));
     let quota = Quota::per_second(10_000).unwrap();
-    let config = LeaseConfig::new(50).unwrap().instances(2).unwrap();
+    let config = LeaseConfig::builder().max_lease(50).instances(2).build().unwrap();
     let clients = [client(&server, quota, config, &clock).await, client(&server, quota, config, &clock).await];
     for _ in 0..500 {
         for c in &clients {
@@ -119,19 +119,34 @@ async fn leases_cut_round_trips_for_keys_below_their_limit() {
 async fn leases_need_a_single_gcra_quota() {
     let server = RedisServer::start();
     let redis = Redis::connect(&server.url()).await.unwrap();
-    let tier = RedisLimiter::tiered(&redis, &[Quota::per_second(1).unwrap(), Quota::per_day(9).unwrap()]).unwrap();
-    assert!(matches!(Leased::new(tier, LeaseConfig::new(4).unwrap()), Err(ConfigError::LeaseNeedsGcra)));
-    let window = RedisLimiter::fixed_window(&redis, Quota::per_second(5).unwrap()).unwrap();
-    assert!(matches!(Leased::new(window, LeaseConfig::new(4).unwrap()), Err(ConfigError::LeaseNeedsGcra)));
-    assert!(matches!(LeaseConfig::new(0), Err(ConfigError::Zero { .. })));
+    let tier = RedisLimiter::builder(&redis, Quota::per_second(1).unwrap())
+        .and_quota(Quota::per_day(9).unwrap())
+        .build()
+        .unwrap();
+    assert!(matches!(Leased::new(tier, LeaseConfig::default()), Err(ConfigError::LeaseNeedsGcra)));
+    let window =
+        RedisLimiter::builder(&redis, Quota::per_second(5).unwrap()).backend(Backend::FixedWindow).build().unwrap();
+    assert!(matches!(Leased::new(window, LeaseConfig::default()), Err(ConfigError::LeaseNeedsGcra)));
+}
+
+#[test]
+fn lease_options_are_checked_by_build_which_names_the_option() {
+    let config = LeaseConfig::builder().build().unwrap();
+    assert_eq!(config, LeaseConfig::default());
+    assert_eq!((config.max_lease(), config.instances(), config.max_keys()), (64, 1, 10_000));
+    assert_eq!(config.lifetime(), Duration::from_secs(1));
+    assert_eq!(LeaseConfig::builder().max_lease(0).build(), Err(ConfigError::Zero { what: "max_lease" }));
+    assert_eq!(LeaseConfig::builder().instances(0).build(), Err(ConfigError::Zero { what: "instances" }));
+    // Setters never fail: the last value given counts.
+    assert!(LeaseConfig::builder().instances(0).instances(3).build().is_ok());
 }
 
 #[tokio::test]
 async fn concurrent_tasks_share_one_renewal_instead_of_each_asking_redis() {
     let server = RedisServer::start();
     let redis = Redis::connect(&server.url()).await.unwrap();
-    let limiter = RedisLimiter::gcra(&redis, Quota::per_second(1_000_000).unwrap());
-    let leased = Arc::new(Leased::new(limiter, LeaseConfig::new(64).unwrap()).unwrap());
+    let limiter = RedisLimiter::builder(&redis, Quota::per_second(1_000_000).unwrap()).build().unwrap();
+    let leased = Arc::new(Leased::new(limiter, LeaseConfig::builder().max_lease(64).build().unwrap()).unwrap());
     let tasks: Vec<_> = (0..64)
         .map(|_| {
             let leased = leased.clone();

@@ -12,7 +12,7 @@ async fn a_limiter_runs_over_tls() {
     let (server, certificate) = RedisServer::start_tls();
     let url = format!("rediss://127.0.0.1:{}", server.port());
     let redis = Redis::connect_with(&url, RedisOptions::new().root_certificate(certificate)).await.unwrap();
-    let limiter = RedisLimiter::gcra(&redis, Quota::per_minute(2).unwrap());
+    let limiter = RedisLimiter::builder(&redis, Quota::per_minute(2).unwrap()).build().unwrap();
     assert!(limiter.check_n("k", 2).await.unwrap().is_allowed());
     assert!(limiter.check("k").await.unwrap().is_denied());
     // Without trusting the certificate the connection is refused at construction.

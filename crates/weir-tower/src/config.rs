@@ -53,7 +53,7 @@
 //! Every mistake is a [`ConfigError`] naming the field and its line:
 //! `line 17, column 47, `window`: `5 minutes` is not a duration; ...`.
 
-use crate::ip::{ClientIp, ForwardedHeader};
+use crate::ip::{ClientIp, ClientIpError, ForwardedHeader};
 use crate::key::{Key, KeySource, MissingKey};
 use crate::layer::{RateLimitLayer, RateLimitLayerBuilder};
 use crate::policy::{Limit, Policy};
@@ -479,7 +479,7 @@ impl Config {
             }
             for (l, limit) in spec.limits.iter().enumerate() {
                 let field = format!("policy[{p}].limit[{l}]");
-                key_source(&ctx, &limit.key, &format!("{field}.key"), &ClientIp::peer())?;
+                key_source(&ctx, &limit.key, &format!("{field}.key"), &ClientIp::default())?;
                 missing_key(&ctx, limit.on_missing_key.as_ref(), &format!("{field}.on_missing_key"))?;
                 let kinds = usize::from(!limit.quotas.is_empty())
                     + usize::from(limit.is_tiered())
@@ -535,7 +535,7 @@ impl Config {
 
     fn client(&self, ctx: &Ctx<'_>) -> Result<ClientIp, ConfigError> {
         let spec = &self.file.client;
-        let mut client = ClientIp::peer();
+        let mut client = ClientIp::builder();
         let mut nets = Vec::new();
         for (i, proxy) in spec.trusted_proxies.iter().enumerate() {
             let net = proxy
@@ -560,12 +560,24 @@ impl Config {
             client = client.forwarded_header(header);
         }
         if let Some(p) = &spec.ipv4_prefix {
-            client = client.ipv4_prefix(*p.get_ref()).map_err(|e| ctx.at(p, "client.ipv4_prefix", e.to_string()))?;
+            client = client.ipv4_prefix(*p.get_ref());
         }
         if let Some(p) = &spec.ipv6_prefix {
-            client = client.ipv6_prefix(*p.get_ref()).map_err(|e| ctx.at(p, "client.ipv6_prefix", e.to_string()))?;
+            client = client.ipv6_prefix(*p.get_ref());
         }
-        Ok(client)
+        // The builder names the option it refused; the file's field and line come
+        // from the value that set it.
+        client.build().map_err(|e| {
+            let (spanned, field) = match e {
+                ClientIpError::Prefix { version: 4, .. } => (spec.ipv4_prefix.as_ref(), "client.ipv4_prefix"),
+                ClientIpError::Prefix { .. } => (spec.ipv6_prefix.as_ref(), "client.ipv6_prefix"),
+                _ => (None, "client"),
+            };
+            match spanned {
+                Some(spanned) => ctx.at(spanned, field, e.to_string()),
+                None => ConfigError { line: None, column: None, field: Some(field.into()), message: e.to_string() },
+            }
+        })
     }
 
     /// The tiers, if the file has any, with the lookup given.
@@ -834,6 +846,12 @@ quotas = [{ algorithm = "gcra", limit = 100, window = "1m" }]
 
         let e = error(&format!("{OK}\n[client]\ntrusted_proxies = [\"10.0.0.0/99\"]\n"));
         assert_eq!((e.line, e.field.as_deref()), (Some(11), Some("client.trusted_proxies[0]")), "{e}");
+
+        let e = error(&format!("{OK}\n[client]\nipv4_prefix = 24\nipv6_prefix = 129\n"));
+        assert_eq!((e.line, e.field.as_deref()), (Some(12), Some("client.ipv6_prefix")), "{e}");
+        assert!(e.message.contains("longer than an IPv6 address"), "{e}");
+        let e = error(&format!("{OK}\n[client]\nipv4_prefix = 33\n"));
+        assert_eq!((e.line, e.field.as_deref()), (Some(11), Some("client.ipv4_prefix")), "{e}");
 
         let e = error(&format!("{OK}\n[tier_cache]\non_lookup_error = \"gold\"\n"));
         assert_eq!(e.field.as_deref(), Some("tier_cache.on_lookup_error"), "{e}");

@@ -40,12 +40,26 @@ pub struct Cidr {
 }
 
 impl Cidr {
-    /// The network of `prefix` bits around `addr`; `None` if the prefix is longer
-    /// than the address (33+ for IPv4, 129+ for IPv6).
-    pub fn new(addr: IpAddr, prefix: u8) -> Option<Self> {
+    /// The network of `prefix` bits around `addr`, or an error if the prefix is
+    /// longer than the address (33+ for IPv4, 129+ for IPv6). An IPv4-mapped IPv6
+    /// address is taken as its IPv4 address.
+    ///
+    /// ```
+    /// use std::net::{IpAddr, Ipv4Addr};
+    /// use weir_tower::Cidr;
+    ///
+    /// let net = Cidr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 0)), 8)?;
+    /// assert_eq!(net.to_string(), "10.0.0.0/8");
+    /// assert!(Cidr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 0)), 33).is_err());
+    /// # Ok::<(), weir_tower::CidrError>(())
+    /// ```
+    pub fn new(addr: IpAddr, prefix: u8) -> Result<Self, CidrError> {
         let addr = addr.to_canonical();
         let width = if addr.is_ipv4() { 32 } else { 128 };
-        (prefix <= width).then_some(Self { addr, prefix })
+        if prefix > width {
+            return Err(CidrError { input: format!("{addr}/{prefix}") });
+        }
+        Ok(Self { addr, prefix })
     }
 
     /// Whether `ip` is in this network.
@@ -70,7 +84,7 @@ impl fmt::Display for Cidr {
     }
 }
 
-/// Why a network did not parse.
+/// Why a network did not parse, or a prefix is longer than its address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CidrError {
     input: String,
@@ -111,7 +125,7 @@ impl FromStr for Cidr {
         };
         let addr = addr.to_canonical();
         let prefix = prefix.unwrap_or(if addr.is_ipv4() { 32 } else { 128 });
-        Self::new(addr, prefix).ok_or_else(error)
+        Self::new(addr, prefix).map_err(|_| error())
     }
 }
 
@@ -138,13 +152,18 @@ pub struct PeerAddr(pub SocketAddr);
 /// grouped (one key per `/64` by default: a single host usually holds a whole `/64`,
 /// and would otherwise have 2⁶⁴ keys to rotate through).
 ///
+/// [`ClientIp::default()`] is the peer address, no proxy trusted; anything else is
+/// built with [`ClientIp::builder`], whose [`build`](ClientIpBuilder::build) checks
+/// every option.
+///
 /// ```
 /// use weir_tower::{ClientIp, ForwardedHeader};
 ///
-/// let client = ClientIp::peer()
-///     .trust_proxies(["10.0.0.0/8", "fd00::/8"])?
+/// let client = ClientIp::builder()
+///     .trust_proxies(["10.0.0.0/8", "fd00::/8"])
 ///     .forwarded_header(ForwardedHeader::XForwardedFor)
-///     .ipv6_prefix(56)?;
+///     .ipv6_prefix(56)
+///     .build()?;
 /// let peer = "10.0.0.2".parse()?;
 /// let mut headers = http::HeaderMap::new();
 /// headers.insert("x-forwarded-for", "203.0.113.9, 198.51.100.4, 10.0.0.7".parse()?);
@@ -163,15 +182,17 @@ pub struct ClientIp {
     ipv6_prefix: u8,
 }
 
-/// Why a [`ClientIp`] setting was refused.
+/// Which [`ClientIpBuilder`] option was refused, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ClientIpError {
-    /// A trusted proxy that is not a network.
+    /// [`trust_proxies`](ClientIpBuilder::trust_proxies): an entry that is not a
+    /// network.
     Proxy(CidrError),
-    /// An IPv4 prefix above 32, or an IPv6 prefix above 128.
+    /// [`ipv4_prefix`](ClientIpBuilder::ipv4_prefix) above 32, or
+    /// [`ipv6_prefix`](ClientIpBuilder::ipv6_prefix) above 128.
     Prefix {
-        /// `4` or `6`.
+        /// `4` (`ipv4_prefix`) or `6` (`ipv6_prefix`).
         version: u8,
         /// The prefix asked for.
         prefix: u8,
@@ -181,10 +202,14 @@ pub enum ClientIpError {
 impl fmt::Display for ClientIpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Proxy(e) => write!(f, "trusted proxy: {e}"),
+            Self::Proxy(e) => write!(f, "trust_proxies: {e}"),
             Self::Prefix { version, prefix } => {
                 let max = if *version == 4 { 32 } else { 128 };
-                write!(f, "an IPv{version} prefix of {prefix} bits is longer than the address; use at most {max}")
+                write!(
+                    f,
+                    "ipv{version}_prefix: a prefix of {prefix} bits is longer than an IPv{version} address; use at \
+                     most {max}"
+                )
             }
         }
     }
@@ -192,53 +217,100 @@ impl fmt::Display for ClientIpError {
 
 impl std::error::Error for ClientIpError {}
 
-impl ClientIp {
-    /// The peer address, no proxy trusted; IPv4 clients by address, IPv6 clients by
-    /// `/64`.
-    pub fn peer() -> Self {
-        Self { trusted: Arc::from([]), header: ForwardedHeader::XForwardedFor, ipv4_prefix: 32, ipv6_prefix: 64 }
-    }
+/// The options of a [`ClientIp`]: setters that never fail, checked together by
+/// [`build`](Self::build). From [`ClientIp::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct ClientIpBuilder {
+    proxies: Vec<String>,
+    networks: Vec<Cidr>,
+    header: ForwardedHeader,
+    ipv4_prefix: u8,
+    ipv6_prefix: u8,
+}
 
-    /// Trusts these proxies (addresses or networks): when the peer is one of them,
-    /// the forwarding header names the client. Replaces any proxies trusted before.
-    pub fn trust_proxies<I, S>(self, proxies: I) -> Result<Self, ClientIpError>
+impl ClientIpBuilder {
+    /// Trusts these proxies (addresses or networks, as text: `10.0.0.0/8`,
+    /// `192.0.2.7`, `fd00::/8`): when the peer is one of them, the forwarding
+    /// header names the client. Replaces any proxies given to this setter before;
+    /// adds to the networks of [`trust_networks`](Self::trust_networks). Each entry
+    /// is parsed by [`build`](Self::build). Default: none.
+    pub fn trust_proxies<I, S>(self, proxies: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let trusted = proxies
-            .into_iter()
-            .map(|p| p.as_ref().parse::<Cidr>().map_err(ClientIpError::Proxy))
-            .collect::<Result<Arc<[Cidr]>, _>>()?;
-        Ok(Self { trusted, ..self })
+        Self { proxies: proxies.into_iter().map(|p| p.as_ref().to_owned()).collect(), ..self }
     }
 
-    /// Trusts these networks (see [`trust_proxies`](Self::trust_proxies)).
+    /// Trusts these networks, already parsed (see
+    /// [`trust_proxies`](Self::trust_proxies)). Replaces any networks given to this
+    /// setter before. Default: none.
     pub fn trust_networks(self, networks: impl IntoIterator<Item = Cidr>) -> Self {
-        Self { trusted: networks.into_iter().collect(), ..self }
+        Self { networks: networks.into_iter().collect(), ..self }
     }
 
-    /// Which header the trusted proxies write (default `X-Forwarded-For`).
+    /// Which header the trusted proxies write. Default: `X-Forwarded-For`.
     pub fn forwarded_header(self, header: ForwardedHeader) -> Self {
         Self { header, ..self }
     }
 
-    /// Groups IPv6 clients by their first `prefix` bits (default 64; 128 for one key
-    /// per address).
-    pub fn ipv6_prefix(self, prefix: u8) -> Result<Self, ClientIpError> {
-        if prefix > 128 {
-            return Err(ClientIpError::Prefix { version: 6, prefix });
-        }
-        Ok(Self { ipv6_prefix: prefix, ..self })
+    /// Groups IPv6 clients by their first `prefix` bits (0 ..= 128; 128 for one
+    /// key per address). Default: 64.
+    pub fn ipv6_prefix(self, prefix: u8) -> Self {
+        Self { ipv6_prefix: prefix, ..self }
     }
 
-    /// Groups IPv4 clients by their first `prefix` bits (default 32: one key per
-    /// address).
-    pub fn ipv4_prefix(self, prefix: u8) -> Result<Self, ClientIpError> {
-        if prefix > 32 {
-            return Err(ClientIpError::Prefix { version: 4, prefix });
+    /// Groups IPv4 clients by their first `prefix` bits (0 ..= 32). Default: 32, one
+    /// key per address.
+    pub fn ipv4_prefix(self, prefix: u8) -> Self {
+        Self { ipv4_prefix: prefix, ..self }
+    }
+
+    /// The client-address rule, or the first option out of its range: an IPv4
+    /// prefix above 32, an IPv6 prefix above 128, a trusted proxy that is not a
+    /// network.
+    ///
+    /// ```
+    /// use weir_tower::{ClientIp, ClientIpError};
+    ///
+    /// let e = ClientIp::builder().ipv4_prefix(33).build().unwrap_err();
+    /// assert_eq!(e, ClientIpError::Prefix { version: 4, prefix: 33 });
+    /// assert!(e.to_string().starts_with("ipv4_prefix: "));
+    /// let e = ClientIp::builder().trust_proxies(["10.0.0.0/99"]).build().unwrap_err();
+    /// assert!(e.to_string().starts_with("trust_proxies: "));
+    /// ```
+    pub fn build(self) -> Result<ClientIp, ClientIpError> {
+        if self.ipv4_prefix > 32 {
+            return Err(ClientIpError::Prefix { version: 4, prefix: self.ipv4_prefix });
         }
-        Ok(Self { ipv4_prefix: prefix, ..self })
+        if self.ipv6_prefix > 128 {
+            return Err(ClientIpError::Prefix { version: 6, prefix: self.ipv6_prefix });
+        }
+        let mut trusted = self.networks;
+        for proxy in &self.proxies {
+            trusted.push(proxy.parse::<Cidr>().map_err(ClientIpError::Proxy)?);
+        }
+        Ok(ClientIp {
+            trusted: trusted.into(),
+            header: self.header,
+            ipv4_prefix: self.ipv4_prefix,
+            ipv6_prefix: self.ipv6_prefix,
+        })
+    }
+}
+
+impl ClientIp {
+    /// The options, at their defaults: the peer address, no proxy trusted,
+    /// `X-Forwarded-For`, IPv4 clients by address, IPv6 clients by `/64`.
+    pub fn builder() -> ClientIpBuilder {
+        ClientIpBuilder {
+            proxies: Vec::new(),
+            networks: Vec::new(),
+            header: ForwardedHeader::XForwardedFor,
+            ipv4_prefix: 32,
+            ipv6_prefix: 64,
+        }
     }
 
     /// The trusted proxies.
@@ -350,8 +422,10 @@ impl fmt::Debug for ClientIp {
 }
 
 impl Default for ClientIp {
+    /// The peer address, no proxy trusted; IPv4 clients by address, IPv6 clients by
+    /// `/64`.
     fn default() -> Self {
-        Self::peer()
+        Self { trusted: Arc::from([]), header: ForwardedHeader::XForwardedFor, ipv4_prefix: 32, ipv6_prefix: 64 }
     }
 }
 
@@ -388,16 +462,30 @@ mod tests {
 
     #[test]
     fn an_untrusted_peer_is_the_client_whatever_it_sends() {
-        let client = ClientIp::peer().trust_proxies(["10.0.0.1"]).unwrap();
+        let client = ClientIp::builder().trust_proxies(["10.0.0.1"]).build().unwrap();
         let spoofed = headers("x-forwarded-for", &["1.2.3.4"]);
         assert_eq!(client.resolve(ip("192.0.2.9"), &spoofed), Some(ip("192.0.2.9")));
         // With no proxy trusted at all, the header is never read.
-        assert_eq!(ClientIp::peer().resolve(ip("10.0.0.1"), &spoofed), Some(ip("10.0.0.1")));
+        assert_eq!(ClientIp::default().resolve(ip("10.0.0.1"), &spoofed), Some(ip("10.0.0.1")));
+    }
+
+    #[test]
+    fn proxies_as_text_and_as_networks_are_all_trusted() {
+        let client = ClientIp::builder()
+            .trust_networks(["10.0.0.0/8".parse().unwrap()])
+            .trust_proxies(["192.0.2.1"])
+            .build()
+            .unwrap();
+        let shown: Vec<String> = client.trusted_proxies().iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["10.0.0.0/8", "192.0.2.1/32"]);
+        let e = ClientIp::builder().trust_proxies(["10.0.0.0/8", "nonsense"]).build().unwrap_err();
+        assert!(matches!(e, ClientIpError::Proxy(_)), "{e}");
+        assert!(e.to_string().starts_with("trust_proxies: `nonsense`"), "{e}");
     }
 
     #[test]
     fn the_client_is_the_rightmost_untrusted_hop() {
-        let client = ClientIp::peer().trust_proxies(["10.0.0.0/8"]).unwrap();
+        let client = ClientIp::builder().trust_proxies(["10.0.0.0/8"]).build().unwrap();
         let h = headers("x-forwarded-for", &["6.6.6.6, 203.0.113.5", "10.1.1.1, 10.2.2.2"]);
         assert_eq!(client.resolve(ip("10.0.0.1"), &h), Some(ip("203.0.113.5")));
         // All hops trusted: the leftmost is the client.
@@ -420,8 +508,11 @@ mod tests {
 
     #[test]
     fn forwarded_elements_are_read_by_their_for_parameter() {
-        let client =
-            ClientIp::peer().trust_proxies(["10.0.0.0/8"]).unwrap().forwarded_header(ForwardedHeader::Forwarded);
+        let client = ClientIp::builder()
+            .trust_proxies(["10.0.0.0/8"])
+            .forwarded_header(ForwardedHeader::Forwarded)
+            .build()
+            .unwrap();
         let h = headers(
             "forwarded",
             &["for=6.6.6.6, For=\"[2001:db8:cafe::17]:4711\";proto=https", "by=10.0.0.9;for=10.3.3.3"],
@@ -438,23 +529,31 @@ mod tests {
 
     #[test]
     fn keys_group_by_family_prefix() {
-        let client = ClientIp::peer().ipv4_prefix(24).unwrap().ipv6_prefix(48).unwrap();
+        let client = ClientIp::builder().ipv4_prefix(24).ipv6_prefix(48).build().unwrap();
         assert_eq!(client.key_of(ip("192.0.2.77")).to_string(), "192.0.2.0/24");
         assert_eq!(client.key_of(ip("::ffff:192.0.2.77")).to_string(), "192.0.2.0/24");
         assert_eq!(client.key_of(ip("2001:db8:1:2::1")).to_string(), "2001:db8:1::/48");
-        assert!(ClientIp::peer().ipv6_prefix(129).is_err());
-        assert!(ClientIp::peer().ipv4_prefix(33).is_err());
-        assert_eq!(ClientIp::peer().key_of(ip("2001:db8::1")).to_string(), "2001:db8::/64");
+        assert_eq!(
+            ClientIp::builder().ipv6_prefix(129).build().unwrap_err(),
+            ClientIpError::Prefix { version: 6, prefix: 129 }
+        );
+        assert_eq!(
+            ClientIp::builder().ipv4_prefix(33).build().unwrap_err(),
+            ClientIpError::Prefix { version: 4, prefix: 33 }
+        );
+        let all = ClientIp::builder().ipv4_prefix(32).ipv6_prefix(128).build().unwrap();
+        assert_eq!(all.key_of(ip("2001:db8::1")).to_string(), "2001:db8::1");
+        assert_eq!(ClientIp::default().key_of(ip("2001:db8::1")).to_string(), "2001:db8::/64");
     }
 
     #[test]
     fn the_peer_is_read_from_extensions() {
-        assert_eq!(ClientIp::peer().key(&http::Request::new(()).into_parts().0), None);
+        assert_eq!(ClientIp::default().key(&http::Request::new(()).into_parts().0), None);
         let mut request = http::Request::new(());
         request.extensions_mut().insert("192.0.2.1:4000".parse::<SocketAddr>().unwrap());
-        assert_eq!(ClientIp::peer().key(&request.into_parts().0), Some(Key::ip(ip("192.0.2.1"))));
+        assert_eq!(ClientIp::default().key(&request.into_parts().0), Some(Key::ip(ip("192.0.2.1"))));
         let mut request = http::Request::new(());
         request.extensions_mut().insert(PeerAddr("192.0.2.2:4000".parse().unwrap()));
-        assert_eq!(ClientIp::peer().key(&request.into_parts().0), Some(Key::ip(ip("192.0.2.2"))));
+        assert_eq!(ClientIp::default().key(&request.into_parts().0), Some(Key::ip(ip("192.0.2.2"))));
     }
 }

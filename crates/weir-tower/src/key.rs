@@ -288,7 +288,7 @@ type KeyFn = dyn Fn(&Parts) -> Option<Key> + Send + Sync;
 /// use weir_tower::{ClientIp, KeySource};
 ///
 /// // The API key if the request has one, else the client's IP address.
-/// let client = KeySource::first_of([KeySource::header("x-api-key"), KeySource::ip(ClientIp::peer())]);
+/// let client = KeySource::first_of([KeySource::header("x-api-key"), KeySource::ip(ClientIp::default())]);
 /// # let _ = client;
 /// ```
 #[derive(Clone)]

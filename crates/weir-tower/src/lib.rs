@@ -120,7 +120,7 @@ mod tier;
 pub mod wait;
 
 pub use config::{Config, ConfigError};
-pub use ip::{Cidr, CidrError, ClientIp, ClientIpError, ForwardedHeader, PeerAddr};
+pub use ip::{Cidr, CidrError, ClientIp, ClientIpBuilder, ClientIpError, ForwardedHeader, PeerAddr};
 pub use key::{Key, KeyKind, KeySource, MissingKey, User};
 pub use layer::{BuildError, LimitEvent, RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
 pub use policy::{Limit, MAX_LIMITS, Policy};

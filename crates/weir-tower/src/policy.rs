@@ -56,7 +56,7 @@ impl Limit {
     /// Each client IP (the peer address; IPv6 by `/64`) counted in the in-memory
     /// `store`. Behind a proxy, use [`Limit::new`] with a [`ClientIp`] that trusts it.
     pub fn per_ip(store: impl KeyedLimiter<Key> + Send + Sync + 'static) -> Self {
-        Self::new(KeySource::ip(ClientIp::peer()), Store::local(store))
+        Self::new(KeySource::ip(ClientIp::default()), Store::local(store))
     }
 
     /// Requests counted by `key` in the store of the key's tier.

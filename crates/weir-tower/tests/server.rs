@@ -169,7 +169,7 @@ async fn the_auth_route_is_stricter_than_the_api() {
     let api = Store::local(fixed(100, MINUTE));
     // Exactly 5 in any 5 minutes: a sliding log.
     let auth = Store::local(log(5, Duration::from_secs(300))).named(["auth"]);
-    let ip = || KeySource::ip(ClientIp::peer());
+    let ip = || KeySource::ip(ClientIp::default());
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("api").limit(Limit::new(ip(), api)))
         .route("/auth", Policy::new("auth").limit(Limit::new(ip(), auth)))
@@ -263,7 +263,7 @@ async fn per_ip_and_per_user_limits_layer() {
     let layer = RateLimitLayer::builder()
         .policy(
             Policy::new("api")
-                .limit(Limit::new(KeySource::ip(ClientIp::peer()), Store::local(Arc::clone(&per_ip))))
+                .limit(Limit::new(KeySource::ip(ClientIp::default()), Store::local(Arc::clone(&per_ip))))
                 .limit(
                     Limit::new(KeySource::user(), Store::local(Arc::clone(&per_user))).on_missing_key(MissingKey::Skip),
                 ),
@@ -302,7 +302,7 @@ async fn per_ip_and_per_user_limits_layer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spoofed_forwarded_header_from_an_untrusted_peer_is_ignored() {
     let store = Arc::new(fixed(3, MINUTE));
-    let client_ip = ClientIp::peer().trust_proxies(["10.0.0.0/8"]).unwrap();
+    let client_ip = ClientIp::builder().trust_proxies(["10.0.0.0/8"]).build().unwrap();
     let layer = RateLimitLayer::new(
         Policy::new("api").limit(Limit::new(KeySource::ip(client_ip), Store::local(Arc::clone(&store)))),
     )
@@ -323,7 +323,7 @@ async fn a_spoofed_forwarded_header_from_an_untrusted_peer_is_ignored() {
 async fn ipv6_clients_are_grouped_by_their_64_bit_prefix() {
     let store = Arc::new(fixed(2, MINUTE));
     // The loopback peer is the trusted proxy; it forwards IPv6 clients.
-    let client_ip = ClientIp::peer().trust_proxies(["127.0.0.1"]).unwrap();
+    let client_ip = ClientIp::builder().trust_proxies(["127.0.0.1"]).build().unwrap();
     let layer = RateLimitLayer::new(
         Policy::new("api").limit(Limit::new(KeySource::ip(client_ip), Store::local(Arc::clone(&store)))),
     )
@@ -431,7 +431,7 @@ async fn keyless_requests_follow_the_limits_choice() {
 async fn throttle_mode_waits_then_succeeds() {
     let throttle = KeyedThrottle::new(Quota::per_second(20).unwrap(), 10, Duration::from_secs(3)).unwrap();
     let layer =
-        RateLimitLayer::new(Policy::new("paced").limit(Limit::throttle(KeySource::ip(ClientIp::peer()), throttle)))
+        RateLimitLayer::new(Policy::new("paced").limit(Limit::throttle(KeySource::ip(ClientIp::default()), throttle)))
             .unwrap();
     let addr = serve(app(layer)).await;
     let client = HttpClient::new();
@@ -456,7 +456,7 @@ async fn a_disconnecting_waiter_frees_its_place() {
     );
     let key = Key::ip("127.0.0.1".parse().unwrap());
     let layer = RateLimitLayer::new(
-        Policy::new("paced").limit(Limit::throttle_shared(KeySource::ip(ClientIp::peer()), Arc::clone(&throttle))),
+        Policy::new("paced").limit(Limit::throttle_shared(KeySource::ip(ClientIp::default()), Arc::clone(&throttle))),
     )
     .unwrap();
     let addr = serve(app(layer)).await;
@@ -496,7 +496,7 @@ async fn a_request_that_goes_away_while_waiting_consumes_nothing() {
     let throttle = Arc::new(
         KeyedThrottle::new(Quota::new(1, Duration::from_secs(2)).unwrap(), 1, Duration::from_secs(4)).unwrap(),
     );
-    let ip = || KeySource::ip(ClientIp::peer());
+    let ip = || KeySource::ip(ClientIp::default());
     let layer = RateLimitLayer::new(
         Policy::new("paced")
             .limit(Limit::throttle_shared(ip(), Arc::clone(&throttle)))

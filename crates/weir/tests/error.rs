@@ -110,7 +110,7 @@ fn the_middlewares_errors_convert() {
 
     let e = "not a network".parse::<Cidr>().unwrap_err();
     assert!(matches!(converted(e.clone()), Error::Cidr(got) if got == e));
-    let e = ClientIp::peer().ipv4_prefix(33).unwrap_err();
+    let e = ClientIp::builder().ipv4_prefix(33).build().unwrap_err();
     assert!(matches!(converted(e.clone()), Error::ClientIp(got) if got == e));
     let e = Config::from_toml("[[[").unwrap_err();
     assert!(matches!(converted(e.clone()), Error::TowerConfig(got) if got == e));
