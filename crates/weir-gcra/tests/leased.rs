@@ -266,7 +266,7 @@ impl Clock for StaleOnce {
     }
 }
 
-// Regressions for give-back over-credits found in review: a lease given back must be
+// Regressions for give-back over-credits: a lease given back must be
 // credited at its own grant's interval, from a fresh reading, never at a reading that
 // lags (stale or stepped back) the time the bucket has already seen.
 

@@ -8,6 +8,8 @@ use weir_core::{DenyReason, KeyedLimiter, ManualClock, Quota};
 use weir_gcra::{GcraAlgorithm, LeaseConfig};
 use weir_keyed::{HotKeys, Keyed, KeyedConfig};
 
+mod support;
+
 type Store = Keyed<u64, GcraAlgorithm, ManualClock>;
 type HotStore = Keyed<u64, GcraAlgorithm, ManualClock, RandomState, HotKeys>;
 
@@ -300,44 +302,13 @@ mod racing_first_checks_at_a_full_store {
     //! first check of the same key makes room and inserts it: the refused one finds
     //! the key, as it would in either order.
 
-    use std::sync::atomic::{AtomicI64, Ordering};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
-    use weir_core::{Clock, DenyReason, ManualClock, Nanos, Quota};
+    use weir_core::{DenyReason, ManualClock, Quota};
     use weir_gcra::{Gcra, GcraAlgorithm};
     use weir_keyed::{AtCapacity, HotKeys, Keyed, KeyedConfig};
 
-    type Hook = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
-
-    /// A manual clock that runs a hook inside its `n`-th reading from when armed.
-    #[derive(Clone)]
-    struct HookClock {
-        inner: ManualClock,
-        countdown: Arc<AtomicI64>,
-        hook: Hook,
-    }
-
-    impl HookClock {
-        fn new() -> Self {
-            Self { inner: ManualClock::new(), countdown: Default::default(), hook: Default::default() }
-        }
-        fn arm(&self, nth: i64, hook: impl FnOnce() + Send + 'static) {
-            *self.hook.lock().unwrap() = Some(Box::new(hook));
-            self.countdown.store(nth, Ordering::SeqCst);
-        }
-    }
-
-    impl Clock for HookClock {
-        fn now(&self) -> Nanos {
-            if self.countdown.fetch_sub(1, Ordering::SeqCst) == 1 {
-                let hook = self.hook.lock().unwrap().take();
-                if let Some(hook) = hook {
-                    hook();
-                }
-            }
-            self.inner.now()
-        }
-    }
+    use super::support::HookClock;
 
     type Store = Keyed<u64, GcraAlgorithm, HookClock>;
 

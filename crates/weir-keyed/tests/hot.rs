@@ -275,40 +275,10 @@ proptest! {
     }
 }
 
-// Regressions for races found in review.
+// Regressions: races placed exactly with a hook clock.
 
-type Hook = std::sync::Arc<std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>>;
-
-/// A manual clock that runs a hook on its `n`-th reading, to place another thread's
-/// operation exactly between two steps of a call.
-#[derive(Clone)]
-struct HookClock {
-    inner: ManualClock,
-    countdown: std::sync::Arc<std::sync::atomic::AtomicI64>,
-    hook: Hook,
-}
-
-impl HookClock {
-    fn new() -> Self {
-        Self { inner: ManualClock::new(), countdown: Default::default(), hook: Default::default() }
-    }
-    fn arm(&self, nth_reading: i64, hook: impl FnOnce() + Send + 'static) {
-        *self.hook.lock().unwrap() = Some(Box::new(hook));
-        self.countdown.store(nth_reading, Ordering::SeqCst);
-    }
-}
-
-impl weir_core::Clock for HookClock {
-    fn now(&self) -> weir_core::Nanos {
-        if self.countdown.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let hook = self.hook.lock().unwrap().take();
-            if let Some(hook) = hook {
-                hook();
-            }
-        }
-        self.inner.now()
-    }
-}
+mod support;
+use support::HookClock;
 
 #[test]
 fn a_remove_racing_with_a_promotion_leaks_no_hot_slot() {

@@ -1,0 +1,41 @@
+//! What several of weir-keyed's test files share.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use weir_core::{Clock, ManualClock, Nanos};
+
+type Hook = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
+
+/// A manual clock that runs a hook inside its `n`-th reading from when it is
+/// armed, to place another thread's operation exactly between two steps of a call.
+#[derive(Clone)]
+pub struct HookClock {
+    /// The time, moved by hand.
+    pub inner: ManualClock,
+    countdown: Arc<AtomicI64>,
+    hook: Hook,
+}
+
+impl HookClock {
+    pub fn new() -> Self {
+        Self { inner: ManualClock::new(), countdown: Default::default(), hook: Default::default() }
+    }
+
+    /// Runs `hook` inside the `nth` reading from now (1: the next one).
+    pub fn arm(&self, nth: i64, hook: impl FnOnce() + Send + 'static) {
+        *self.hook.lock().unwrap() = Some(Box::new(hook));
+        self.countdown.store(nth, Ordering::SeqCst);
+    }
+}
+
+impl Clock for HookClock {
+    fn now(&self) -> Nanos {
+        if self.countdown.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let hook = self.hook.lock().unwrap().take();
+            if let Some(hook) = hook {
+                hook();
+            }
+        }
+        self.inner.now()
+    }
+}
