@@ -230,7 +230,9 @@ impl GcraAlgorithm {
         self.quota.load()
     }
 
-    /// Replaces the quota; every state keeps its TAT (see the crate docs).
+    /// Replaces the quota; every state keeps its TAT (see the crate docs). For a
+    /// weir-keyed store with hot keys, change the quota with the store's own
+    /// `set_quota`, which also gives back the hot keys' leases.
     pub fn set_quota(&self, quota: Quota) {
         self.quota.store(quota);
     }

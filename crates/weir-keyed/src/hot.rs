@@ -569,6 +569,14 @@ where
     C: Clock,
     S: BuildHasher + Clone,
 {
+    /// Replaces the quota of every key ([`GcraAlgorithm::set_quota`]: each key
+    /// keeps its state, read under the new quota from its next check). The store's
+    /// [`policies`](weir_core::KeyedLimiter::policies) (what middleware reports in
+    /// `RateLimit-Policy`) stay those it was built with.
+    pub fn set_quota(&self, quota: weir_core::Quota) {
+        self.algorithm.set_quota(quota);
+    }
+
     /// This store in hot-key mode (see [`HotKeys`]); its type says so
     /// (`Keyed<K, GcraAlgorithm, C, S, HotKeys>`).
     ///
@@ -613,6 +621,24 @@ where
     C: Clock,
     S: BuildHasher + Clone,
 {
+    /// Replaces the quota of every key, as [`GcraAlgorithm::set_quota`] does, and
+    /// gives back what the hot keys' leases hold (the unused permits' debt less
+    /// the time since they were charged), as [`LeasedGcra::set_quota`] does: the
+    /// new quota then holds within its own lease bound. Changing the quota through
+    /// [`algorithm()`](Keyed::algorithm) instead would leave leases taken under the
+    /// old quota to be spent under the new one. The store's
+    /// [`policies`](weir_core::KeyedLimiter::policies) (what middleware reports in
+    /// `RateLimit-Policy`) stay those it was built with.
+    ///
+    /// [`LeasedGcra::set_quota`]: weir_gcra::LeasedGcra::set_quota
+    pub fn set_quota(&self, quota: weir_core::Quota) {
+        self.algorithm.set_quota(quota);
+        let guard = self.collector.enter();
+        for (_, stripes) in self.hot_keys.iter(&guard) {
+            stripes.release(&self.algorithm, &self.clock);
+        }
+    }
+
     /// Moves `key` into hot mode now, whatever its contention (for a key known to be
     /// hot, e.g. a tenant's global limit). Returns whether it is hot afterwards
     /// (false if every hot-key slot is taken, or the store is full and `key` not in it).

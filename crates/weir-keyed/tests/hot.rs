@@ -397,3 +397,29 @@ fn a_delayed_promotion_of_a_removed_state_leaves_the_new_states_stripes_alone() 
     let admitted = (0..20).filter(|_| s.check(&1).is_allowed()).count();
     assert_eq!(admitted, 0, "at a frozen clock the key's burst of 10 is spent");
 }
+
+/// A lower quota set on a store with hot keys gives back what the hot keys' leases
+/// hold, as `LeasedGcra::set_quota` does: the new quota is kept within its own lease
+/// bound, however large the leases taken under the old one.
+#[test]
+fn a_quota_change_gives_back_the_hot_keys_leases() {
+    let clock = ManualClock::new();
+    let lease = LeaseConfig::builder().stripes(1).max_lease(64).build().unwrap();
+    let store = Keyed::gcra_with_clock(
+        Quota::per_second(1_000_000).unwrap().with_burst(100).unwrap(),
+        KeyedConfig::builder(100).build().unwrap(),
+        clock.clone(),
+    )
+    .with_hot_keys(HotKeys::builder().lease(lease).build().unwrap());
+    assert!(store.promote(&1));
+    assert!(store.check(&1).is_allowed()); // a lease of 64 taken, one spent
+    let quota = Quota::per_hour(1).unwrap();
+    store.set_quota(quota);
+    let bound = lease.over_admission_bound(&quota);
+    let admitted = (0..100).filter(|_| store.check(&1).is_allowed()).count() as u64;
+    assert!(
+        admitted <= quota.burst() + bound,
+        "{admitted} admitted after the change, at most {} + {bound}",
+        quota.burst()
+    );
+}
