@@ -58,7 +58,7 @@ use crate::key::{Key, KeySource, MissingKey};
 use crate::layer::{RateLimitLayer, RateLimitLayerBuilder};
 use crate::policy::{Limit, Policy};
 use crate::store::Store;
-use crate::throttle::KeyedThrottle;
+use crate::throttle::{KeyedThrottle, KeyedThrottleError};
 use crate::tier::{OnLookupError, Tiers};
 use core::fmt;
 use core::future::Future;
@@ -755,13 +755,20 @@ fn throttle_of(ctx: &Ctx<'_>, spec: &Spanned<ThrottleSpec>, field: &str) -> Resu
     let max_wait = ctx.duration(&t.max_wait, &format!("{field}.max_wait"))?;
     let quota = Quota::new(rate, per).map_err(|e| ctx.at(&t.rate, format!("{field}.rate"), e.to_string()))?;
     let capacity = usize::try_from(capacity).unwrap_or(usize::MAX);
-    let throttle =
-        KeyedThrottle::new(quota, capacity, max_wait).map_err(|e| ctx.at(&t.rate, field.to_owned(), e.to_string()))?;
-    Ok(match &t.max_keys {
-        Some(n) => {
-            throttle.max_keys(usize::try_from(ctx.positive(n, &format!("{field}.max_keys"))?).unwrap_or(usize::MAX))
-        }
-        None => throttle,
+    let mut builder = KeyedThrottle::builder(quota, capacity).max_wait(max_wait);
+    if let Some(n) = &t.max_keys {
+        builder =
+            builder.max_keys(usize::try_from(ctx.positive(n, &format!("{field}.max_keys"))?).unwrap_or(usize::MAX));
+    }
+    // The builder names the option it refused; the file's field and line come from
+    // the value that set it.
+    builder.build().map_err(|e| match e {
+        KeyedThrottleError::Capacity(_) => ctx.at(&t.capacity, format!("{field}.capacity"), e.to_string()),
+        KeyedThrottleError::ZeroMaxKeys => match &t.max_keys {
+            Some(n) => ctx.at(n, format!("{field}.max_keys"), e.to_string()),
+            None => ctx.at(spec, format!("{field}.max_keys"), e.to_string()),
+        },
+        _ => ctx.at(&t.rate, format!("{field}.rate"), e.to_string()),
     })
 }
 
@@ -855,6 +862,12 @@ quotas = [{ algorithm = "gcra", limit = 100, window = "1m" }]
 
         let e = error(&format!("{OK}\n[tier_cache]\non_lookup_error = \"gold\"\n"));
         assert_eq!(e.field.as_deref(), Some("tier_cache.on_lookup_error"), "{e}");
+
+        // Refused by the throttle: named by its field (it was the whole throttle's).
+        let fast = "\n[[policy.limit]]\nkey = \"user\"\nthrottle = { rate = 30000000, per = \"1s\", capacity = 10, max_wait = \"5s\" }\n";
+        let e = error(&format!("{OK}{fast}"));
+        assert_eq!((e.line, e.field.as_deref()), (Some(12), Some("policy[0].limit[1].throttle.rate")), "{e}");
+        assert!(e.message.starts_with("quota: "), "{e}");
 
         let e = error(&OK.replace("default = true", "default = false"));
         assert_eq!((e.line, e.field.as_deref()), (Some(4), Some("policy[0]")), "{e}");

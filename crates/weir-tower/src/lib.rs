@@ -129,5 +129,5 @@ pub use response::{
     X_RATELIMIT_RESET,
 };
 pub use store::{Store, StoreError};
-pub use throttle::KeyedThrottle;
+pub use throttle::{KeyedThrottle, KeyedThrottleBuilder, KeyedThrottleError};
 pub use tier::{LookupFailed, OnLookupError, Tiers};

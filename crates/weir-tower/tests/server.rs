@@ -429,7 +429,8 @@ async fn keyless_requests_follow_the_limits_choice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throttle_mode_waits_then_succeeds() {
-    let throttle = KeyedThrottle::new(Quota::per_second(20).unwrap(), 10, Duration::from_secs(3)).unwrap();
+    let throttle =
+        KeyedThrottle::builder(Quota::per_second(20).unwrap(), 10).max_wait(Duration::from_secs(3)).build().unwrap();
     let layer =
         RateLimitLayer::new(Policy::new("paced").limit(Limit::throttle(KeySource::ip(ClientIp::default()), throttle)))
             .unwrap();
@@ -452,7 +453,10 @@ async fn a_disconnecting_waiter_frees_its_place() {
 
     // One request per 2 s per client, one waiting at most.
     let throttle = Arc::new(
-        KeyedThrottle::new(Quota::new(1, Duration::from_secs(2)).unwrap(), 1, Duration::from_secs(4)).unwrap(),
+        KeyedThrottle::builder(Quota::new(1, Duration::from_secs(2)).unwrap(), 1)
+            .max_wait(Duration::from_secs(4))
+            .build()
+            .unwrap(),
     );
     let key = Key::ip("127.0.0.1".parse().unwrap());
     let layer = RateLimitLayer::new(
@@ -494,7 +498,10 @@ async fn a_request_that_goes_away_while_waiting_consumes_nothing() {
 
     let store = Arc::new(fixed(10, MINUTE));
     let throttle = Arc::new(
-        KeyedThrottle::new(Quota::new(1, Duration::from_secs(2)).unwrap(), 1, Duration::from_secs(4)).unwrap(),
+        KeyedThrottle::builder(Quota::new(1, Duration::from_secs(2)).unwrap(), 1)
+            .max_wait(Duration::from_secs(4))
+            .build()
+            .unwrap(),
     );
     let ip = || KeySource::ip(ClientIp::default());
     let layer = RateLimitLayer::new(
