@@ -123,11 +123,11 @@ pub use config::{Config, ConfigError};
 pub use ip::{Cidr, CidrError, ClientIp, ClientIpBuilder, ClientIpError, ForwardedHeader, PeerAddr};
 pub use key::{Key, KeyKind, KeySource, MissingKey, User};
 pub use layer::{BuildError, LimitEvent, RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
-pub use policy::{Limit, MAX_LIMITS, Policy};
+pub use policy::{Limit, MAX_LIMITS, Policy, PolicyBuilder, PolicyError};
 pub use response::{
     Denied, DenyBody, RATELIMIT, RATELIMIT_POLICY, Rejection, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
     X_RATELIMIT_RESET,
 };
 pub use store::{Store, StoreError};
 pub use throttle::{KeyedThrottle, KeyedThrottleBuilder, KeyedThrottleError};
-pub use tier::{LookupFailed, OnLookupError, Tiers};
+pub use tier::{LookupFailed, OnLookupError, Tiers, TiersBuilder, TiersError};
