@@ -691,3 +691,48 @@ impl CompiledPolicy {
         HeaderValue::from_str(&items.join(", ")).unwrap_or(HeaderValue::from_static(""))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::{InsufficientCapacity, Policy as Quota, Snapshot};
+
+    /// Admits everything under one quota of `limit`.
+    struct Open([Quota; 1]);
+    impl KeyedLimiter<Key> for Open {
+        fn check_n(&self, _: &Key, _: u64) -> Result<Decision, InsufficientCapacity> {
+            Ok(Decision::allowed(Snapshot::new(1, 1, 0)))
+        }
+        fn refund(&self, _: &Key, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
+            Ok(())
+        }
+        fn snapshot(&self, _: &Key) -> Snapshot {
+            Snapshot::new(1, 1, 0)
+        }
+        fn policies(&self) -> &[Quota] {
+            &self.0
+        }
+    }
+
+    fn limit(quota_limit: u64) -> Limit {
+        Limit::new(KeySource::global(), Store::local(Open([Quota::new(quota_limit, Duration::from_secs(60))])))
+    }
+
+    #[test]
+    fn build_names_the_option_it_refuses() {
+        let e = Policy::builder("api").cost(0).build().unwrap_err();
+        assert_eq!((e.clone(), e.option()), (PolicyError::ZeroCost { policy: "api".into() }, "cost"));
+
+        let e = Policy::builder("api").limit(limit(10)).limit(limit(4)).cost(5).build().unwrap_err();
+        let above = PolicyError::CostAboveQuota { policy: "api".into(), cost: 5, quota: "minute".into(), limit: 4 };
+        assert_eq!(e, above);
+        assert!(e.to_string().starts_with("cost: "), "{e}");
+
+        let nine = (0..=MAX_LIMITS).fold(Policy::builder("api"), |p, _| p.limit(limit(10)));
+        let e = nine.build().unwrap_err();
+        assert_eq!((e.clone(), e.option()), (PolicyError::TooManyLimits { policy: "api".into(), limits: 9 }, "limit"));
+
+        let policy = Policy::builder("api").limit(limit(10)).cost(10).build().unwrap();
+        assert_eq!((policy.name(), policy.limits().len(), policy.cost()), ("api", 1, 10));
+    }
+}
