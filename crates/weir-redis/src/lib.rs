@@ -95,13 +95,13 @@
 //!
 //! # Costs
 //!
-//! Measured on loopback on a 2-core VM (BENCHMARKS.md, "Redis back end"): a GCRA
-//! decision takes the time of a bare `EVALSHA` of the same script (about 21 µs
-//! p50 one at a time); 64 tasks on one connection reach 3–4× the serial rate
-//! (redis-server's single core is the bound); leases serve a hot key with 0.02
-//! round trips per decision. Most of a decision's time in Redis is entering Lua and
-//! each `redis.call`, so each script makes the fewest calls: GCRA one `GET` per
-//! quota and one `SET … PX` per quota when admitted.
+//! A GCRA decision costs one bare `EVALSHA` of its script (the same time, measured
+//! side by side): the limiter adds nothing measurable to the round trip. 64 tasks
+//! on one connection reach 3–4× the serial rate (redis-server's single core is the
+//! bound). Leases serve a hot key with 0.02 round trips per decision. In Redis, GCRA
+//! makes one `GET` per quota, and one `SET … PX` per quota when it admits. The
+//! measurements are in BENCHMARKS.md ("Redis back end") and the reasons in
+//! [DESIGN.md, "weir-redis"](https://github.com/weir-rs/weir/blob/main/DESIGN.md#weir-redis).
 //!
 //! # Testing
 //!

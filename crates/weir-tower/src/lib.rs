@@ -91,14 +91,15 @@
 //! may grow to take the headers). A remote store, a tier lookup that misses the
 //! cache, or a throttle make the decision a boxed future.
 //!
-//! Measured in process against `tower_governor` on the 2-core development VM
-//! (BENCHMARKS.md, "HTTP middleware"): with the two IETF headers, weir adds less
-//! than tower_governor adds with its two (about 3 400 instructions against 4 000,
-//! 250–270 ns against 280–310); all five headers add about 5 100 instructions and
-//! 370–400 ns, most of it in the `HeaderMap` (five inserts, and a growth: seven
-//! headers where axum's map has room for six; switch the legacy ones off with
+//! Against `tower_governor` in the same run (BENCHMARKS.md, "HTTP middleware"): with
+//! the two IETF headers, weir adds about 0.85× the instructions and 0.9× the time
+//! tower_governor adds with its two; all five headers add about 1.3× what
+//! tower_governor adds, most of it in the `HeaderMap` (five inserts, and a growth:
+//! seven headers where axum's map has room for six; switch the legacy ones off with
 //! [`legacy_headers(false)`](RateLimitLayerBuilder::legacy_headers)); a 429 with
-//! its problem+json body adds about 370 ns, about 40× less than tower_governor's.
+//! its problem+json body adds about a fortieth of what tower_governor's adds. The
+//! figures are in
+//! [DESIGN.md, "weir-tower"](https://github.com/weir-rs/weir/blob/main/DESIGN.md#weir-tower).
 //! The limiter's headers replace any of the same names the service set.
 //!
 //! # Waiting in handlers
