@@ -136,7 +136,7 @@ fn main() {
 }
 
 async fn run(url: String, secs: f64) {
-    let options = RedisOptions::new().timeout(Duration::from_secs(2));
+    let options = RedisOptions::builder().call_timeout(Duration::from_secs(2)).build().expect("a non-zero timeout");
     let redis = Redis::connect_with(&url, options).await.expect("connect");
     let info: String = weir_redis::__private::command(&redis, redis::cmd("INFO").arg("server")).await.unwrap();
     let version = info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("?").to_owned();

@@ -8,17 +8,20 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, ScriptInvocation, Value};
 
 /// How an instance talks to Redis: time limits, and for TLS the certificate to trust.
+/// Built by [`RedisOptions::builder`]; [`RedisOptions::default()`] is 100 ms per
+/// call and 1 s to connect.
 ///
 /// ```
 /// use std::time::Duration;
 /// use weir_redis::RedisOptions;
 ///
-/// let options = RedisOptions::new().timeout(Duration::from_millis(20)).connect_timeout(Duration::from_secs(2));
+/// let options = RedisOptions::builder().call_timeout(Duration::from_millis(20)).connect_timeout(Duration::from_secs(2)).build()?;
 /// assert_eq!(options.call_timeout(), Duration::from_millis(20));
+/// # Ok::<(), weir_redis::ConfigError>(())
 /// ```
 #[derive(Clone)]
 pub struct RedisOptions {
-    timeout: Duration,
+    call_timeout: Duration,
     connect_timeout: Duration,
     #[cfg(feature = "tls")]
     root_certificate: Option<Vec<u8>>,
@@ -26,53 +29,41 @@ pub struct RedisOptions {
 
 impl Default for RedisOptions {
     fn default() -> Self {
-        Self::new()
+        Self {
+            call_timeout: Duration::from_millis(100),
+            connect_timeout: Duration::from_secs(1),
+            #[cfg(feature = "tls")]
+            root_certificate: None,
+        }
     }
 }
 
 impl fmt::Debug for RedisOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisOptions")
-            .field("timeout", &self.timeout)
+            .field("call_timeout", &self.call_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
     }
 }
 
 impl RedisOptions {
-    /// The defaults: 100 ms per call, 1 s to connect.
-    pub const fn new() -> Self {
-        Self {
-            timeout: Duration::from_millis(100),
-            connect_timeout: Duration::from_secs(1),
-            #[cfg(feature = "tls")]
-            root_certificate: None,
-        }
+    /// The options at their defaults: 100 ms per call, 1 s to connect, the system's
+    /// trust store.
+    pub fn builder() -> RedisOptionsBuilder {
+        RedisOptionsBuilder(Self::default())
     }
 
-    /// The most one call (a check, refund or snapshot) waits for its reply before it
-    /// fails with [`Error::Timeout`] (and a fail policy decides instead). Choose it
-    /// from the latency budget of a request, not from Redis's typical latency: on
-    /// loopback a decision takes 50–100 µs; across a data centre about 0.5 ms.
-    pub fn timeout(self, timeout: Duration) -> Self {
-        Self { timeout, ..self }
+    /// The most one call waits for its reply (see
+    /// [`RedisOptionsBuilder::call_timeout`]).
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
     }
 
-    /// The most establishing (or re-establishing) the connection may take.
-    pub fn connect_timeout(self, timeout: Duration) -> Self {
-        Self { connect_timeout: timeout, ..self }
-    }
-
-    /// The per-call time limit.
-    pub const fn call_timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    /// For `rediss://` URLs: trust this CA certificate (PEM) instead of the system's
-    /// trust store (a private CA, or a self-signed server certificate in tests).
-    #[cfg(feature = "tls")]
-    pub fn root_certificate(self, pem: impl Into<Vec<u8>>) -> Self {
-        Self { root_certificate: Some(pem.into()), ..self }
+    /// The most establishing the connection may take (see
+    /// [`RedisOptionsBuilder::connect_timeout`]).
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
     }
 
     fn client(&self, url: &str) -> Result<redis::Client, Error> {
@@ -82,6 +73,58 @@ impl RedisOptions {
             return redis::Client::build_with_tls(url, certificates).map_err(|e| url_error(url, e));
         }
         redis::Client::open(url).map_err(|e| url_error(url, e))
+    }
+}
+
+/// The options of a [`RedisOptions`]: setters that never fail, checked together by
+/// [`build`](Self::build). From [`RedisOptions::builder`].
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_redis::{ConfigError, RedisOptions};
+///
+/// let error = RedisOptions::builder().call_timeout(Duration::ZERO).build().unwrap_err();
+/// assert_eq!(error, ConfigError::Zero { what: "call_timeout" });
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct RedisOptionsBuilder(RedisOptions);
+
+impl RedisOptionsBuilder {
+    /// The most one call (a check, refund or snapshot) waits for its reply before it
+    /// fails with [`Error::Timeout`] (and a fail policy decides instead); not zero.
+    /// Choose it from the latency budget of a request, not from Redis's typical
+    /// latency: on loopback a decision takes 50–100 µs; across a data centre about
+    /// 0.5 ms. Default: 100 ms.
+    pub fn call_timeout(self, timeout: Duration) -> Self {
+        Self(RedisOptions { call_timeout: timeout, ..self.0 })
+    }
+
+    /// The most establishing (or re-establishing) the connection may take; not
+    /// zero. Default: 1 s.
+    pub fn connect_timeout(self, timeout: Duration) -> Self {
+        Self(RedisOptions { connect_timeout: timeout, ..self.0 })
+    }
+
+    /// For `rediss://` URLs: trust this CA certificate (PEM) instead of the system's
+    /// trust store (a private CA, or a self-signed server certificate in tests).
+    /// Default: the system's trust store.
+    #[cfg(feature = "tls")]
+    pub fn root_certificate(self, pem: impl Into<Vec<u8>>) -> Self {
+        Self(RedisOptions { root_certificate: Some(pem.into()), ..self.0 })
+    }
+
+    /// The options, or the first one refused: [`ConfigError::Zero`] for a zero
+    /// `call_timeout` (every call would time out) or `connect_timeout` (no
+    /// connection could be made).
+    pub fn build(self) -> Result<RedisOptions, ConfigError> {
+        if self.0.call_timeout.is_zero() {
+            return Err(ConfigError::Zero { what: "call_timeout" });
+        }
+        if self.0.connect_timeout.is_zero() {
+            return Err(ConfigError::Zero { what: "connect_timeout" });
+        }
+        Ok(self.0)
     }
 }
 
@@ -99,7 +142,7 @@ fn url_error(url: &str, e: redis::RedisError) -> Error {
 ///
 /// All calls of all tasks are pipelined on one multiplexed connection, which
 /// reconnects by itself after a failure (redis-rs's `ConnectionManager`); every
-/// call is bounded by [`RedisOptions::timeout`].
+/// call is bounded by [`RedisOptions::call_timeout`].
 ///
 /// URLs are those of redis-rs: `redis://[user][:password@]host[:port][/db]`,
 /// `rediss://…` for TLS (feature `tls`), `redis+unix:///path`. A wrong password is
@@ -115,7 +158,7 @@ fn url_error(url: &str, e: redis::RedisError) -> Error {
 #[derive(Clone)]
 pub struct Redis {
     conn: Conn,
-    timeout: Duration,
+    call_timeout: Duration,
 }
 
 impl fmt::Debug for Redis {
@@ -125,7 +168,7 @@ impl fmt::Debug for Redis {
             #[cfg(feature = "cluster")]
             Conn::Cluster(_) => "cluster",
         };
-        f.debug_struct("Redis").field("kind", &kind).field("timeout", &self.timeout).finish()
+        f.debug_struct("Redis").field("kind", &kind).field("call_timeout", &self.call_timeout).finish()
     }
 }
 
@@ -170,7 +213,7 @@ impl ConnectionLike for Conn {
 impl Redis {
     /// Connects to one Redis server with the default [`RedisOptions`].
     pub async fn connect(url: &str) -> Result<Self, Error> {
-        Self::connect_with(url, RedisOptions::new()).await
+        Self::connect_with(url, RedisOptions::default()).await
     }
 
     /// Connects to one Redis server.
@@ -193,7 +236,7 @@ impl Redis {
             .await
             .map_err(|_| Error::Timeout { after: limit })?
             .map_err(Error::from_redis)?;
-        let redis = Self { conn: Conn::Single(manager), timeout: options.timeout };
+        let redis = Self { conn: Conn::Single(manager), call_timeout: options.call_timeout };
         redis.ping().await?;
         Ok(redis)
     }
@@ -205,7 +248,7 @@ impl Redis {
     pub async fn connect_cluster(urls: &[&str], options: RedisOptions) -> Result<Self, Error> {
         let builder = redis::cluster::ClusterClientBuilder::new(urls.iter().copied())
             .connection_timeout(options.connect_timeout)
-            .response_timeout(options.timeout)
+            .response_timeout(options.call_timeout)
             .retries(2);
         #[cfg(feature = "tls")]
         let builder = match &options.root_certificate {
@@ -218,14 +261,14 @@ impl Redis {
             .await
             .map_err(|_| Error::Timeout { after: limit })?
             .map_err(Error::from_redis)?;
-        let redis = Self { conn: Conn::Cluster(conn), timeout: options.timeout };
+        let redis = Self { conn: Conn::Cluster(conn), call_timeout: options.call_timeout };
         redis.ping().await?;
         Ok(redis)
     }
 
-    /// The per-call time limit.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
+    /// The per-call time limit ([`RedisOptions::call_timeout`]).
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
     }
 
     /// One `PING` round trip, within the call time limit.
@@ -248,9 +291,39 @@ impl Redis {
     }
 
     async fn bounded<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
-        match tokio::time::timeout(self.timeout, call).await {
+        match tokio::time::timeout(self.call_timeout, call).await {
             Ok(reply) => reply.map_err(Error::from_redis),
-            Err(_) => Err(Error::Timeout { after: self.timeout }),
+            Err(_) => Err(Error::Timeout { after: self.call_timeout }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_refuses_zero_timeouts() {
+        // A zero call timeout was accepted, and every call then timed out.
+        let zero = RedisOptions::builder().call_timeout(Duration::ZERO).build();
+        assert_eq!(zero.unwrap_err(), ConfigError::Zero { what: "call_timeout" });
+        let zero = RedisOptions::builder().connect_timeout(Duration::ZERO).build();
+        assert_eq!(zero.unwrap_err(), ConfigError::Zero { what: "connect_timeout" });
+        assert!(ConfigError::Zero { what: "call_timeout" }.to_string().starts_with("call_timeout"));
+
+        let options = RedisOptions::builder()
+            .call_timeout(Duration::from_millis(20))
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        assert_eq!(
+            (options.call_timeout(), options.connect_timeout()),
+            (Duration::from_millis(20), Duration::from_secs(2))
+        );
+        let default = RedisOptions::default();
+        assert_eq!(
+            (default.call_timeout(), default.connect_timeout()),
+            (Duration::from_millis(100), Duration::from_secs(1))
+        );
     }
 }

@@ -24,10 +24,10 @@ pub enum Error {
     /// Asked for more than the quota can ever admit at once ("never fits"); nothing
     /// was sent to Redis.
     InsufficientCapacity(InsufficientCapacity),
-    /// No reply within the call's time limit ([`RedisOptions::timeout`]); the call
-    /// may or may not have reached Redis.
+    /// No reply within the call's time limit ([`RedisOptions::call_timeout`]); the
+    /// call may or may not have reached Redis.
     ///
-    /// [`RedisOptions::timeout`]: crate::RedisOptions::timeout
+    /// [`RedisOptions::call_timeout`]: crate::RedisOptions::call_timeout
     Timeout {
         /// The time limit that ran out.
         after: Duration,
@@ -199,9 +199,19 @@ pub enum ConfigError {
     /// An option that must not be zero was zero.
     Zero {
         /// The option: `max_lease` or `instances` of a
-        /// [`LeaseConfigBuilder`](crate::LeaseConfigBuilder), or
-        /// `FailPolicy::LocalFallback::instances`.
+        /// [`LeaseConfigBuilder`](crate::LeaseConfigBuilder); `call_timeout` or
+        /// `connect_timeout` of a [`RedisOptionsBuilder`](crate::RedisOptionsBuilder);
+        /// `LocalFallback::instances` or `LocalFallback::max_keys`
+        /// ([`LocalFallback::new`](crate::LocalFallback::new)); `Backoff::initial`
+        /// ([`Backoff::new`](crate::Backoff::new)).
         what: &'static str,
+    },
+    /// A [`Backoff`](crate::Backoff) whose longest pause is shorter than its first.
+    BackoffMaxBelowInitial {
+        /// The first pause.
+        initial: Duration,
+        /// The longest pause.
+        max: Duration,
     },
     /// A fail policy's fallback quota could not be built (see the message).
     Fallback {
@@ -248,6 +258,11 @@ impl fmt::Display for ConfigError {
                 write!(f, "a window of {window:?} is shorter than Redis's 1 ms expiry resolution")
             }
             Self::Zero { what } => write!(f, "{what} must not be zero"),
+            Self::BackoffMaxBelowInitial { initial, max } => write!(
+                f,
+                "Backoff::max: the longest pause ({max:?}) is shorter than the first ({initial:?}); use a max of at \
+                 least the initial pause"
+            ),
             Self::Fallback { message } => write!(f, "the local fallback limiter cannot be built: {message}"),
             Self::LeaseNeedsGcra => {
                 f.write_str("leases are taken from a single-quota GCRA limiter (Backend::Gcra, no and_quota)")

@@ -44,15 +44,60 @@ pub enum FailPolicy {
     /// Deny every request, with `retry_after` = the time until Redis is tried again
     /// (protection first: an outage stops the traffic).
     Closed,
-    /// Decide with a local limiter per instance at the quota's rate divided by
-    /// `instances` (see the [module docs](crate::fail)), holding at most `max_keys`
-    /// keys.
-    LocalFallback {
-        /// How many instances share the limit (the divisor).
-        instances: u32,
-        /// The most keys the local limiter holds.
-        max_keys: usize,
-    },
+    /// Decide with a local limiter per instance at the quota's rate divided by its
+    /// [`instances`](LocalFallback::instances) (see the [module docs](crate::fail)).
+    LocalFallback(LocalFallback),
+}
+
+/// The local limiter of [`FailPolicy::LocalFallback`]: how many instances share the
+/// limit, and the most keys the local limiter holds. Both are checked when it is
+/// made.
+///
+/// ```
+/// use weir_redis::{ConfigError, FailPolicy, LocalFallback};
+///
+/// // Ten instances behind the load balancer: each enforces a tenth of the rate.
+/// let policy = FailPolicy::LocalFallback(LocalFallback::new(10, 100_000)?);
+/// assert_eq!(LocalFallback::new(0, 100_000), Err(ConfigError::Zero { what: "LocalFallback::instances" }));
+/// # let _ = policy;
+/// # Ok::<(), ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalFallback {
+    instances: u32,
+    max_keys: usize,
+}
+
+impl LocalFallback {
+    /// A fallback for a limit shared by `instances` instances (the divisor, at least
+    /// 1), holding at most `max_keys` keys (at least 1); or [`ConfigError::Zero`]
+    /// naming the one that is zero, or [`ConfigError::Fallback`] for a `max_keys` no
+    /// store can take.
+    pub fn new(instances: u32, max_keys: usize) -> Result<Self, ConfigError> {
+        if instances == 0 {
+            return Err(ConfigError::Zero { what: "LocalFallback::instances" });
+        }
+        keyed_config(max_keys)?;
+        Ok(Self { instances, max_keys })
+    }
+
+    /// How many instances share the limit (the divisor).
+    pub fn instances(&self) -> u32 {
+        self.instances
+    }
+
+    /// The most keys the local limiter holds.
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+}
+
+/// The local store's configuration for `max_keys` keys.
+fn keyed_config(max_keys: usize) -> Result<KeyedConfig, ConfigError> {
+    KeyedConfig::builder(max_keys).build().map_err(|e| match e {
+        weir_keyed::KeyedConfigError::ZeroMaxKeys => ConfigError::Zero { what: "LocalFallback::max_keys" },
+        e => ConfigError::Fallback { message: format!("LocalFallback::max_keys: {e}") },
+    })
 }
 
 /// Which path made a decision.
@@ -79,16 +124,54 @@ pub struct Checked {
 }
 
 /// How long Redis is left alone after it failed: `initial`, doubled after each
-/// failed probe, at most `max`.
+/// failed probe, at most `max`. Made by [`Backoff::new`], which refuses a zero
+/// first pause and a longest pause shorter than the first.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_redis::{Backoff, ConfigError};
+///
+/// let backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2))?;
+/// assert_eq!((backoff.initial(), backoff.max()), (Duration::from_millis(50), Duration::from_secs(2)));
+/// assert!(matches!(
+///     Backoff::new(Duration::from_secs(2), Duration::from_millis(50)),
+///     Err(ConfigError::BackoffMaxBelowInitial { .. })
+/// ));
+/// # Ok::<(), ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    /// Pauses from `initial` (not zero: Redis would be probed again at once),
+    /// doubling up to `max` (at least `initial`); or [`ConfigError::Zero`]
+    /// (`Backoff::initial`) or [`ConfigError::BackoffMaxBelowInitial`].
+    pub fn new(initial: Duration, max: Duration) -> Result<Self, ConfigError> {
+        if initial.is_zero() {
+            return Err(ConfigError::Zero { what: "Backoff::initial" });
+        }
+        if max < initial {
+            return Err(ConfigError::BackoffMaxBelowInitial { initial, max });
+        }
+        Ok(Self { initial, max })
+    }
+
     /// The first pause (default 100 ms).
-    pub initial: Duration,
+    pub fn initial(&self) -> Duration {
+        self.initial
+    }
+
     /// The longest pause (default 5 s).
-    pub max: Duration,
+    pub fn max(&self) -> Duration {
+        self.max
+    }
 }
 
 impl Default for Backoff {
+    /// 100 ms, doubling up to 5 s.
     fn default() -> Self {
         Self { initial: Duration::from_millis(100), max: Duration::from_secs(5) }
     }
@@ -102,12 +185,13 @@ type Fallback<C> = Keyed<Vec<u8>, weir_gcra::GcraAlgorithm, C>;
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use weir_core::Quota;
-/// use weir_redis::{FailPolicy, Path, Redis, RedisLimiter, Resilient};
+/// use weir_redis::{FailPolicy, LocalFallback, Path, Redis, RedisLimiter, Resilient};
 ///
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
 /// let limiter = RedisLimiter::builder(&redis, Quota::per_second(100)?).build()?;
 /// // Ten instances behind the load balancer: each enforces 10/s alone while Redis is away.
-/// let limiter = Resilient::builder(limiter, FailPolicy::LocalFallback { instances: 10, max_keys: 100_000 }).build()?;
+/// let fallback = LocalFallback::new(10, 100_000)?;
+/// let limiter = Resilient::builder(limiter, FailPolicy::LocalFallback(fallback)).build()?;
 /// let checked = limiter.check_traced("203.0.113.7", 1).await?;
 /// if checked.path != Path::Redis {
 ///     // count it: the shared limit is not in force
@@ -173,7 +257,7 @@ impl Resilient<MonotonicClock> {
 ///
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
 /// let limiter = RedisLimiter::builder(&redis, Quota::per_second(100)?).build()?;
-/// let backoff = Backoff { initial: Duration::from_millis(50), max: Duration::from_secs(2) };
+/// let backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2))?;
 /// let limiter = Resilient::builder(limiter, FailPolicy::Open).backoff(backoff).build()?;
 /// # Ok(()) }
 /// ```
@@ -193,9 +277,9 @@ impl ResilientBuilder {
     }
 
     /// The limiter with its policy, timing back-offs (and the local fallback) with
-    /// the monotonic clock; or the first option that cannot be used:
-    /// [`ConfigError::Zero`] (`FailPolicy::LocalFallback::instances` zero),
-    /// [`ConfigError::Fallback`] (a fallback quota or store that cannot be built).
+    /// the monotonic clock; or [`ConfigError::Fallback`] when the limiter's quota
+    /// divided by [`LocalFallback::instances`] cannot be a quota (a period too long,
+    /// say).
     pub fn build(self) -> Result<Resilient<MonotonicClock>, ConfigError> {
         self.build_with_clock(MonotonicClock::new())
     }
@@ -205,14 +289,10 @@ impl ResilientBuilder {
     pub fn build_with_clock<C: Clock + Clone>(self, clock: C) -> Result<Resilient<C>, ConfigError> {
         let Self { limiter, policy, backoff } = self;
         let mut fallback = Vec::new();
-        if let FailPolicy::LocalFallback { instances, max_keys } = policy {
-            if instances == 0 {
-                return Err(ConfigError::Zero { what: "FailPolicy::LocalFallback::instances" });
-            }
-            let config =
-                KeyedConfig::builder(max_keys).build().map_err(|e| ConfigError::Fallback { message: e.to_string() })?;
+        if let FailPolicy::LocalFallback(local) = policy {
+            let config = keyed_config(local.max_keys)?;
             for quota in limiter.quotas() {
-                let quota = divided(quota, instances)?;
+                let quota = divided(quota, local.instances)?;
                 fallback.push(Keyed::gcra_with_clock(quota, config.clone(), clock.clone()));
             }
         }
@@ -335,8 +415,8 @@ impl<C: Clock> Resilient<C> {
 
     /// Redis did not answer: leave it alone for the next back-off.
     fn failed(&self) {
-        let initial = duration_ns(self.backoff.initial).max(1);
-        let max = duration_ns(self.backoff.max).max(initial);
+        // `Backoff::new` keeps 0 < initial <= max.
+        let (initial, max) = (duration_ns(self.backoff.initial), duration_ns(self.backoff.max));
         // Ordering: Relaxed; see `may_call`. Concurrent failures may each double it;
         // the cap bounds the result.
         let previous = self.backoff_ns.load(Ordering::Relaxed);
@@ -372,7 +452,7 @@ impl<C: Clock> Resilient<C> {
                 };
                 (decision, Path::FailClosed)
             }
-            FailPolicy::LocalFallback { .. } => (self.fallback_check(key, n)?, Path::LocalFallback),
+            FailPolicy::LocalFallback(_) => (self.fallback_check(key, n)?, Path::LocalFallback),
         };
         Ok(Checked { decision: decision.at(Nanos::ZERO), path })
     }
@@ -414,5 +494,39 @@ impl<K: AsRef<[u8]> + ?Sized + Sync, C: Clock + Send + Sync> AsyncKeyedLimiter<K
 
     fn policies(&self) -> &[Policy] {
         self.limiter.policies()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backoff_is_refused_rather_than_adjusted() {
+        // A zero first pause was raised to 1 ns, and a longest pause below the first
+        // raised to the first.
+        assert_eq!(
+            Backoff::new(Duration::ZERO, Duration::from_secs(1)),
+            Err(ConfigError::Zero { what: "Backoff::initial" })
+        );
+        let (initial, max) = (Duration::from_secs(2), Duration::from_millis(50));
+        let e = Backoff::new(initial, max).unwrap_err();
+        assert_eq!(e, ConfigError::BackoffMaxBelowInitial { initial, max });
+        assert!(e.to_string().starts_with("Backoff::max: "), "{e}");
+        let backoff = Backoff::new(initial, initial).unwrap();
+        assert_eq!((backoff.initial(), backoff.max()), (initial, initial));
+        let default = Backoff::default();
+        assert_eq!((default.initial(), default.max()), (Duration::from_millis(100), Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn a_local_fallback_is_checked_when_made() {
+        assert_eq!(LocalFallback::new(0, 10), Err(ConfigError::Zero { what: "LocalFallback::instances" }));
+        assert_eq!(LocalFallback::new(4, 0), Err(ConfigError::Zero { what: "LocalFallback::max_keys" }));
+        assert!(
+            matches!(LocalFallback::new(4, usize::MAX), Err(ConfigError::Fallback { message }) if message.starts_with("LocalFallback::max_keys: "))
+        );
+        let fallback = LocalFallback::new(4, 10).unwrap();
+        assert_eq!((fallback.instances(), fallback.max_keys()), (4, 10));
     }
 }

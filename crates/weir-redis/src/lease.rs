@@ -306,7 +306,7 @@ impl<C: Clock> Leased<C> {
         let shard = self.shard(key);
         // Waiting for renewals (other tasks may take the renewed permits first) is
         // bounded by one call timeout in all.
-        let timeout = self.limiter.redis().timeout();
+        let timeout = self.limiter.redis().call_timeout();
         let mut waited = Duration::ZERO;
         let lease_size = loop {
             let now = self.clock.now().as_u64();

@@ -24,15 +24,17 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use weir_core::Quota;
-//! use weir_redis::{FailPolicy, Redis, RedisLimiter, RedisOptions, Resilient};
+//! use weir_redis::{FailPolicy, LocalFallback, Redis, RedisLimiter, RedisOptions, Resilient};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! // One connection per instance, shared by every limiter and task.
-//! let redis = Redis::connect_with("redis://:secret@10.0.0.5:6379/0", RedisOptions::new().timeout(Duration::from_millis(20))).await?;
+//! let options = RedisOptions::builder().call_timeout(Duration::from_millis(20)).build()?;
+//! let redis = Redis::connect_with("redis://:secret@10.0.0.5:6379/0", options).await?;
 //! // 100 per minute per API key, shared by every instance using this prefix.
 //! let per_key = RedisLimiter::builder(&redis, Quota::per_minute(100)?).prefix("rl:api:").build()?;
 //! // While Redis is away: 1/10 of the rate per instance, for a fleet of 10.
-//! let per_key = Resilient::builder(per_key, FailPolicy::LocalFallback { instances: 10, max_keys: 100_000 }).build()?;
+//! let fallback = LocalFallback::new(10, 100_000)?;
+//! let per_key = Resilient::builder(per_key, FailPolicy::LocalFallback(fallback)).build()?;
 //!
 //! let decision = per_key.check("key-7f3a").await?;
 //! if decision.is_denied() {
@@ -69,7 +71,7 @@
 //! - **Typed errors, nothing admitted by accident**: a key of another Redis type is
 //!   [`Error::WrongType`], an unreadable value [`Error::CorruptState`], a malformed
 //!   reply [`Error::Reply`]; a fail policy never turns these into admissions.
-//! - **Bounded waits**: every call has a timeout ([`RedisOptions::timeout`]); the
+//! - **Bounded waits**: every call has a timeout ([`RedisOptions::call_timeout`]); the
 //!   connection (redis-rs's `ConnectionManager`, multiplexed: all tasks pipeline on
 //!   one connection) reconnects by itself.
 //!
@@ -86,19 +88,20 @@
 //! # Connecting
 //!
 //! `redis://[user][:password@]host[:port][/db]`, `rediss://` for TLS (feature
-//! `tls`: rustls with the ring provider; `RedisOptions::root_certificate` for a
+//! `tls`: rustls with the ring provider;
+//! [`root_certificate`](RedisOptionsBuilder::root_certificate) for a
 //! private CA). A refused password is [`Error::Auth`] from [`Redis::connect`], not a
 //! silent fail-open later.
 //!
 //! # Costs
 //!
-//! Measured on loopback on a 2-core VM (BENCHMARKS.md, "Redis back end"): a GCRA
-//! decision takes the time of a bare `EVALSHA` of the same script (about 21 µs
-//! p50 one at a time); 64 tasks on one connection reach 3–4× the serial rate
-//! (redis-server's single core is the bound); leases serve a hot key with 0.02
-//! round trips per decision. Most of a decision's time in Redis is entering Lua and
-//! each `redis.call`, so each script makes the fewest calls: GCRA one `GET` per
-//! quota and one `SET … PX` per quota when admitted.
+//! A GCRA decision costs one bare `EVALSHA` of its script (the same time, measured
+//! side by side): the limiter adds nothing measurable to the round trip. 64 tasks
+//! on one connection reach 3–4× the serial rate (redis-server's single core is the
+//! bound). Leases serve a hot key with 0.02 round trips per decision. In Redis, GCRA
+//! makes one `GET` per quota, and one `SET … PX` per quota when it admits. The
+//! measurements are in BENCHMARKS.md ("Redis back end") and the reasons in
+//! [DESIGN.md, "weir-redis"](https://github.com/weir-rs/weir/blob/main/DESIGN.md#weir-redis).
 //!
 //! # Testing
 //!
@@ -115,9 +118,9 @@ mod limiter;
 mod math;
 mod scripts;
 
-pub use connection::{Redis, RedisOptions};
+pub use connection::{Redis, RedisOptions, RedisOptionsBuilder};
 pub use error::{ConfigError, Error};
-pub use fail::{Backoff, Checked, FailPolicy, Path, Resilient, ResilientBuilder};
+pub use fail::{Backoff, Checked, FailPolicy, LocalFallback, Path, Resilient, ResilientBuilder};
 pub use lease::{LeaseConfig, LeaseConfigBuilder, Leased};
 pub use limiter::{Backend, DEFAULT_PREFIX, MAX_LOG_LIMIT, MAX_TIER, RedisLimiter, RedisLimiterBuilder};
 

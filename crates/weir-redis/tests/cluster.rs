@@ -18,7 +18,10 @@ async fn a_tier_runs_as_one_script_on_a_cluster() {
     let cluster = RedisCluster::start();
     let urls = cluster.urls();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let redis = Redis::connect_cluster(&urls, RedisOptions::new().timeout(Duration::from_secs(1))).await.unwrap();
+    let redis =
+        Redis::connect_cluster(&urls, RedisOptions::builder().call_timeout(Duration::from_secs(1)).build().unwrap())
+            .await
+            .unwrap();
     let quotas = [
         Quota::per_second(5).unwrap().with_burst(10).unwrap(),
         Quota::per_minute(20).unwrap(),

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::{FakeMode, FakeRedis, RedisServer};
 use weir_core::{ManualClock, Nanos, Quota};
-use weir_redis::{Backend, Backoff, Error, FailPolicy, Path, Redis, RedisLimiter, RedisOptions, Resilient};
+use weir_redis::{
+    Backend, Backoff, Error, FailPolicy, LocalFallback, Path, Redis, RedisLimiter, RedisOptions, Resilient,
+};
 
 const TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -17,11 +19,11 @@ const TIMEOUT: Duration = Duration::from_millis(100);
 const HANG: Duration = Duration::from_secs(3);
 
 async fn connect(url: &str) -> Redis {
-    Redis::connect_with(url, RedisOptions::new().timeout(TIMEOUT)).await.expect("connect")
+    Redis::connect_with(url, RedisOptions::builder().call_timeout(TIMEOUT).build().unwrap()).await.expect("connect")
 }
 
 fn backoff() -> Backoff {
-    Backoff { initial: Duration::from_millis(100), max: Duration::from_secs(1) }
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(1)).unwrap()
 }
 
 /// A check that must finish within [`HANG`].
@@ -34,12 +36,13 @@ fn resilient(redis: &Redis, policy: FailPolicy, clock: &ManualClock) -> Resilien
     Resilient::builder(limiter, policy).backoff(backoff()).build_with_clock(clock.clone()).unwrap()
 }
 
-const POLICIES: [FailPolicy; 3] =
-    [FailPolicy::Open, FailPolicy::Closed, FailPolicy::LocalFallback { instances: 4, max_keys: 1_000 }];
+fn policies() -> [FailPolicy; 3] {
+    [FailPolicy::Open, FailPolicy::Closed, FailPolicy::LocalFallback(LocalFallback::new(4, 1_000).unwrap())]
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_stopped_mid_load_hands_over_to_each_policy() {
-    for policy in POLICIES {
+    for policy in policies() {
         let mut server = RedisServer::start();
         let clock = ManualClock::new();
         let limiter = Arc::new(resilient(&connect(&server.url()).await, policy, &clock));
@@ -86,7 +89,7 @@ async fn a_server_stopped_mid_load_hands_over_to_each_policy() {
             clock.advance(Duration::from_secs(2)); // past the back-off: the next check probes
             let _ = round;
         }
-        if let FailPolicy::LocalFallback { .. } = policy {
+        if let FailPolicy::LocalFallback(_) = policy {
             // 100 per minute over 4 instances: 25 at once, then one per 2.4 s.
             let d = limiter.check_traced("fresh", 25).await.unwrap();
             assert_eq!((d.path, d.decision.is_allowed()), (Path::LocalFallback, true));
@@ -206,7 +209,7 @@ async fn a_wrong_type_key_is_an_error_under_every_policy() {
     let server = RedisServer::start();
     let redis = connect(&server.url()).await;
     server.cli(&["LPUSH", "weir:{k}:g0", "x"]);
-    for policy in POLICIES {
+    for policy in policies() {
         let limiter = resilient(&redis, policy, &ManualClock::new());
         let e = limiter.check("k").await.unwrap_err();
         assert!(matches!(e, Error::WrongType { .. }), "{policy:?}: {e:?}");

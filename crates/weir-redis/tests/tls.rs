@@ -11,7 +11,9 @@ use weir_redis::{Error, Redis, RedisLimiter, RedisOptions};
 async fn a_limiter_runs_over_tls() {
     let (server, certificate) = RedisServer::start_tls();
     let url = format!("rediss://127.0.0.1:{}", server.port());
-    let redis = Redis::connect_with(&url, RedisOptions::new().root_certificate(certificate)).await.unwrap();
+    let redis = Redis::connect_with(&url, RedisOptions::builder().root_certificate(certificate).build().unwrap())
+        .await
+        .unwrap();
     let limiter = RedisLimiter::builder(&redis, Quota::per_minute(2).unwrap()).build().unwrap();
     assert!(limiter.check_n("k", 2).await.unwrap().is_allowed());
     assert!(limiter.check("k").await.unwrap().is_denied());
@@ -20,5 +22,5 @@ async fn a_limiter_runs_over_tls() {
     assert!(!matches!(e, Error::Timeout { .. }), "{e:?}");
     // A plain connection to the TLS port gets no Redis answers.
     let plain = format!("redis://127.0.0.1:{}", server.port());
-    assert!(Redis::connect_with(&plain, RedisOptions::new()).await.is_err());
+    assert!(Redis::connect_with(&plain, RedisOptions::default()).await.is_err());
 }

@@ -56,10 +56,10 @@
 use crate::ip::{ClientIp, ClientIpError, ForwardedHeader};
 use crate::key::{Key, KeySource, MissingKey};
 use crate::layer::{RateLimitLayer, RateLimitLayerBuilder};
-use crate::policy::{Limit, Policy};
+use crate::policy::{Limit, Policy, PolicyError};
 use crate::store::Store;
-use crate::throttle::KeyedThrottle;
-use crate::tier::{OnLookupError, Tiers};
+use crate::throttle::{KeyedThrottle, KeyedThrottleError};
+use crate::tier::{OnLookupError, Tiers, TiersBuilder, TiersError};
 use core::fmt;
 use core::future::Future;
 use serde::Deserialize;
@@ -135,7 +135,9 @@ pub type StoreFactory = dyn Fn(&QuotaConfig) -> Result<Box<dyn KeyedLimiter<Key>
 pub struct Config {
     text: Arc<str>,
     file: File,
-    lookup: Option<Tiers>,
+    lookup: Option<TiersBuilder>,
+    /// The tier cache's clock ([`Config::clock`]; the monotonic clock if none).
+    tier_clock: Option<Arc<dyn weir_core::Clock + Send + Sync>>,
     factory: Arc<StoreFactory>,
 }
 
@@ -343,13 +345,14 @@ impl Config {
             let field = span.and_then(|s| key_before(text, s.start));
             ConfigError { line, column, field, message: e.message().trim().to_owned() }
         })?;
-        let config = Self { text: Arc::from(text), file, lookup: None, factory: Arc::new(memory_store) };
+        let config =
+            Self { text: Arc::from(text), file, lookup: None, tier_clock: None, factory: Arc::new(memory_store) };
         config.validate()?;
         Ok(config)
     }
 
-    /// The async lookup of a client's tier (see [`Tiers::new`]); needed when a limit
-    /// is `tiered`.
+    /// The async lookup of a client's tier (see [`Tiers::builder`]); needed when a
+    /// limit is `tiered`.
     pub fn tier_lookup<F, Fut, T, E>(mut self, lookup: F) -> Self
     where
         F: Fn(Key) -> Fut + Send + Sync + 'static,
@@ -357,7 +360,7 @@ impl Config {
         T: AsRef<str>,
         E: fmt::Display,
     {
-        self.lookup = Some(Tiers::new(lookup));
+        self.lookup = Some(Tiers::builder(lookup));
         self
     }
 
@@ -372,10 +375,10 @@ impl Config {
     }
 
     /// Reads `clock` instead of the monotonic clock: the stores' and the tier cache's
-    /// (a [`ManualClock`](weir_core::ManualClock) in tests). Call it after
-    /// [`tier_lookup`](Self::tier_lookup); it replaces any store factory given before.
+    /// (a [`ManualClock`](weir_core::ManualClock) in tests). It replaces any store
+    /// factory given before.
     pub fn clock<C: weir_core::Clock + Clone + Send + Sync + 'static>(mut self, clock: C) -> Self {
-        self.lookup = self.lookup.map(|tiers| tiers.clock(clock.clone()));
+        self.tier_clock = Some(Arc::new(clock.clone()));
         self.factory = Arc::new(move |config: &QuotaConfig| crate::memory::store(config, clock.clone()));
         self
     }
@@ -399,7 +402,7 @@ impl Config {
         let client = self.client(&ctx)?;
         let mut tiers = self.tiers(&ctx, lookup)?.map(Arc::new);
         for (p, spec) in file.policies.iter().enumerate() {
-            let mut policy = Policy::new(spec.name.get_ref());
+            let mut policy = Policy::builder(spec.name.get_ref());
             if let Some(cost) = &spec.cost {
                 policy = policy.cost(ctx.positive(cost, &format!("policy[{p}].cost"))?);
             }
@@ -407,6 +410,14 @@ impl Config {
                 let field = format!("policy[{p}].limit[{l}]");
                 policy = policy.limit(self.limit(&ctx, limit, &field, &client, &mut tiers)?);
             }
+            // The builder names the option it refused; the file's field and line come
+            // from the value that set it.
+            let policy = policy.build().map_err(|e| match (&e, &spec.cost) {
+                (PolicyError::ZeroCost { .. } | PolicyError::CostAboveQuota { .. }, Some(cost)) => {
+                    ctx.at(cost, format!("policy[{p}].cost"), e.to_string())
+                }
+                _ => ctx.at(&spec.name, format!("policy[{p}].{}", e.option()), e.to_string()),
+            })?;
             if spec.default {
                 builder = builder.policy(policy.clone());
             }
@@ -581,7 +592,7 @@ impl Config {
     }
 
     /// The tiers, if the file has any, with the lookup given.
-    fn tiers(&self, ctx: &Ctx<'_>, lookup: Option<Tiers>) -> Result<Option<Tiers>, ConfigError> {
+    fn tiers(&self, ctx: &Ctx<'_>, lookup: Option<TiersBuilder>) -> Result<Option<Tiers>, ConfigError> {
         let file = &self.file;
         if file.tiers.is_empty() {
             return Ok(None);
@@ -622,6 +633,16 @@ impl Config {
             let store = self.all_of(ctx, tier.quotas.get_ref(), &field, max_keys)?;
             tiers = tiers.tier(name, store);
         }
+        let clock = self.tier_clock.clone().unwrap_or_else(|| Arc::new(weir_core::MonotonicClock::new()));
+        // `validate` has checked each option the builder checks; a refusal here names
+        // the option all the same.
+        let tiers = tiers.build_with_shared_clock(clock).map_err(|e| {
+            let field = match e {
+                TiersError::NoTiers => "tiers".to_owned(),
+                _ => format!("tier_cache.{}", e.option()),
+            };
+            ConfigError { line: None, column: None, field: Some(field), message: e.to_string() }
+        })?;
         Ok(Some(tiers))
     }
 
@@ -755,13 +776,20 @@ fn throttle_of(ctx: &Ctx<'_>, spec: &Spanned<ThrottleSpec>, field: &str) -> Resu
     let max_wait = ctx.duration(&t.max_wait, &format!("{field}.max_wait"))?;
     let quota = Quota::new(rate, per).map_err(|e| ctx.at(&t.rate, format!("{field}.rate"), e.to_string()))?;
     let capacity = usize::try_from(capacity).unwrap_or(usize::MAX);
-    let throttle =
-        KeyedThrottle::new(quota, capacity, max_wait).map_err(|e| ctx.at(&t.rate, field.to_owned(), e.to_string()))?;
-    Ok(match &t.max_keys {
-        Some(n) => {
-            throttle.max_keys(usize::try_from(ctx.positive(n, &format!("{field}.max_keys"))?).unwrap_or(usize::MAX))
-        }
-        None => throttle,
+    let mut builder = KeyedThrottle::builder(quota, capacity).max_wait(max_wait);
+    if let Some(n) = &t.max_keys {
+        builder =
+            builder.max_keys(usize::try_from(ctx.positive(n, &format!("{field}.max_keys"))?).unwrap_or(usize::MAX));
+    }
+    // The builder names the option it refused; the file's field and line come from
+    // the value that set it.
+    builder.build().map_err(|e| match e {
+        KeyedThrottleError::Capacity(_) => ctx.at(&t.capacity, format!("{field}.capacity"), e.to_string()),
+        KeyedThrottleError::ZeroMaxKeys => match &t.max_keys {
+            Some(n) => ctx.at(n, format!("{field}.max_keys"), e.to_string()),
+            None => ctx.at(spec, format!("{field}.max_keys"), e.to_string()),
+        },
+        _ => ctx.at(&t.rate, format!("{field}.rate"), e.to_string()),
     })
 }
 
@@ -855,6 +883,21 @@ quotas = [{ algorithm = "gcra", limit = 100, window = "1m" }]
 
         let e = error(&format!("{OK}\n[tier_cache]\non_lookup_error = \"gold\"\n"));
         assert_eq!(e.field.as_deref(), Some("tier_cache.on_lookup_error"), "{e}");
+
+        // Refused by the throttle: named by its field (it was the whole throttle's).
+        let fast = "\n[[policy.limit]]\nkey = \"user\"\nthrottle = { rate = 30000000, per = \"1s\", capacity = 10, max_wait = \"5s\" }\n";
+        let e = error(&format!("{OK}{fast}"));
+        assert_eq!((e.line, e.field.as_deref()), (Some(12), Some("policy[0].limit[1].throttle.rate")), "{e}");
+        assert!(e.message.starts_with("quota: "), "{e}");
+
+        // Found when the layer is built: named with its field and line, where it was
+        // a bare message before.
+        let e = Config::from_toml(&OK.replace("default = true", "default = true\ncost = 101"))
+            .unwrap()
+            .layer()
+            .unwrap_err();
+        assert_eq!((e.line, e.field.as_deref()), (Some(6), Some("policy[0].cost")), "{e}");
+        assert!(e.message.contains("admits at most 100 at once"), "{e}");
 
         let e = error(&OK.replace("default = true", "default = false"));
         assert_eq!((e.line, e.field.as_deref()), (Some(4), Some("policy[0]")), "{e}");

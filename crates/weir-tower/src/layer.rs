@@ -40,13 +40,33 @@ pub struct LimitEvent<'a> {
     pub retry_after: Option<Duration>,
 }
 
-/// Why a [`RateLimitLayer`] could not be built.
+/// Which [`RateLimitLayerBuilder`] option was refused, and why. (Policies are
+/// checked when they are built: see [`PolicyError`](crate::PolicyError).)
+///
+/// ```
+/// use weir_tower::{BuildError, Policy, RateLimitLayer};
+///
+/// let error = RateLimitLayer::builder().route("auth", Policy::builder("auth").build()?).build().unwrap_err();
+/// assert_eq!(error, BuildError::Route { prefix: "auth".into() });
+/// assert_eq!(error.to_string(), "route: `auth` does not start with `/`");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BuildError(String);
+#[non_exhaustive]
+pub enum BuildError {
+    /// A [`route`](RateLimitLayerBuilder::route) prefix that does not start with
+    /// `/`: no request path would match it.
+    Route {
+        /// The prefix given.
+        prefix: String,
+    },
+}
 
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            Self::Route { prefix } => write!(f, "route: `{prefix}` does not start with `/`"),
+        }
     }
 }
 
@@ -169,8 +189,8 @@ impl Shared {
 /// let auth: KeyedSlidingLog<Key> = KeyedSlidingLog::sliding_log(five_minutes, KeyedConfig::builder(100_000).build()?)?;
 ///
 /// let layer = RateLimitLayer::builder()
-///     .policy(Policy::new("api").limit(Limit::per_ip(api)))
-///     .route("/auth", Policy::new("auth").limit(Limit::per_ip(auth)))
+///     .policy(Policy::builder("api").limit(Limit::per_ip(api)).build()?)
+///     .route("/auth", Policy::builder("auth").limit(Limit::per_ip(auth)).build()?)
 ///     .skip_path("/health")
 ///     .on_limit(|event| eprintln!("{} refused by {} ({})", event.request.uri, event.policy, event.quota))
 ///     .build()?;
@@ -184,20 +204,14 @@ pub struct RateLimitLayer {
 
 impl RateLimitLayer {
     /// A layer applying `policy` to every request.
-    pub fn new(policy: Policy) -> Result<Self, BuildError> {
-        Self::builder().policy(policy).build()
+    pub fn new(policy: Policy) -> Self {
+        Self::builder().policy(policy).finish()
     }
 
     /// A layer limiting each client IP (the peer address, IPv6 by `/64`) with the
     /// in-memory `store`, all headers on.
     pub fn per_ip(store: impl KeyedLimiter<Key> + Send + Sync + 'static) -> Self {
-        let policy = crate::policy::compile(Policy::new("per-ip").limit(crate::Limit::per_ip(store)));
-        let mut builder = Self::builder();
-        if let Ok(policy) = policy {
-            builder.policies.push(policy);
-            builder.default = Some(0);
-        }
-        builder.finish()
+        Self::new(Policy::single("per-ip", crate::Limit::per_ip(store)))
     }
 
     /// A builder: policies per route, a skip rule, a hook, headers and bodies.
@@ -239,27 +253,19 @@ pub struct RateLimitLayerBuilder {
     on_limit: Option<Arc<HookFn>>,
     legacy_headers: bool,
     body: BodyStyle,
-    errors: Vec<String>,
+    errors: Vec<BuildError>,
 }
 
 impl RateLimitLayerBuilder {
-    fn add(&mut self, policy: Policy) -> Option<usize> {
-        match compile(policy) {
-            Ok(policy) => {
-                self.policies.push(policy);
-                Some(self.policies.len() - 1)
-            }
-            Err(e) => {
-                self.errors.push(e);
-                None
-            }
-        }
+    fn add(&mut self, policy: Policy) -> usize {
+        self.policies.push(compile(policy));
+        self.policies.len() - 1
     }
 
     /// The policy for every request no [`route`](Self::route) matches (none: such
     /// requests are not limited).
     pub fn policy(mut self, policy: Policy) -> Self {
-        self.default = self.add(policy);
+        self.default = Some(self.add(policy));
         self
     }
 
@@ -269,12 +275,11 @@ impl RateLimitLayerBuilder {
     /// prefix.
     pub fn route(mut self, prefix: &str, policy: Policy) -> Self {
         if !prefix.starts_with('/') {
-            self.errors.push(format!("route `{prefix}` does not start with `/`"));
+            self.errors.push(BuildError::Route { prefix: prefix.to_owned() });
             return self;
         }
-        if let Some(index) = self.add(policy) {
-            self.routes.push((prefix.into(), index));
-        }
+        let index = self.add(policy);
+        self.routes.push((prefix.into(), index));
         self
     }
 
@@ -314,10 +319,11 @@ impl RateLimitLayerBuilder {
         Self { body: BodyStyle::custom(body), ..self }
     }
 
-    /// The layer, or the first problem found in its policies.
+    /// The layer, or the first route refused (a prefix that does not start with
+    /// `/`).
     pub fn build(self) -> Result<RateLimitLayer, BuildError> {
         if let Some(error) = self.errors.first() {
-            return Err(BuildError(error.clone()));
+            return Err(error.clone());
         }
         Ok(self.finish())
     }

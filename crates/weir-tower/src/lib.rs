@@ -91,14 +91,15 @@
 //! may grow to take the headers). A remote store, a tier lookup that misses the
 //! cache, or a throttle make the decision a boxed future.
 //!
-//! Measured in process against `tower_governor` on the 2-core development VM
-//! (BENCHMARKS.md, "HTTP middleware"): with the two IETF headers, weir adds less
-//! than tower_governor adds with its two (about 3 400 instructions against 4 000,
-//! 250–270 ns against 280–310); all five headers add about 5 100 instructions and
-//! 370–400 ns, most of it in the `HeaderMap` (five inserts, and a growth: seven
-//! headers where axum's map has room for six; switch the legacy ones off with
+//! Against `tower_governor` in the same run (BENCHMARKS.md, "HTTP middleware"): with
+//! the two IETF headers, weir adds about 0.85× the instructions and 0.9× the time
+//! tower_governor adds with its two; all five headers add about 1.3× what
+//! tower_governor adds, most of it in the `HeaderMap` (five inserts, and a growth:
+//! seven headers where axum's map has room for six; switch the legacy ones off with
 //! [`legacy_headers(false)`](RateLimitLayerBuilder::legacy_headers)); a 429 with
-//! its problem+json body adds about 370 ns, about 40× less than tower_governor's.
+//! its problem+json body adds about a fortieth of what tower_governor's adds. The
+//! figures are in
+//! [DESIGN.md, "weir-tower"](https://github.com/weir-rs/weir/blob/main/DESIGN.md#weir-tower).
 //! The limiter's headers replace any of the same names the service set.
 //!
 //! # Waiting in handlers
@@ -123,11 +124,11 @@ pub use config::{Config, ConfigError};
 pub use ip::{Cidr, CidrError, ClientIp, ClientIpBuilder, ClientIpError, ForwardedHeader, PeerAddr};
 pub use key::{Key, KeyKind, KeySource, MissingKey, User};
 pub use layer::{BuildError, LimitEvent, RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
-pub use policy::{Limit, MAX_LIMITS, Policy};
+pub use policy::{Limit, MAX_LIMITS, Policy, PolicyBuilder, PolicyError};
 pub use response::{
     Denied, DenyBody, RATELIMIT, RATELIMIT_POLICY, Rejection, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
     X_RATELIMIT_RESET,
 };
 pub use store::{Store, StoreError};
-pub use throttle::KeyedThrottle;
-pub use tier::{LookupFailed, OnLookupError, Tiers};
+pub use throttle::{KeyedThrottle, KeyedThrottleBuilder, KeyedThrottleError};
+pub use tier::{LookupFailed, OnLookupError, Tiers, TiersBuilder, TiersError};

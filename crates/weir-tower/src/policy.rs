@@ -141,7 +141,7 @@ impl fmt::Debug for Limit {
 ///
 /// let five_per_5_min: KeyedSlidingLog<Key> =
 ///     KeyedSlidingLog::sliding_log(Quota::new(5, Duration::from_secs(300))?, KeyedConfig::builder(100_000).build()?)?;
-/// let auth = Policy::new("auth").limit(Limit::per_ip(five_per_5_min));
+/// let auth = Policy::builder("auth").limit(Limit::per_ip(five_per_5_min)).build()?;
 /// # let _ = auth;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -152,21 +152,141 @@ pub struct Policy {
     cost: u64,
 }
 
-impl Policy {
-    /// A policy named `name` (shown in events and problem bodies), with no limits yet.
-    pub fn new(name: impl AsRef<str>) -> Self {
-        Self { name: Arc::from(name.as_ref()), limits: Vec::new(), cost: 1 }
-    }
+/// Which [`PolicyBuilder`] option was refused, and why. Each names the policy.
+///
+/// ```
+/// use weir_tower::{Policy, PolicyError};
+///
+/// let error = Policy::builder("api").cost(0).build().unwrap_err();
+/// assert_eq!(error, PolicyError::ZeroCost { policy: "api".into() });
+/// assert_eq!(error.to_string(), "cost: policy `api` has a cost of 0; a request costs at least 1");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// More than [`MAX_LIMITS`] [`limit`](PolicyBuilder::limit)s.
+    TooManyLimits {
+        /// The policy's name.
+        policy: String,
+        /// How many limits were added.
+        limits: usize,
+    },
+    /// A [`cost`](PolicyBuilder::cost) of zero: every request would be admitted
+    /// without counting.
+    ZeroCost {
+        /// The policy's name.
+        policy: String,
+    },
+    /// A [`cost`](PolicyBuilder::cost) above what one of the limits' quotas admits
+    /// at once: every request would be refused.
+    CostAboveQuota {
+        /// The policy's name.
+        policy: String,
+        /// The cost of a request.
+        cost: u64,
+        /// The quota's name (as its store names it).
+        quota: String,
+        /// The most the quota admits at once.
+        limit: u64,
+    },
+}
 
+impl PolicyError {
+    /// The option refused: `"limit"` or `"cost"`.
+    pub fn option(&self) -> &'static str {
+        match self {
+            Self::TooManyLimits { .. } => "limit",
+            Self::ZeroCost { .. } | Self::CostAboveQuota { .. } => "cost",
+        }
+    }
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooManyLimits { policy, limits } => {
+                write!(f, "limit: policy `{policy}` has {limits} limits; at most {MAX_LIMITS}")
+            }
+            Self::ZeroCost { policy } => {
+                write!(f, "cost: policy `{policy}` has a cost of 0; a request costs at least 1")
+            }
+            Self::CostAboveQuota { policy, cost, quota, limit } => write!(
+                f,
+                "cost: policy `{policy}` costs {cost} per request, but its quota `{quota}` admits at most {limit} at once"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+/// The options of a [`Policy`]: setters that never fail, checked together by
+/// [`build`](Self::build). From [`Policy::builder`].
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct PolicyBuilder {
+    name: Arc<str>,
+    limits: Vec<Limit>,
+    cost: u64,
+}
+
+impl PolicyBuilder {
     /// Adds a limit (at most [`MAX_LIMITS`]).
     pub fn limit(mut self, limit: Limit) -> Self {
         self.limits.push(limit);
         self
     }
 
-    /// What one request costs (default 1).
+    /// What one request costs (at least 1, and at most what each quota admits at
+    /// once). Default: 1.
     pub fn cost(self, n: u64) -> Self {
         Self { cost: n, ..self }
+    }
+
+    /// The policy, or the first option refused: [`PolicyError::TooManyLimits`],
+    /// [`PolicyError::ZeroCost`], [`PolicyError::CostAboveQuota`].
+    pub fn build(self) -> Result<Policy, PolicyError> {
+        let Self { name, limits, cost } = self;
+        let policy = || name.to_string();
+        if limits.len() > MAX_LIMITS {
+            return Err(PolicyError::TooManyLimits { policy: policy(), limits: limits.len() });
+        }
+        if cost == 0 {
+            return Err(PolicyError::ZeroCost { policy: policy() });
+        }
+        for limit in &limits {
+            let stores: Vec<&Store> = match &limit.kind {
+                LimitKind::Store(store) => vec![store],
+                LimitKind::Tiered(tiers) => tiers.tiers().map(|(_, store)| store).collect(),
+                LimitKind::Throttle(_) => Vec::new(),
+            };
+            for store in stores {
+                for (quota, quota_name) in store.policies().iter().zip(store.names()) {
+                    if quota.limit() < cost {
+                        return Err(PolicyError::CostAboveQuota {
+                            policy: policy(),
+                            cost,
+                            quota: quota_name.to_string(),
+                            limit: quota.limit(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(Policy { name, limits, cost })
+    }
+}
+
+impl Policy {
+    /// The options of a policy named `name` (shown in events and problem bodies),
+    /// with no limits yet and a cost of 1.
+    pub fn builder(name: impl AsRef<str>) -> PolicyBuilder {
+        PolicyBuilder { name: Arc::from(name.as_ref()), limits: Vec::new(), cost: 1 }
+    }
+
+    /// A policy of one limit at a cost of 1, which every quota admits.
+    pub(crate) fn single(name: &str, limit: Limit) -> Self {
+        Self { name: Arc::from(name), limits: vec![limit], cost: 1 }
     }
 
     /// The policy's name.
@@ -177,6 +297,11 @@ impl Policy {
     /// The limits, in the order added.
     pub fn limits(&self) -> &[Limit] {
         &self.limits
+    }
+
+    /// What one request costs.
+    pub fn cost(&self) -> u64 {
+        self.cost
     }
 }
 
@@ -252,15 +377,9 @@ pub(crate) struct CompiledPolicy {
     full_policy_header: Option<HeaderValue>,
 }
 
-/// Why a policy could not be compiled.
-pub(crate) fn compile(policy: Policy) -> Result<CompiledPolicy, String> {
+/// A policy made ready to check (a built policy is valid: see [`PolicyBuilder::build`]).
+pub(crate) fn compile(policy: Policy) -> CompiledPolicy {
     let name = policy.name.clone();
-    if policy.limits.len() > MAX_LIMITS {
-        return Err(format!("policy `{name}` has {} limits; at most {MAX_LIMITS}", policy.limits.len()));
-    }
-    if policy.cost == 0 {
-        return Err(format!("policy `{name}` has a cost of 0; a request costs at least 1"));
-    }
     let mut limits = policy.limits;
     // Throttles wait: only once every other limit has admitted.
     limits.sort_by_key(|l| matches!(l.kind, LimitKind::Throttle(_)));
@@ -269,23 +388,9 @@ pub(crate) fn compile(policy: Policy) -> Result<CompiledPolicy, String> {
     for (i, limit) in limits.into_iter().enumerate() {
         let stores: Vec<&Store> = match &limit.kind {
             LimitKind::Store(store) => vec![store],
-            LimitKind::Tiered(tiers) => {
-                tiers.validate().map_err(|e| format!("policy `{name}`: {e}"))?;
-                tiers.tiers().map(|(_, store)| store).collect()
-            }
+            LimitKind::Tiered(tiers) => tiers.tiers().map(|(_, store)| store).collect(),
             LimitKind::Throttle(_) => Vec::new(),
         };
-        for store in &stores {
-            for (quota, quota_name) in store.policies().iter().zip(store.names()) {
-                if quota.limit() < policy.cost {
-                    return Err(format!(
-                        "policy `{name}` costs {} per request, but its quota `{quota_name}` admits at most {} at once",
-                        policy.cost,
-                        quota.limit()
-                    ));
-                }
-            }
-        }
         // Names must tell quotas apart across limits: a name another limit uses gets
         // this limit's number (`minute` and `minute-2`).
         let mine: Vec<String> = stores.iter().flat_map(|s| s.names().iter().map(|n| n.to_string())).collect();
@@ -307,7 +412,7 @@ pub(crate) fn compile(policy: Policy) -> Result<CompiledPolicy, String> {
     } else {
         None
     };
-    Ok(CompiledPolicy { name, limits: compiled.into_boxed_slice(), cost: policy.cost, local, full_policy_header })
+    CompiledPolicy { name, limits: compiled.into_boxed_slice(), cost: policy.cost, local, full_policy_header }
 }
 
 /// The admissions of a request being decided. Dropped before its decision is made
@@ -584,5 +689,50 @@ impl CompiledPolicy {
             .map(|v| &*v.items)
             .collect();
         HeaderValue::from_str(&items.join(", ")).unwrap_or(HeaderValue::from_static(""))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::{InsufficientCapacity, Policy as Quota, Snapshot};
+
+    /// Admits everything under one quota of `limit`.
+    struct Open([Quota; 1]);
+    impl KeyedLimiter<Key> for Open {
+        fn check_n(&self, _: &Key, _: u64) -> Result<Decision, InsufficientCapacity> {
+            Ok(Decision::allowed(Snapshot::new(1, 1, 0)))
+        }
+        fn refund(&self, _: &Key, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
+            Ok(())
+        }
+        fn snapshot(&self, _: &Key) -> Snapshot {
+            Snapshot::new(1, 1, 0)
+        }
+        fn policies(&self) -> &[Quota] {
+            &self.0
+        }
+    }
+
+    fn limit(quota_limit: u64) -> Limit {
+        Limit::new(KeySource::global(), Store::local(Open([Quota::new(quota_limit, Duration::from_secs(60))])))
+    }
+
+    #[test]
+    fn build_names_the_option_it_refuses() {
+        let e = Policy::builder("api").cost(0).build().unwrap_err();
+        assert_eq!((e.clone(), e.option()), (PolicyError::ZeroCost { policy: "api".into() }, "cost"));
+
+        let e = Policy::builder("api").limit(limit(10)).limit(limit(4)).cost(5).build().unwrap_err();
+        let above = PolicyError::CostAboveQuota { policy: "api".into(), cost: 5, quota: "minute".into(), limit: 4 };
+        assert_eq!(e, above);
+        assert!(e.to_string().starts_with("cost: "), "{e}");
+
+        let nine = (0..=MAX_LIMITS).fold(Policy::builder("api"), |p, _| p.limit(limit(10)));
+        let e = nine.build().unwrap_err();
+        assert_eq!((e.clone(), e.option()), (PolicyError::TooManyLimits { policy: "api".into(), limits: 9 }, "limit"));
+
+        let policy = Policy::builder("api").limit(limit(10)).cost(10).build().unwrap();
+        assert_eq!((policy.name(), policy.limits().len(), policy.cost()), ("api", 1, 10));
     }
 }

@@ -12,8 +12,9 @@ use weir_leaky::{BuildError, Throttle, ThrottleError};
 /// Throttle mode for a [`Limit`](crate::Limit): each key gets a
 /// [`weir_leaky::Throttle`], so its requests proceed one per emission interval of
 /// `quota`, in the order they arrived; at most `capacity` wait per key, and none
-/// longer than `max_wait`. A request turned away (the line is full, or its turn
-/// would come after `max_wait`) is answered 429 with a `Retry-After`.
+/// longer than `max_wait` (by default, as long as its turn takes: at most about
+/// `capacity` emission intervals). A request turned away (the line is full, or its
+/// turn would come after `max_wait`) is answered 429 with a `Retry-After`.
 ///
 /// A client that disconnects while waiting frees its place: the server drops the
 /// request's future, which leaves the line (and gives back its slot, if it was at
@@ -25,20 +26,23 @@ use weir_leaky::{BuildError, Throttle, ThrottleError};
 /// ahead of now) are dropped, which changes no pacing; if none can be, a new key is
 /// turned away.
 ///
+/// Built by [`KeyedThrottle::builder`]. Throttles wait on tokio's timer and read
+/// [`TokioClock`], as [`weir_leaky::Throttle`] does by default.
+///
 /// ```
 /// use std::time::Duration;
 /// use weir_core::Quota;
 /// use weir_tower::KeyedThrottle;
 ///
 /// // Two requests per second per client, up to 10 waiting, none waiting over 5 s.
-/// let throttle = KeyedThrottle::new(Quota::per_second(2)?, 10, Duration::from_secs(5))?;
+/// let throttle = KeyedThrottle::builder(Quota::per_second(2)?, 10).max_wait(Duration::from_secs(5)).build()?;
 /// # let _ = throttle;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct KeyedThrottle {
     quota: Quota,
     capacity: usize,
-    max_wait: Duration,
+    max_wait: Option<Duration>,
     max_keys: usize,
     throttles: Mutex<HashMap<Key, Arc<Throttle>>>,
 }
@@ -50,19 +54,107 @@ pub(crate) struct TurnedAway {
     pub(crate) retry_after: Duration,
 }
 
-impl KeyedThrottle {
-    /// Per key: one request per emission interval of `quota` (which must have no
-    /// burst beyond its count, see [`weir_leaky::BuildError`]), at most `capacity`
-    /// waiting, none longer than `max_wait`.
-    pub fn new(quota: Quota, capacity: usize, max_wait: Duration) -> Result<Self, BuildError> {
-        // Validates the quota and capacity once, as every key's throttle will.
-        Throttle::with_clock(quota, capacity, weir_core::Nanos::ZERO)?;
-        Ok(Self { quota, capacity, max_wait, max_keys: 10_000, throttles: Mutex::new(HashMap::new()) })
+/// Which [`KeyedThrottleBuilder`] option was refused, and why.
+///
+/// ```
+/// use weir_core::Quota;
+/// use weir_tower::{KeyedThrottle, KeyedThrottleError};
+///
+/// let error = KeyedThrottle::builder(Quota::per_second(2)?, 10).max_keys(0).build().unwrap_err();
+/// assert_eq!(error, KeyedThrottleError::ZeroMaxKeys);
+/// assert!(error.to_string().starts_with("max_keys"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyedThrottleError {
+    /// The quota cannot pace a line: a burst other than its count, or an emission
+    /// interval that is not a whole number of ticks (see the inner error).
+    Quota(BuildError),
+    /// The capacity was zero: no request could wait.
+    Capacity(BuildError),
+    /// [`max_keys`](KeyedThrottleBuilder::max_keys) was zero: no key could ever
+    /// have a throttle.
+    ZeroMaxKeys,
+}
+
+impl KeyedThrottleError {
+    /// The option refused: `"quota"`, `"capacity"` or `"max_keys"`.
+    pub fn option(&self) -> &'static str {
+        match self {
+            Self::Quota(_) => "quota",
+            Self::Capacity(_) => "capacity",
+            Self::ZeroMaxKeys => "max_keys",
+        }
+    }
+}
+
+impl fmt::Display for KeyedThrottleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Quota(e) | Self::Capacity(e) => write!(f, "{}: {e}", self.option()),
+            Self::ZeroMaxKeys => f.write_str("max_keys: a keyed throttle keeps at least one key's throttle, not 0"),
+        }
+    }
+}
+
+impl std::error::Error for KeyedThrottleError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Quota(e) | Self::Capacity(e) => Some(e),
+            Self::ZeroMaxKeys => None,
+        }
+    }
+}
+
+/// The options of a [`KeyedThrottle`]: setters that never fail, checked together by
+/// [`build`](Self::build). From [`KeyedThrottle::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct KeyedThrottleBuilder {
+    quota: Quota,
+    capacity: usize,
+    max_wait: Option<Duration>,
+    max_keys: usize,
+}
+
+impl KeyedThrottleBuilder {
+    /// The longest a request waits for its turn; one whose turn would come later is
+    /// turned away at once. Default: no deadline beyond the line's own bound (a
+    /// request waits at most about `capacity` emission intervals).
+    pub fn max_wait(self, max_wait: Duration) -> Self {
+        Self { max_wait: Some(max_wait), ..self }
     }
 
-    /// At most `n` keys' throttles kept (default 10 000; at least 1).
+    /// The most keys whose throttles are kept at once (at least 1). Default: 10 000.
     pub fn max_keys(self, n: usize) -> Self {
-        Self { max_keys: n.max(1), ..self }
+        Self { max_keys: n, ..self }
+    }
+
+    /// The keyed throttle, or the first option refused: [`KeyedThrottleError::Quota`]
+    /// (a burst beyond the count, see [`weir_leaky::BuildError`]),
+    /// [`KeyedThrottleError::Capacity`] (zero),
+    /// [`KeyedThrottleError::ZeroMaxKeys`].
+    pub fn build(self) -> Result<KeyedThrottle, KeyedThrottleError> {
+        let Self { quota, capacity, max_wait, max_keys } = self;
+        // Validates the quota and capacity once, as every key's throttle will.
+        Throttle::with_clock(quota, capacity, weir_core::Nanos::ZERO).map_err(|e| match e {
+            BuildError::BurstNotUsed { .. } | BuildError::FractionalInterval { .. } => KeyedThrottleError::Quota(e),
+            _ => KeyedThrottleError::Capacity(e),
+        })?;
+        if max_keys == 0 {
+            return Err(KeyedThrottleError::ZeroMaxKeys);
+        }
+        Ok(KeyedThrottle { quota, capacity, max_wait, max_keys, throttles: Mutex::new(HashMap::new()) })
+    }
+}
+
+impl KeyedThrottle {
+    /// The options of a keyed throttle pacing each key at one request per emission
+    /// interval of `quota` (which must have no burst beyond its count), with at most
+    /// `capacity` requests waiting per key; the others at their defaults.
+    pub fn builder(quota: Quota, capacity: usize) -> KeyedThrottleBuilder {
+        KeyedThrottleBuilder { quota, capacity, max_wait: None, max_keys: 10_000 }
     }
 
     /// The quota's rate.
@@ -70,9 +162,19 @@ impl KeyedThrottle {
         self.quota
     }
 
-    /// The longest a request waits.
-    pub fn max_wait(&self) -> Duration {
+    /// The most requests waiting per key.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The longest a request waits (`None`: no deadline beyond the line's bound).
+    pub fn max_wait(&self) -> Option<Duration> {
         self.max_wait
+    }
+
+    /// The most keys whose throttles are kept at once.
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
     }
 
     /// Requests waiting for `key` now.
@@ -117,7 +219,11 @@ impl KeyedThrottle {
     /// Waits for `key`'s turn, up to `max_wait`.
     pub(crate) async fn acquire(&self, key: &Key) -> Result<(), TurnedAway> {
         let throttle = self.throttle_of(key)?;
-        match throttle.acquire_timeout(self.max_wait).await {
+        let acquired = match self.max_wait {
+            Some(max_wait) => throttle.acquire_timeout(max_wait).await,
+            None => throttle.acquire().await,
+        };
+        match acquired {
             Ok(()) => Ok(()),
             Err(ThrottleError::Full { retry_after }) => Err(TurnedAway { retry_after }),
             Err(_) => {
@@ -148,7 +254,10 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn requests_wait_their_turn_in_order_up_to_the_deadline() {
-        let throttle = KeyedThrottle::new(Quota::per_second(10).unwrap(), 2, Duration::from_millis(150)).unwrap();
+        let throttle = KeyedThrottle::builder(Quota::per_second(10).unwrap(), 2)
+            .max_wait(Duration::from_millis(150))
+            .build()
+            .unwrap();
         let key = Key::user("a");
         let start = tokio::time::Instant::now();
         throttle.acquire(&key).await.unwrap(); // idle: at once
@@ -165,7 +274,8 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn a_waiter_that_goes_away_frees_its_place() {
-        let throttle = KeyedThrottle::new(Quota::per_second(1).unwrap(), 1, Duration::from_secs(5)).unwrap();
+        let throttle =
+            KeyedThrottle::builder(Quota::per_second(1).unwrap(), 1).max_wait(Duration::from_secs(5)).build().unwrap();
         let key = Key::user("a");
         throttle.acquire(&key).await.unwrap();
         {
@@ -181,14 +291,43 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn idle_throttles_make_room_for_new_keys() {
-        let throttle = KeyedThrottle::new(Quota::per_second(1).unwrap(), 1, Duration::ZERO).unwrap().max_keys(2);
+        let throttle = KeyedThrottle::builder(Quota::per_second(1).unwrap(), 1)
+            .max_wait(Duration::ZERO)
+            .max_keys(2)
+            .build()
+            .unwrap();
         throttle.acquire(&Key::user("a")).await.unwrap();
         throttle.acquire(&Key::user("b")).await.unwrap();
         assert!(throttle.acquire(&Key::user("c")).await.is_err(), "a and b claimed slots ahead of now");
         tokio::time::advance(Duration::from_secs(1)).await;
         throttle.acquire(&Key::user("c")).await.unwrap();
         assert_eq!(throttle.len(), 1);
-        assert!(KeyedThrottle::new(Quota::per_second(1).unwrap(), 0, Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn build_names_the_option_it_refuses() {
+        let quota = Quota::per_second(1).unwrap();
+        // Was silently raised to one key by `max_keys(0)`.
+        assert_eq!(KeyedThrottle::builder(quota, 1).max_keys(0).build().unwrap_err(), KeyedThrottleError::ZeroMaxKeys);
+        let e = KeyedThrottle::builder(quota, 0).build().unwrap_err();
+        assert_eq!(e, KeyedThrottleError::Capacity(BuildError::ZeroCapacity));
+        assert!(e.to_string().starts_with("capacity: "), "{e}");
+        let e = KeyedThrottle::builder(quota.with_burst(5).unwrap(), 1).build().unwrap_err();
+        assert!(matches!(e, KeyedThrottleError::Quota(BuildError::BurstNotUsed { burst: 5, count: 1 })), "{e:?}");
+        assert_eq!(e.option(), "quota");
+        let throttle = KeyedThrottle::builder(quota, 3).max_keys(1).build().unwrap();
+        assert_eq!((throttle.capacity(), throttle.max_wait(), throttle.max_keys()), (3, None, 1));
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn without_max_wait_a_request_waits_its_turn() {
+        let throttle = KeyedThrottle::builder(Quota::per_second(1).unwrap(), 2).build().unwrap();
+        let key = Key::user("a");
+        let start = tokio::time::Instant::now();
+        throttle.acquire(&key).await.unwrap();
+        let (b, c) = tokio::join!(throttle.acquire(&key), throttle.acquire(&key));
+        assert_eq!((b, c), (Ok(()), Ok(())));
+        assert_eq!(start.elapsed(), Duration::from_secs(2), "one per second, in turn");
     }
 
     /// Polls `f` once; `Some` if it completed.

@@ -125,7 +125,7 @@ async fn a_sub_second_wait_is_a_retry_after_of_one_second() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_body_and_the_legacy_headers_are_configurable() {
     let layer = RateLimitLayer::builder()
-        .policy(Policy::new("api").limit(Limit::per_ip(gcra(Quota::per_minute(1).unwrap()))))
+        .policy(Policy::builder("api").limit(Limit::per_ip(gcra(Quota::per_minute(1).unwrap()))).build().unwrap())
         .legacy_headers(false)
         .deny_body(|denied| weir_tower::DenyBody {
             content_type: http::HeaderValue::from_static("text/plain"),
@@ -147,7 +147,7 @@ async fn the_body_and_the_legacy_headers_are_configurable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_skip_rule_lets_health_checks_through_unlimited() {
     let layer = RateLimitLayer::builder()
-        .policy(Policy::new("api").limit(Limit::per_ip(gcra(Quota::per_minute(2).unwrap()))))
+        .policy(Policy::builder("api").limit(Limit::per_ip(gcra(Quota::per_minute(2).unwrap()))).build().unwrap())
         .skip_path("/health")
         .build()
         .unwrap();
@@ -171,8 +171,8 @@ async fn the_auth_route_is_stricter_than_the_api() {
     let auth = Store::local(log(5, Duration::from_secs(300))).named(["auth"]);
     let ip = || KeySource::ip(ClientIp::default());
     let layer = RateLimitLayer::builder()
-        .policy(Policy::new("api").limit(Limit::new(ip(), api)))
-        .route("/auth", Policy::new("auth").limit(Limit::new(ip(), auth)))
+        .policy(Policy::builder("api").limit(Limit::new(ip(), api)).build().unwrap())
+        .route("/auth", Policy::builder("auth").limit(Limit::new(ip(), auth)).build().unwrap())
         .build()
         .unwrap();
     let addr = serve(app(layer)).await;
@@ -215,14 +215,16 @@ async fn tier_quotas_are_checked_all_or_nothing() {
     let pro = Store::local(AllOf::new((sliding(50, MINUTE), fixed(1000, DAY))).unwrap()).named(["minute", "day"]);
     let lookups = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&lookups);
-    let tiers = Tiers::new(move |key: Key| {
+    let tiers = Tiers::builder(move |key: Key| {
         counted.fetch_add(1, Ordering::Relaxed);
         async move { Ok::<_, String>(if key.payload().starts_with(b"pro-") { "pro" } else { "free" }) }
     })
     .tier("free", free)
-    .tier("pro", pro);
-    let layer =
-        RateLimitLayer::new(Policy::new("api").limit(Limit::tiered(KeySource::header("x-api-key"), tiers))).unwrap();
+    .tier("pro", pro)
+    .build()
+    .unwrap();
+    let policy = Policy::builder("api").limit(Limit::tiered(KeySource::header("x-api-key"), tiers)).build().unwrap();
+    let layer = RateLimitLayer::new(policy);
     let addr = serve(app(layer)).await;
     let client = HttpClient::new();
     let key = Key::api_key(b"free-1");
@@ -262,11 +264,13 @@ async fn per_ip_and_per_user_limits_layer() {
     let seen = Arc::clone(&events);
     let layer = RateLimitLayer::builder()
         .policy(
-            Policy::new("api")
+            Policy::builder("api")
                 .limit(Limit::new(KeySource::ip(ClientIp::default()), Store::local(Arc::clone(&per_ip))))
                 .limit(
                     Limit::new(KeySource::user(), Store::local(Arc::clone(&per_user))).on_missing_key(MissingKey::Skip),
-                ),
+                )
+                .build()
+                .unwrap(),
         )
         .on_limit(move |event| {
             assert_eq!(event.key, Some(&Key::user("alice")));
@@ -304,9 +308,11 @@ async fn a_spoofed_forwarded_header_from_an_untrusted_peer_is_ignored() {
     let store = Arc::new(fixed(3, MINUTE));
     let client_ip = ClientIp::builder().trust_proxies(["10.0.0.0/8"]).build().unwrap();
     let layer = RateLimitLayer::new(
-        Policy::new("api").limit(Limit::new(KeySource::ip(client_ip), Store::local(Arc::clone(&store)))),
-    )
-    .unwrap();
+        Policy::builder("api")
+            .limit(Limit::new(KeySource::ip(client_ip), Store::local(Arc::clone(&store))))
+            .build()
+            .unwrap(),
+    );
     let addr = serve(app(layer)).await;
     let client = HttpClient::new();
     let mut statuses = Vec::new();
@@ -325,9 +331,11 @@ async fn ipv6_clients_are_grouped_by_their_64_bit_prefix() {
     // The loopback peer is the trusted proxy; it forwards IPv6 clients.
     let client_ip = ClientIp::builder().trust_proxies(["127.0.0.1"]).build().unwrap();
     let layer = RateLimitLayer::new(
-        Policy::new("api").limit(Limit::new(KeySource::ip(client_ip), Store::local(Arc::clone(&store)))),
-    )
-    .unwrap();
+        Policy::builder("api")
+            .limit(Limit::new(KeySource::ip(client_ip), Store::local(Arc::clone(&store))))
+            .build()
+            .unwrap(),
+    );
     let addr = serve(app(layer)).await;
     let client = HttpClient::new();
     let from = |ip: &'static str| [("x-forwarded-for", ip)];
@@ -405,23 +413,25 @@ async fn concurrent_requests_never_exceed_the_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyless_requests_follow_the_limits_choice() {
     let user = |missing| {
-        Policy::new("users")
+        Policy::builder("users")
             .limit(Limit::new(KeySource::user(), Store::local(fixed(1, MINUTE))).on_missing_key(missing))
+            .build()
+            .unwrap()
     };
     let client = HttpClient::new();
 
-    let deny = serve(app(RateLimitLayer::new(user(MissingKey::Deny)).unwrap())).await;
+    let deny = serve(app(RateLimitLayer::new(user(MissingKey::Deny)))).await;
     assert_eq!(client.get(deny, "/", &[]).await.status, StatusCode::BAD_REQUEST);
     assert_eq!(client.get(deny, "/", &[("authorization", "Bearer a")]).await.status, StatusCode::OK);
 
-    let skip = serve(app(RateLimitLayer::new(user(MissingKey::Skip)).unwrap())).await;
+    let skip = serve(app(RateLimitLayer::new(user(MissingKey::Skip)))).await;
     for _ in 0..3 {
         let reply = client.get(skip, "/", &[]).await;
         assert_eq!(reply.status, StatusCode::OK);
         assert_eq!(reply.header("ratelimit"), None);
     }
 
-    let shared = serve(app(RateLimitLayer::new(user(MissingKey::Shared(Key::custom(b"anonymous")))).unwrap())).await;
+    let shared = serve(app(RateLimitLayer::new(user(MissingKey::Shared(Key::custom(b"anonymous")))))).await;
     assert_eq!(client.get(shared, "/", &[]).await.status, StatusCode::OK);
     assert_eq!(client.get(shared, "/", &[]).await.status, StatusCode::TOO_MANY_REQUESTS, "anonymous share one key");
     assert_eq!(client.get(shared, "/", &[("authorization", "Bearer b")]).await.status, StatusCode::OK);
@@ -429,10 +439,11 @@ async fn keyless_requests_follow_the_limits_choice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throttle_mode_waits_then_succeeds() {
-    let throttle = KeyedThrottle::new(Quota::per_second(20).unwrap(), 10, Duration::from_secs(3)).unwrap();
-    let layer =
-        RateLimitLayer::new(Policy::new("paced").limit(Limit::throttle(KeySource::ip(ClientIp::default()), throttle)))
-            .unwrap();
+    let throttle =
+        KeyedThrottle::builder(Quota::per_second(20).unwrap(), 10).max_wait(Duration::from_secs(3)).build().unwrap();
+    let policy =
+        Policy::builder("paced").limit(Limit::throttle(KeySource::ip(ClientIp::default()), throttle)).build().unwrap();
+    let layer = RateLimitLayer::new(policy);
     let addr = serve(app(layer)).await;
     let client = HttpClient::new();
     let requests: Vec<_> = (0..5)
@@ -452,13 +463,18 @@ async fn a_disconnecting_waiter_frees_its_place() {
 
     // One request per 2 s per client, one waiting at most.
     let throttle = Arc::new(
-        KeyedThrottle::new(Quota::new(1, Duration::from_secs(2)).unwrap(), 1, Duration::from_secs(4)).unwrap(),
+        KeyedThrottle::builder(Quota::new(1, Duration::from_secs(2)).unwrap(), 1)
+            .max_wait(Duration::from_secs(4))
+            .build()
+            .unwrap(),
     );
     let key = Key::ip("127.0.0.1".parse().unwrap());
     let layer = RateLimitLayer::new(
-        Policy::new("paced").limit(Limit::throttle_shared(KeySource::ip(ClientIp::default()), Arc::clone(&throttle))),
-    )
-    .unwrap();
+        Policy::builder("paced")
+            .limit(Limit::throttle_shared(KeySource::ip(ClientIp::default()), Arc::clone(&throttle)))
+            .build()
+            .unwrap(),
+    );
     let addr = serve(app(layer)).await;
     let client = HttpClient::new();
     assert_eq!(client.get(addr, "/", &[]).await.status, StatusCode::OK, "an idle throttle lets the first through");
@@ -494,15 +510,19 @@ async fn a_request_that_goes_away_while_waiting_consumes_nothing() {
 
     let store = Arc::new(fixed(10, MINUTE));
     let throttle = Arc::new(
-        KeyedThrottle::new(Quota::new(1, Duration::from_secs(2)).unwrap(), 1, Duration::from_secs(4)).unwrap(),
+        KeyedThrottle::builder(Quota::new(1, Duration::from_secs(2)).unwrap(), 1)
+            .max_wait(Duration::from_secs(4))
+            .build()
+            .unwrap(),
     );
     let ip = || KeySource::ip(ClientIp::default());
     let layer = RateLimitLayer::new(
-        Policy::new("paced")
+        Policy::builder("paced")
             .limit(Limit::throttle_shared(ip(), Arc::clone(&throttle)))
-            .limit(Limit::new(ip(), Store::local(Arc::clone(&store)))),
-    )
-    .unwrap();
+            .limit(Limit::new(ip(), Store::local(Arc::clone(&store))))
+            .build()
+            .unwrap(),
+    );
     let addr = serve(app(layer)).await;
     let key = Key::ip("127.0.0.1".parse().unwrap());
     assert_eq!(HttpClient::new().get(addr, "/", &[]).await.status, StatusCode::OK);

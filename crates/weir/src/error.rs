@@ -164,6 +164,15 @@ errors! {
         /// A rate-limiting layer could not be built.
         #[cfg(feature = "tower")]
         TowerBuild(weir_tower::BuildError),
+        /// A rate-limiting policy could not be built.
+        #[cfg(feature = "tower")]
+        TowerPolicy(weir_tower::PolicyError),
+        /// Tiers (plans chosen by a lookup) could not be built.
+        #[cfg(feature = "tower")]
+        TowerTiers(weir_tower::TiersError),
+        /// A per-key throttle could not be built.
+        #[cfg(feature = "tower")]
+        TowerThrottle(weir_tower::KeyedThrottleError),
         /// A rate-limiting layer's configuration (TOML) is invalid.
         #[cfg(feature = "tower")]
         TowerConfig(weir_tower::ConfigError),

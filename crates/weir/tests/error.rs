@@ -106,7 +106,9 @@ fn it_is_a_thread_safe_static_error() {
 #[cfg(feature = "tower")]
 #[test]
 fn the_middlewares_errors_convert() {
-    use weir::tower::{Cidr, ClientIp, Config, LookupFailed, StoreError};
+    use weir::tower::{
+        Cidr, ClientIp, Config, Key, KeyedThrottle, LookupFailed, Policy, RateLimitLayer, StoreError, Tiers,
+    };
 
     let e = "not a network".parse::<Cidr>().unwrap_err();
     assert!(matches!(converted(e.clone()), Error::Cidr(got) if got == e));
@@ -117,6 +119,14 @@ fn the_middlewares_errors_convert() {
     let e = LookupFailed("the tier service timed out".into());
     assert!(matches!(converted(e.clone()), Error::TierLookup(got) if got == e));
     assert!(matches!(converted(StoreError::new("connection reset")), Error::Store(_)));
+    let e = RateLimitLayer::builder().route("api", Policy::builder("api").build().unwrap()).build().unwrap_err();
+    assert!(matches!(converted(e.clone()), Error::TowerBuild(got) if got == e));
+    let e = Policy::builder("api").cost(0).build().unwrap_err();
+    assert!(matches!(converted(e.clone()), Error::TowerPolicy(got) if got == e));
+    let e = Tiers::builder(|_: Key| async { Ok::<_, String>("free") }).build().unwrap_err();
+    assert!(matches!(converted(e.clone()), Error::TowerTiers(got) if got == e));
+    let e = KeyedThrottle::builder(weir::Quota::per_second(1).unwrap(), 1).max_keys(0).build().unwrap_err();
+    assert!(matches!(converted(e.clone()), Error::TowerThrottle(got) if got == e));
 }
 
 #[cfg(feature = "redis")]
