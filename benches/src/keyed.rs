@@ -132,7 +132,7 @@ pub fn weir_keyed() -> Keyed<u64, GcraAlgorithm, MonotonicClock> {
     Keyed::gcra(open_quota(), KeyedConfig::builder(1 << 20).build().expect("a valid config"))
 }
 
-/// The same with hot-key mode: a key whose check loses 2 CAS races goes to per-core
+/// The same with hot-key mode: a key whose check loses 2 CAS races goes to per-thread
 /// lease stripes.
 pub fn weir_keyed_hot() -> Keyed<u64, GcraAlgorithm, MonotonicClock, RandomState, HotKeys> {
     weir_keyed().with_hot_keys(HotKeys::builder().lease(LeaseConfig::default()).build().expect("a valid configuration"))
