@@ -227,7 +227,9 @@ pub struct AllOf<M> {
 
 impl<M> AllOf<M> {
     /// All of `members`, checked in order. Fails if there are none, or more than
-    /// `u16::MAX` policies among them.
+    /// `u16::MAX` policies among them. `K` is the key type the members are checked
+    /// with; where a member checks several (a store of `String` keys checks `&str`
+    /// and `&String` alike), name it: `AllOf::new::<str>(members)`.
     pub fn new<K: ?Sized>(members: M) -> Result<Self, AllOfError>
     where
         M: AllOfMembers<K>,

@@ -86,10 +86,13 @@ pub trait KeyedLimiter<K: ?Sized> {
 
     /// Gives back `n` units that `admission` (a decision this store returned for
     /// `key`) consumed and the caller did not use: an all-of check that a later quota
-    /// denied, or a request the server chose not to count. Never gives back more than
-    /// the admission took, nor beyond an empty state; a per-window algorithm gives
-    /// it back to the window the admission was counted in, and not at all once that
-    /// window has stopped mattering.
+    /// denied, or a request the server chose not to count. `n` is trusted: pass at
+    /// most what the admission took, and refund an admission once (a store does not
+    /// remember its admissions, so a second refund of one credits it again). Never
+    /// gives back beyond an empty state (a full bucket, an empty window), nor what
+    /// the time since the admission has already given back; a per-window algorithm
+    /// gives it back to the window the admission was counted in, and not at all once
+    /// that window has stopped mattering.
     fn refund(&self, key: &K, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity>;
 
     /// `key`'s state now, without consuming anything (a key never seen is full).

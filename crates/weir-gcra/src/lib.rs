@@ -530,7 +530,7 @@ impl Retire for GcraAlgorithm {
 default_clock_struct! {
     /// A token bucket in GCRA encoding: the limiter most users want.
     ///
-    /// See the [crate docs](crate) for the algorithm, its guarantees and a worked
+    /// See the [crate docs](https://docs.rs/weir-gcra) for the algorithm, its guarantees and a worked
     /// example. Share it between threads by reference (`&Gcra`, `Arc<Gcra>`); every
     /// method takes `&self`.
     ///

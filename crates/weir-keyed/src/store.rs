@@ -48,7 +48,7 @@ fn new_collector() -> Collector {
 /// once as `H` says ([`NoHotKeys`]: every key exact; [`HotKeys`](crate::HotKeys),
 /// GCRA only: such keys move to per-thread leases).
 ///
-/// See the [crate docs](crate) for the map, eviction and the memory bound.
+/// See the [crate docs](https://docs.rs/weir-keyed) for the map, eviction and the memory bound.
 pub struct Keyed<K, A: KeyedAlgorithm, C = MonotonicClock, S = RandomState, H: HotKeyMode<A> = NoHotKeys> {
     /// The epoch collector of every shard. Declared first, so dropped first: its
     /// drop reclaims what the shards retired, into the shards.
@@ -413,7 +413,8 @@ where
 
     /// Gives back `n` units that `admission` (a decision this store returned for
     /// `key`) consumed and the caller did not use (see [`KeyedLimiter::refund`]):
-    /// never more than the admission took, nor beyond a full state. A denied
+    /// `n` is trusted: pass at most what the admission took, and refund it once (the
+    /// store does not remember admissions). Never beyond a full state. A denied
     /// admission took nothing; a key no longer stored was idle (full) when it was
     /// evicted, or was reset by [`remove`](Self::remove), so nothing is given back to
     /// either, nor to an admission of the overflow limiter
@@ -672,9 +673,13 @@ where
         }
     }
 
+    /// The denial of a key the full store cannot take: nothing remaining for it
+    /// until `capacity_retry_after`, which is also when it reports the key's
+    /// capacity back (a reset of zero beside nothing remaining would tell a client
+    /// to retry at once).
     pub(crate) fn capacity_denial(&self) -> Decision {
         let retry = weir_core::__private::duration_as_nanos_saturating(self.config.capacity_retry_after);
-        Decision::denied_because(DenyReason::KeyCapacity, Snapshot::new(self.algorithm.limit(), 0, 0), retry)
+        Decision::denied_because(DenyReason::KeyCapacity, Snapshot::new(self.algorithm.limit(), 0, retry), retry)
     }
 
     #[inline]

@@ -374,3 +374,21 @@ mod racing_first_checks_at_a_full_store {
         assert!(store.promote(&1), "the key is stored and a hot slot is free");
     }
 }
+
+/// A capacity denial tells a client when to come back in both its numbers: no
+/// reset of zero beside nothing remaining.
+#[test]
+fn a_capacity_denial_resets_when_it_says_to_retry() {
+    let clock = ManualClock::new();
+    let config = KeyedConfig::builder(1)
+        .at_capacity(weir_keyed::AtCapacity::Deny)
+        .capacity_retry_after(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let store: Store = Keyed::gcra_with_clock(Quota::per_second(5).unwrap(), config, clock.clone());
+    assert!(store.check(&1).is_allowed());
+    let denied = store.check(&2);
+    assert_eq!(denied.deny_reason(), Some(DenyReason::KeyCapacity));
+    assert_eq!(denied.retry_after(), Some(Duration::from_secs(2)));
+    assert_eq!(denied.reset_after(), Duration::from_secs(2));
+}

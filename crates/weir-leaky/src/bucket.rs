@@ -21,7 +21,7 @@ use crate::wait::{self, BLOCKING_ONE, Waiters};
 /// Producers [`offer`](Self::offer) items into a bounded queue (the bucket);
 /// consumers take them no faster than the leak rate, **all consumers together**,
 /// however bursty the arrivals; a full bucket rejects at once, handing the item
-/// back with a retry-after. See the [crate docs](crate) for the design, the
+/// back with a retry-after. See the [crate docs](https://docs.rs/weir-leaky) for the design, the
 /// guarantees and a worked example.
 ///
 /// Consumers: [`try_recv`](Self::try_recv) (never waits),

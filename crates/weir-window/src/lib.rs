@@ -23,9 +23,13 @@
 //! ones without changing a decision (a retired state is an all-ones word, or for the
 //! log a reserved sequence number, that admits nothing).
 //!
-//! Each limiter has `new(quota)` (the default clock) and `with_clock(quota, clock)`;
-//! options (where windows start, the striped window's stripes, batch and mode) go
-//! on its builder: `FixedWindow::builder(quota).window_start(start).build()?`.
+//! `FixedWindow`, `SlidingWindow` and `SlidingLog` have `new(quota)` (the default
+//! clock) and `with_clock(quota, clock)`; the two counters' one option, where
+//! windows start, goes on their builders
+//! (`FixedWindow::builder(quota).window_start(start).build()?`). The striped
+//! window has several options (stripes, batch, mode, where windows start) and is
+//! built only through `StripedSlidingWindow::builder(quota)`, with `build()` or
+//! `build_with_clock(clock)`; `StripedSlidingWindow::new(quota)` gives the defaults.
 //!
 //! # Example
 //!

@@ -31,6 +31,44 @@
 //! # Ok::<(), weir::Error>(())
 //! ```
 //!
+//! **Several quotas at once** (a tier: per minute, per day and a burst), all or
+//! nothing, with the quota that decided named in the decision. With `String` keys,
+//! name the borrowed key type the members are checked with (`AllOf::new::<str>`):
+//!
+//! ```
+//! use weir::keyed::{KeyedConfig, KeyedFixedWindow, KeyedGcra, KeyedSlidingWindow};
+//! use weir::{AllOf, KeyedLimiter, Quota};
+//!
+//! # fn main() -> Result<(), weir::Error> {
+//! let config = || KeyedConfig::builder(100_000).build();
+//! let burst: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_minute(30)?.with_burst(10)?, config()?);
+//! let minute: KeyedSlidingWindow<String> = KeyedSlidingWindow::sliding_window(Quota::per_minute(30)?, config()?)?;
+//! let day: KeyedFixedWindow<String> = KeyedFixedWindow::fixed_window(Quota::per_day(1_000)?, config()?)?;
+//! let tier = AllOf::new::<str>((burst, minute, day))?;
+//!
+//! let decision = tier.check_n("api-key-123", 1)?;
+//! assert!(decision.is_allowed());
+//! let binding = &tier.policies()[decision.policy_index()]; // the quota with the least left
+//! assert_eq!(binding.limit(), 10);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! **Reading the module pages.** Each module is one of weir's crates, re-exported
+//! whole, and its pages are that crate's own docs: their examples name the crate
+//! (`weir_keyed::Keyed` is `weir::keyed::Keyed`, `weir_core::Quota` is
+//! `weir::Quota`). With only `weir` in `Cargo.toml`, write `weir::` paths:
+//!
+//! | in the examples | with the facade |
+//! |---|---|
+//! | `weir_core::X` | `weir::X` |
+//! | `weir_gcra::X` | `weir::gcra::X` |
+//! | `weir_window::X` | `weir::window::X` |
+//! | `weir_leaky::X` | `weir::leaky::X` |
+//! | `weir_keyed::X` | `weir::keyed::X` |
+//! | `weir_tower::X` | `weir::tower::X` |
+//! | `weir_redis::X` | `weir::redis::X` |
+//!
 //! What the facade leaves out on purpose: the atomics facade, the limiter-declaring
 //! macro and the fixed-point time helpers that weir's crates share among themselves
 //! (they live in `weir-core`'s hidden `__private` module, and are not part of
@@ -95,37 +133,64 @@ pub use weir_core::{Quota, QuotaError};
 pub use weir_core::{AllOf, AllOfError, AllOfMembers};
 pub use weir_core::{AsyncKeyedLimiter, KeyedLimiter, Local, Policy};
 
-/// Token bucket in GCRA encoding (the `weir-gcra` crate).
+/// Token bucket in GCRA encoding (the `weir-gcra` crate): [`Gcra`](gcra::Gcra) for
+/// a limit with a burst (one atomic word, one CAS per admission, nothing written on
+/// a denial), [`LeasedGcra`](gcra::LeasedGcra) for one limit that every thread hits
+/// at once (per-thread leases, a stated over-admission bound). The algorithm, its
+/// guarantees and costs: [weir-gcra's guide](https://docs.rs/weir-gcra).
 #[cfg(feature = "gcra")]
 pub mod gcra {
     pub use weir_gcra::*;
 }
 
-/// Window limiters (the `weir-window` crate).
+/// Window limiters (the `weir-window` crate): [`SlidingWindow`](window::SlidingWindow)
+/// for "N per minute" as users read it, [`FixedWindow`](window::FixedWindow) where a
+/// 2× burst across a boundary is acceptable, [`SlidingLog`](window::SlidingLog) for
+/// never more than N in any interval, and
+/// [`StripedSlidingWindow`](window::StripedSlidingWindow) for one hot limit checked
+/// by every thread. Choosing between them: [weir-window's
+/// guide](https://docs.rs/weir-window).
 #[cfg(feature = "window")]
 pub mod window {
     pub use weir_window::*;
 }
 
-/// Throttling by queueing and delay (the `weir-leaky` crate).
+/// Throttling by queueing and delay (the `weir-leaky` crate):
+/// [`LeakyBucket`](leaky::LeakyBucket) releases queued items at a constant rate;
+/// with `tokio`, [`Throttle`](leaky::Throttle) makes request handlers wait their
+/// turn, FIFO, up to a deadline, instead of being refused. Pacing, tolerance and
+/// capacity: [weir-leaky's guide](https://docs.rs/weir-leaky).
 #[cfg(feature = "leaky")]
 pub mod leaky {
     pub use weir_leaky::*;
 }
 
-/// Per-key limiting (the `weir-keyed` crate).
+/// Per-key limiting (the `weir-keyed` crate): one limiter per client (IP, API
+/// key, user) with a hard bound on keys ([`KeyedConfig`](keyed::KeyedConfig), a
+/// policy at capacity), idle keys evicted without changing a decision, and hot keys
+/// moved to per-thread leases; [`KeyedGcra`](keyed::KeyedGcra) and the window
+/// aliases name the store types. Sizing `max_keys`, eviction and memory:
+/// [weir-keyed's guide](https://docs.rs/weir-keyed).
 #[cfg(feature = "keyed")]
 pub mod keyed {
     pub use weir_keyed::*;
 }
 
-/// Rate-limiting middleware for tower, axum and hyper (the `weir-tower` crate).
+/// Rate-limiting middleware for tower, axum and hyper (the `weir-tower` crate):
+/// [`RateLimitLayer`](tower::RateLimitLayer) with keys (peer IP behind trusted
+/// proxies, API key, user), policies per route, tiers, RateLimit headers and 429
+/// with problem+json; or a TOML file. With axum, turn on the `axum` feature (the
+/// peer address comes from axum's `ConnectInfo`). Setup and configuration:
+/// [weir-tower's guide](https://docs.rs/weir-tower).
 #[cfg(feature = "tower")]
 pub mod tower {
     pub use weir_tower::*;
 }
 
-/// Limits kept in Redis, for a fleet of instances (the `weir-redis` crate).
+/// Limits kept in Redis, shared by every instance of a service (the `weir-redis`
+/// crate): the same algorithms as Lua scripts, tiers in one round trip, fail
+/// policies and token leases. Deployment and costs: [weir-redis's
+/// guide](https://docs.rs/weir-redis).
 #[cfg(feature = "redis")]
 pub mod redis {
     pub use weir_redis::*;
