@@ -18,6 +18,20 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! **Give the layer the peer address.** A per-IP limit tells clients apart by the
+//! connection's peer address, which the server must put in each request:
+//!
+//! - axum: serve with `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`
+//!   (plain `axum::serve(listener, app)` gives no address), with this crate's `axum`
+//!   feature on (the default; through the facade, weir's `axum` feature: `tower`
+//!   alone does not read axum's `ConnectInfo`);
+//! - hyper or any tower server: insert a [`PeerAddr`] (or a `SocketAddr`) into each
+//!   request's extensions.
+//!
+//! Without it, every request to a per-IP limit is answered `400 Client Not
+//! Identified`, with a problem+json `detail` that says the above, and the layer
+//! emits one `tracing` warning (target `weir_tower`) the first time.
+//!
 //! # How a request flows
 //!
 //! ```text
