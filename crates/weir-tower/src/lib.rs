@@ -120,7 +120,10 @@
 //!
 //! [`wait`] has [`until_ready`](wait::until_ready) and
 //! [`until_key_ready`](wait::until_key_ready) (wait until a limiter admits, up to a
-//! deadline) and [`FifoWait`](wait::FifoWait) (the waiters of a key in arrival order).
+//! deadline, a tokio [`Instant`](wait::Instant)), their `_timeout` forms (up to a
+//! `Duration` from now), and [`FifoWait`](wait::FifoWait) (the waiters of a key in
+//! arrival order). With the `weir` facade, their errors convert into `weir::Error`
+//! with `?`.
 
 pub mod config;
 mod ip;
