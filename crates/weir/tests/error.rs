@@ -150,8 +150,9 @@ fn until_ready_works_with_question_mark() {
     use weir::tower::wait::{Instant, until_ready, until_ready_timeout};
 
     async fn admit(limiter: &weir::gcra::Gcra) -> Result<(), Error> {
-        until_ready(limiter, 1, Instant::now()).await?;
-        until_ready_timeout(limiter, 1, Duration::ZERO).await?;
+        let first = until_ready(limiter, 1, Instant::now()).await?;
+        let second = until_ready_timeout(limiter, 1, Duration::ZERO).await?;
+        assert!(first.is_allowed() && second.is_allowed());
         Ok(())
     }
     let limiter = weir::gcra::Gcra::new(weir::Quota::per_second(1).unwrap());
