@@ -143,7 +143,22 @@ pub enum ForwardedHeader {
 
 /// The peer address of a connection, for servers that are not axum's: insert it (or
 /// a plain [`SocketAddr`]) into each request's extensions. axum's
-/// `ConnectInfo<SocketAddr>` is read directly.
+/// `ConnectInfo<SocketAddr>` is read directly with the `axum` feature (on by
+/// default); without it, axum's type cannot be named, and an axum server's requests
+/// carry no peer address this crate can read.
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use weir_tower::{ClientIp, Key, PeerAddr};
+///
+/// // What a hyper server's per-connection service does with the accepted peer:
+/// let peer: SocketAddr = "192.0.2.7:50000".parse()?;
+/// let mut request = http::Request::new(());
+/// request.extensions_mut().insert(PeerAddr(peer));
+/// let key = ClientIp::default().key(&request.into_parts().0);
+/// assert_eq!(key, Some(Key::ip(peer.ip())));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PeerAddr(pub SocketAddr);
 

@@ -346,6 +346,16 @@ impl KeySource {
         Self(Source::FirstOf(sources.into_iter().collect()))
     }
 
+    /// Whether this source reads the client IP (itself, or one of its
+    /// [`first_of`](Self::first_of) sources does).
+    pub(crate) fn reads_peer_address(&self) -> bool {
+        match &self.0 {
+            Source::Ip(_) => true,
+            Source::FirstOf(sources) => sources.iter().any(KeySource::reads_peer_address),
+            _ => false,
+        }
+    }
+
     /// The request's key, or `None` when it has none from this source.
     pub fn key(&self, parts: &Parts) -> Option<Key> {
         match &self.0 {

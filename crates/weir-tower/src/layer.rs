@@ -2,7 +2,7 @@
 
 use crate::key::Key;
 use crate::policy::{CompiledPolicy, Keys, MAX_LIMITS, Policy, Refusal, Verdict, compile};
-use crate::response::{BodyStyle, Denied, DenyBody, RateLimitHeaders, Rejection, retry_after_secs};
+use crate::response::{BodyStyle, Cause, Denied, DenyBody, RateLimitHeaders, Rejection, retry_after_secs};
 use bytes::Bytes;
 use core::fmt;
 use core::future::Future;
@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower_layer::Layer;
 use tower_service::Service;
+use weir_core::__private::sync::{AtomicBool, Ordering};
 use weir_core::{Decision, KeyedLimiter};
 
 type SkipFn = dyn Fn(&Parts) -> bool + Send + Sync;
@@ -83,6 +84,9 @@ struct Shared {
     on_limit: Option<Arc<HookFn>>,
     legacy_headers: bool,
     body: BodyStyle,
+    /// Whether the warning that a per-IP limit met a request with no peer address
+    /// was emitted: once per layer, not once per request.
+    warned_no_peer: AtomicBool,
 }
 
 impl Shared {
@@ -114,7 +118,7 @@ impl Shared {
                     target: "weir_tower", policy, quota, key = %key, path,
                     retry_after_s = retry_after.map(retry_after_secs), "rate limited"
                 );
-                let why = (Rejection::RateLimited, quota, Some(&key), Some(&decision), retry_after);
+                let why = (Cause::RateLimited, quota, Some(&key), Some(&decision), retry_after);
                 self.respond(parts, policy, why, Some(headers), tail)
             }
             Refusal::TurnedAway { retry_after, key } => {
@@ -125,22 +129,43 @@ impl Shared {
                 self.respond(
                     parts,
                     policy,
-                    (Rejection::RateLimited, "throttle", Some(&key), None, Some(retry_after)),
+                    (Cause::RateLimited, "throttle", Some(&key), None, Some(retry_after)),
                     None,
                     None,
                 )
             }
             Refusal::Unavailable { error, key } => {
                 tracing::warn!(target: "weir_tower", policy, key = %key, path, %error, "rate limiter unavailable");
-                self.respond(parts, policy, (Rejection::Unavailable, "", Some(&key), None, None), None, None)
+                self.respond(parts, policy, (Cause::Unavailable, "", Some(&key), None, None), None, None)
             }
         }
     }
 
-    fn unidentified(&self, policy: usize, parts: &Parts) -> Response<Bytes> {
-        let policy = self.policies.get(policy).map_or("", |p| &*p.name);
-        tracing::debug!(target: "weir_tower", policy, path = parts.uri.path(), "client not identified");
-        self.respond(parts, policy, (Rejection::Unidentified, "", None, None, None), None, None)
+    /// The answer to a request that has no key for the policy's `limit`-th limit,
+    /// which denies keyless requests.
+    fn unidentified(&self, policy: usize, limit: usize, parts: &Parts) -> Response<Bytes> {
+        let compiled = self.policies.get(policy);
+        let no_peer = compiled.is_some_and(|p| p.lacks_peer_address(limit, parts));
+        let policy = compiled.map_or("", |p| &*p.name);
+        let path = parts.uri.path();
+        if !no_peer {
+            tracing::debug!(target: "weir_tower", policy, path, "client not identified");
+            return self.respond(parts, policy, (Cause::Unidentified, "", None, None, None), None, None);
+        }
+        // Ordering: Relaxed: the flag guards a log line and publishes nothing else;
+        // at worst two threads racing on the first such request both warn.
+        if !self.warned_no_peer.load(Ordering::Relaxed) && !self.warned_no_peer.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                target: "weir_tower", policy, path,
+                "a per-IP rate limit sees no peer address, so it answers every request with 400 (warned once per \
+                 layer): serve an axum app with `into_make_service_with_connect_info::<SocketAddr>()` and the `axum` \
+                 feature of weir-tower (or weir) on; with hyper or tower, insert a `weir_tower::PeerAddr` or \
+                 `SocketAddr` into each request's extensions"
+            );
+        } else {
+            tracing::debug!(target: "weir_tower", policy, path, "client not identified: no peer address");
+        }
+        self.respond(parts, policy, (Cause::NoPeerAddress, "", None, None, None), None, None)
     }
 
     /// Tells the hook, then builds the response: `why` is the rejection, the
@@ -150,16 +175,24 @@ impl Shared {
         &self,
         parts: &Parts,
         policy: &str,
-        why: (Rejection, &str, Option<&Key>, Option<&Decision>, Option<Duration>),
+        why: (Cause, &str, Option<&Key>, Option<&Decision>, Option<Duration>),
         headers: Option<RateLimitHeaders>,
         tail: Option<&[u8]>,
     ) -> Response<Bytes> {
-        let (rejection, quota, key, decision, retry_after) = why;
+        let (cause, quota, key, decision, retry_after) = why;
+        let rejection = cause.rejection();
         if let Some(hook) = &self.on_limit {
             hook(&LimitEvent { request: parts, policy, rejection, quota, key, decision, retry_after });
         }
-        let denied = Denied { rejection, policy, quota, retry_after_secs: retry_after.map(retry_after_secs), decision };
-        self.body.response(&denied, headers, tail)
+        let denied = Denied {
+            rejection,
+            policy,
+            quota,
+            retry_after_secs: retry_after.map(retry_after_secs),
+            decision,
+            detail: cause.words().1,
+        };
+        self.body.response(cause, &denied, headers, tail)
     }
 }
 
@@ -210,6 +243,16 @@ impl RateLimitLayer {
 
     /// A layer limiting each client IP (the peer address, IPv6 by `/64`) with the
     /// in-memory `store`, all headers on.
+    ///
+    /// **The server must give the peer address.** An axum app is served with
+    /// `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`,
+    /// and axum's `ConnectInfo` is read only with this crate's `axum` feature (on by
+    /// default; through the facade, weir's `axum` feature, which `tower` alone does
+    /// not turn on). A hyper or plain tower server inserts a [`PeerAddr`](crate::PeerAddr)
+    /// (or a `SocketAddr`) into each request's extensions. Without a peer address
+    /// every request is answered `400 Client Not Identified`, whose problem+json
+    /// `detail` says the above, and the layer emits one `tracing` warning (target
+    /// `weir_tower`) the first time.
     pub fn per_ip(store: impl KeyedLimiter<Key> + Send + Sync + 'static) -> Self {
         Self::new(Policy::single("per-ip", crate::Limit::per_ip(store)))
     }
@@ -341,6 +384,7 @@ impl RateLimitLayerBuilder {
                 on_limit: self.on_limit,
                 legacy_headers: self.legacy_headers,
                 body: self.body,
+                warned_no_peer: AtomicBool::new(false),
             }),
         }
     }
@@ -403,8 +447,8 @@ where
             return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), None);
         };
         let mut keys: Keys = Default::default();
-        if policy.keys(&parts, &mut keys).is_err() {
-            return ResponseFuture::rejected(shared.unidentified(policy_index, &parts));
+        if let Err(limit) = policy.keys(&parts, &mut keys) {
+            return ResponseFuture::rejected(shared.unidentified(policy_index, limit, &parts));
         }
         let (tiers, ready) = policy.cached_tiers(&keys);
         if ready {

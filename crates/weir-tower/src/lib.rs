@@ -18,6 +18,20 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! **Give the layer the peer address.** A per-IP limit tells clients apart by the
+//! connection's peer address, which the server must put in each request:
+//!
+//! - axum: serve with `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`
+//!   (plain `axum::serve(listener, app)` gives no address), with this crate's `axum`
+//!   feature on (the default; through the facade, weir's `axum` feature: `tower`
+//!   alone does not read axum's `ConnectInfo`);
+//! - hyper or any tower server: insert a [`PeerAddr`] (or a `SocketAddr`) into each
+//!   request's extensions.
+//!
+//! Without it, every request to a per-IP limit is answered `400 Client Not
+//! Identified`, with a problem+json `detail` that says the above, and the layer
+//! emits one `tracing` warning (target `weir_tower`) the first time.
+//!
 //! # How a request flows
 //!
 //! ```text
@@ -106,7 +120,10 @@
 //!
 //! [`wait`] has [`until_ready`](wait::until_ready) and
 //! [`until_key_ready`](wait::until_key_ready) (wait until a limiter admits, up to a
-//! deadline) and [`FifoWait`](wait::FifoWait) (the waiters of a key in arrival order).
+//! deadline, a tokio [`Instant`](wait::Instant)), their `_timeout` forms (up to a
+//! `Duration` from now), and [`FifoWait`](wait::FifoWait) (the waiters of a key in
+//! arrival order). With the `weir` facade, their errors convert into `weir::Error`
+//! with `?`.
 
 pub mod config;
 mod ip;

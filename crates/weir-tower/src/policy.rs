@@ -55,6 +55,8 @@ impl Limit {
 
     /// Each client IP (the peer address; IPv6 by `/64`) counted in the in-memory
     /// `store`. Behind a proxy, use [`Limit::new`] with a [`ClientIp`] that trusts it.
+    /// The server must give the peer address (see
+    /// [`RateLimitLayer::per_ip`](crate::RateLimitLayer::per_ip)).
     pub fn per_ip(store: impl KeyedLimiter<Key> + Send + Sync + 'static) -> Self {
         Self::new(KeySource::ip(ClientIp::default()), Store::local(store))
     }
@@ -490,6 +492,13 @@ impl CompiledPolicy {
             };
         }
         Ok(())
+    }
+
+    /// Whether the `limit`-th limit reads the client IP and the request carries no
+    /// peer address (so no request can have a key: the server gives none).
+    pub(crate) fn lacks_peer_address(&self, limit: usize, parts: &http::request::Parts) -> bool {
+        self.limits.get(limit).is_some_and(|l| l.limit.key.reads_peer_address())
+            && crate::ip::peer_addr(parts).is_none()
     }
 
     /// Tiers the cache already knows, and whether the request can then be decided

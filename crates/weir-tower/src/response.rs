@@ -266,21 +266,58 @@ pub enum Rejection {
 }
 
 impl Rejection {
-    /// The problem body's `title` and `detail`.
-    fn words(self) -> (&'static str, &'static str) {
-        match self {
-            Self::RateLimited => ("Too Many Requests", "The rate limit for this client is exhausted."),
-            Self::Unidentified => ("Client Not Identified", "The request does not say which client it is from."),
-            Self::Unavailable => ("Rate Limiter Unavailable", "The rate limiter could not decide; try again."),
-        }
-    }
-
     /// The status the middleware answers with.
     pub fn status(self) -> StatusCode {
         match self {
             Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Self::Unidentified => StatusCode::BAD_REQUEST,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+/// Why the middleware answers, finer than [`Rejection`]: which words the body says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cause {
+    /// 429.
+    RateLimited,
+    /// 400: the request has no key from its limit's source.
+    Unidentified,
+    /// 400: the limit's key is the client IP, and the request carries no peer
+    /// address (a server set up without one, not the client's doing).
+    NoPeerAddress,
+    /// 503.
+    Unavailable,
+}
+
+/// The `detail` of a 400 for a limit keyed by the client IP when the request
+/// carries no peer address: the server's setup is at fault, and this says how to
+/// fix it.
+pub(crate) const NO_PEER_ADDRESS: &str = "This rate limit is per client IP, and the request reached it without the \
+     address of its peer, so the server cannot tell its clients apart. To the server's operator: serve the axum app \
+     with `into_make_service_with_connect_info::<SocketAddr>()`, with the `axum` feature of weir-tower (or of weir) \
+     on, so that axum's `ConnectInfo` is read; with hyper or tower, insert the connection's peer address \
+     (`weir_tower::PeerAddr` or a `std::net::SocketAddr`) into each request's extensions.";
+
+impl Cause {
+    const ALL: [Self; 4] = [Self::RateLimited, Self::Unidentified, Self::NoPeerAddress, Self::Unavailable];
+
+    /// The rejection it is.
+    pub(crate) fn rejection(self) -> Rejection {
+        match self {
+            Self::RateLimited => Rejection::RateLimited,
+            Self::Unidentified | Self::NoPeerAddress => Rejection::Unidentified,
+            Self::Unavailable => Rejection::Unavailable,
+        }
+    }
+
+    /// The problem body's `title` and `detail`.
+    pub(crate) fn words(self) -> (&'static str, &'static str) {
+        match self {
+            Self::RateLimited => ("Too Many Requests", "The rate limit for this client is exhausted."),
+            Self::Unidentified => ("Client Not Identified", "The request does not say which client it is from."),
+            Self::NoPeerAddress => ("Client Not Identified", NO_PEER_ADDRESS),
+            Self::Unavailable => ("Rate Limiter Unavailable", "The rate limiter could not decide; try again."),
         }
     }
 }
@@ -298,6 +335,10 @@ pub struct Denied<'a> {
     pub retry_after_secs: Option<u64>,
     /// The limiter's decision, when one denied.
     pub decision: Option<&'a Decision>,
+    /// What went wrong, in a sentence (the problem body's `detail`, before any
+    /// retry time). For a 400 of a per-IP limit on a request with no peer address,
+    /// it says how the server gives one.
+    pub detail: &'a str,
 }
 
 /// A rejection's body and its content type.
@@ -326,33 +367,35 @@ impl Default for BodyStyle {
 }
 
 /// The start of each rejection's problem body, made once per layer: `type`,
-/// `title`, `status`, and `detail` up to where a retry time may follow.
+/// `title`, `status`, and `detail` up to where a retry time may follow; one per
+/// [`Cause`], in the order of [`Cause::ALL`].
 #[derive(Debug)]
-pub(crate) struct ProblemHeads([Box<[u8]>; 3]);
+pub(crate) struct ProblemHeads([Box<[u8]>; 4]);
 
 impl ProblemHeads {
     fn new(type_uri: &str) -> Self {
-        let head = |rejection: Rejection| {
-            let (title, detail) = rejection.words();
+        let head = |cause: Cause| {
+            let (title, detail) = cause.words();
             let mut out = String::from("{\"type\":");
             json_string(&mut out, type_uri);
             out.push_str(",\"title\":\"");
             out.push_str(title);
             out.push_str("\",\"status\":");
-            out.push_str(rejection.status().as_str());
+            out.push_str(cause.rejection().status().as_str());
             out.push_str(",\"detail\":\"");
             out.push_str(detail);
             out.into_bytes().into_boxed_slice()
         };
-        Self([Rejection::RateLimited, Rejection::Unidentified, Rejection::Unavailable].map(head))
+        Self(Cause::ALL.map(head))
     }
 
-    fn head(&self, rejection: Rejection) -> &[u8] {
-        let [limited, unidentified, unavailable] = &self.0;
-        match rejection {
-            Rejection::RateLimited => limited,
-            Rejection::Unidentified => unidentified,
-            Rejection::Unavailable => unavailable,
+    fn head(&self, cause: Cause) -> &[u8] {
+        let [limited, unidentified, no_peer, unavailable] = &self.0;
+        match cause {
+            Cause::RateLimited => limited,
+            Cause::Unidentified => unidentified,
+            Cause::NoPeerAddress => no_peer,
+            Cause::Unavailable => unavailable,
         }
     }
 }
@@ -366,11 +409,13 @@ impl BodyStyle {
         Self::Custom(Arc::new(f))
     }
 
-    /// The rejection response: status, `Retry-After`, body; `headers` too if given.
+    /// The rejection response for `cause`: status, `Retry-After`, body; `headers`
+    /// too if given.
     /// `tail` is the end of the problem body for `denied`'s policy and quota, if it
     /// was made beforehand (see [`problem_tail`]).
     pub(crate) fn response(
         &self,
+        cause: Cause,
         denied: &Denied<'_>,
         headers: Option<RateLimitHeaders>,
         tail: Option<&[u8]>,
@@ -385,7 +430,7 @@ impl BodyStyle {
                         made.as_bytes()
                     }
                 };
-                DenyBody { content_type: PROBLEM_JSON, body: problem_json(heads.head(denied.rejection), denied, tail) }
+                DenyBody { content_type: PROBLEM_JSON, body: problem_json(heads.head(cause), denied, tail) }
             }
             Self::Custom(f) => f(denied),
         };
@@ -602,12 +647,13 @@ mod tests {
             quota: "day",
             retry_after_secs: retry,
             decision: Some(&d),
+            detail: Cause::RateLimited.words().1,
         };
         let policy = HeaderValue::from_static("\"day\";q=100;w=86400");
         for legacy in [false, true] {
             for retry in [None, Some(3600)] {
                 let headers = RateLimitHeaders::new(policy.clone(), b"\"day\";r=", &d, legacy);
-                let response = BodyStyle::default().response(&denied(retry), Some(headers), None);
+                let response = BodyStyle::default().response(Cause::RateLimited, &denied(retry), Some(headers), None);
                 let got: Vec<(&str, &str)> =
                     response.headers().iter().map(|(n, v)| (n.as_str(), v.to_str().unwrap())).collect();
                 let mut want = vec![("content-type", "application/problem+json")];
@@ -626,7 +672,7 @@ mod tests {
                 content_type: HeaderValue::from_static("text/plain"),
                 body: Bytes::new(),
             });
-            let response = custom.response(&denied(Some(1)), None, None);
+            let response = custom.response(Cause::RateLimited, &denied(Some(1)), None, None);
             let got: Vec<(&str, &str)> =
                 response.headers().iter().map(|(n, v)| (n.as_str(), v.to_str().unwrap())).collect();
             assert_eq!(got, [("content-type", "text/plain"), ("retry-after", "1")]);
@@ -642,10 +688,11 @@ mod tests {
             quota: "5m",
             retry_after_secs: Some(1),
             decision: Some(&d),
+            detail: Cause::RateLimited.words().1,
         };
         let heads = ProblemHeads::new("about:blank");
         let tail = problem_tail(denied.policy, denied.quota);
-        let body = problem_json(heads.head(denied.rejection), &denied, tail.as_bytes());
+        let body = problem_json(heads.head(Cause::RateLimited), &denied, tail.as_bytes());
         assert_eq!(
             body,
             "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The rate limit for \

@@ -9,6 +9,14 @@
 //! (`#[tokio::test(start_paused = true)]`) a limiter on a
 //! [`TokioClock`](weir_core::TokioClock) is tested to the nanosecond without sleeping.
 //!
+//! **Deadlines.** A deadline is a tokio [`Instant`] (re-exported here), not the
+//! limiter's [`Nanos`](weir_core::Nanos): the waits sleep on tokio's timer, which
+//! counts in its `Instant`s (and pauses with it in tests), and the limiter's clock
+//! may be any clock, whose origin tokio does not know. (weir-leaky's `Throttle` is
+//! the other way round: it schedules on its own clock, so its `acquire_deadline`
+//! takes `Nanos` of that clock.) To wait at most a [`Duration`], use
+//! [`until_ready_timeout`] or [`until_key_ready_timeout`].
+//!
 //! **Order.** Plain waits are not ordered: a waiter woken at its retry time competes
 //! with requests arriving then (one that checks first takes the capacity; the waiter
 //! sleeps again). [`FifoWait`] orders the waiters of one key: only the head of a
@@ -46,8 +54,11 @@ use core::hash::Hash;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use tokio::time::Instant;
 use weir_core::{AsyncKeyedLimiter, Decision, InsufficientCapacity, Limiter};
+
+/// The deadlines of these waits: tokio's `Instant` (re-exported), since the waits
+/// sleep on tokio's timer (see the [module docs](self)).
+pub use tokio::time::Instant;
 
 /// Why a wait ended without an admission.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,8 +102,10 @@ fn sleep_for<E>(denial: Decision, deadline: Instant) -> Result<Duration, WaitErr
     }
 }
 
-/// Waits until `limiter` admits a request of cost `n`, up to `deadline`; returns the
-/// admission. Not ordered with other waiters (see the [module docs](self)).
+/// Waits until `limiter` admits a request of cost `n`, up to `deadline` (a tokio
+/// [`Instant`], for the reason the [module docs](self) give); returns the
+/// admission. Not ordered with other waiters. [`until_ready_timeout`] takes a
+/// [`Duration`] instead.
 pub async fn until_ready<L: Limiter + ?Sized>(
     limiter: &L,
     n: u64,
@@ -107,8 +120,10 @@ pub async fn until_ready<L: Limiter + ?Sized>(
     }
 }
 
-/// Waits until `store` admits a request of cost `n` for `key`, up to `deadline`;
-/// returns the admission. Not ordered with other waiters (see [`FifoWait`]).
+/// Waits until `store` admits a request of cost `n` for `key`, up to `deadline` (a
+/// tokio [`Instant`], as for [`until_ready`]); returns the admission. Not ordered
+/// with other waiters (see [`FifoWait`]). [`until_key_ready_timeout`] takes a
+/// [`Duration`] instead.
 pub async fn until_key_ready<K, S>(
     store: &S,
     key: &K,
@@ -126,6 +141,52 @@ where
         }
         tokio::time::sleep(sleep_for(decision, deadline)?).await;
     }
+}
+
+/// The deadline `timeout` from now; a timeout too long for an `Instant` is 30 years.
+fn deadline_in(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout).or_else(|| now.checked_add(Duration::from_secs(30 * 365 * 86_400))).unwrap_or(now)
+}
+
+/// [`until_ready`] for at most `timeout` from now.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_core::{Limiter, Quota, TokioClock};
+/// use weir_gcra::Gcra;
+/// use weir_tower::wait::{WaitError, until_ready_timeout};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = Gcra::with_clock(Quota::per_second(10)?, TokioClock::new());
+/// while limiter.check().is_allowed() {} // the burst, spent
+/// until_ready_timeout(&limiter, 1, Duration::from_millis(100)).await?; // its turn: 100 ms
+/// let e = until_ready_timeout(&limiter, 1, Duration::from_millis(50)).await.unwrap_err();
+/// assert!(matches!(e, WaitError::Deadline { .. })); // next turn in 100 ms: past 50
+/// # Ok(())
+/// # }
+/// ```
+pub async fn until_ready_timeout<L: Limiter + ?Sized>(
+    limiter: &L,
+    n: u64,
+    timeout: Duration,
+) -> Result<Decision, WaitError<InsufficientCapacity>> {
+    until_ready(limiter, n, deadline_in(timeout)).await
+}
+
+/// [`until_key_ready`] for at most `timeout` from now.
+pub async fn until_key_ready_timeout<K, S>(
+    store: &S,
+    key: &K,
+    n: u64,
+    timeout: Duration,
+) -> Result<Decision, WaitError<S::Error>>
+where
+    K: ?Sized + Sync,
+    S: AsyncKeyedLimiter<K> + ?Sized,
+{
+    until_key_ready(store, key, n, deadline_in(timeout)).await
 }
 
 /// Per-key lines of waiters: the waiters of one key are admitted in the order they
@@ -291,6 +352,21 @@ mod tests {
         fn policies(&self) -> &[weir_core::Policy] {
             KeyedLimiter::<str>::policies(&self.store)
         }
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_timeout_is_a_deadline_that_far_from_now() {
+        let store = Local(PerKey::new(Quota::per_second(2).unwrap()));
+        let start = Instant::now();
+        for _ in 0..2 {
+            assert!(until_key_ready_timeout(&store, "k", 1, Duration::ZERO).await.is_ok());
+        }
+        let e = until_key_ready_timeout(&store, "k", 1, Duration::from_millis(499)).await.unwrap_err();
+        assert!(matches!(e, WaitError::Deadline { decision: Some(_) }), "{e}");
+        assert_eq!(start.elapsed(), Duration::ZERO, "gave up at once");
+        // A timeout no `Instant` can hold waits as long as it takes.
+        assert!(until_key_ready_timeout(&store, "k", 1, Duration::MAX).await.is_ok());
+        assert_eq!(start.elapsed(), Duration::from_millis(500));
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]

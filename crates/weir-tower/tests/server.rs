@@ -7,7 +7,7 @@ mod common;
 
 use axum::Router;
 use axum::routing::get;
-use common::{HttpClient, serve};
+use common::{HttpClient, serve, serve_without_connect_info};
 use http::StatusCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -435,6 +435,18 @@ async fn keyless_requests_follow_the_limits_choice() {
     assert_eq!(client.get(shared, "/", &[]).await.status, StatusCode::OK);
     assert_eq!(client.get(shared, "/", &[]).await.status, StatusCode::TOO_MANY_REQUESTS, "anonymous share one key");
     assert_eq!(client.get(shared, "/", &[("authorization", "Bearer b")]).await.status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_connect_info_is_told_how_to_give_the_peer_address() {
+    let addr = serve_without_connect_info(app(RateLimitLayer::per_ip(gcra(Quota::per_minute(100).unwrap())))).await;
+    let reply = HttpClient::new().get(addr, "/", &[]).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    let body = reply.json();
+    let detail = body["detail"].as_str().expect("a detail");
+    assert!(detail.contains("into_make_service_with_connect_info::<SocketAddr>()"), "{detail}");
+    assert!(detail.contains("PeerAddr"), "{detail}");
+    assert!(detail.contains("`axum` feature"), "{detail}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -188,12 +188,24 @@ errors! {
         /// A tier lookup failed.
         #[cfg(feature = "tower")]
         TierLookup(weir_tower::LookupFailed),
+        /// A wait for an in-memory limiter
+        /// ([`until_ready`](weir_tower::wait::until_ready),
+        /// [`until_key_ready`](weir_tower::wait::until_key_ready) or
+        /// [`FifoWait`](weir_tower::wait::FifoWait) over a weir-keyed store) ended
+        /// without an admission.
+        #[cfg(feature = "tower")]
+        Wait(weir_tower::wait::WaitError<weir_core::InsufficientCapacity>),
         /// A Redis-backed check, refund or snapshot has no answer.
         #[cfg(feature = "redis")]
         Redis(weir_redis::Error),
         /// A Redis limiter, connection or policy cannot be built as asked.
         #[cfg(feature = "redis")]
         RedisConfig(weir_redis::ConfigError),
+        /// A wait for a Redis limiter
+        /// ([`until_key_ready`](weir_tower::wait::until_key_ready)) ended without an
+        /// admission.
+        #[cfg(all(feature = "tower", feature = "redis"))]
+        RedisWait(weir_tower::wait::WaitError<weir_redis::Error>),
     }
 }
 

@@ -129,6 +129,49 @@ fn the_middlewares_errors_convert() {
     assert!(matches!(converted(e.clone()), Error::TowerThrottle(got) if got == e));
 }
 
+#[cfg(feature = "tower")]
+#[test]
+fn a_wait_converts() {
+    use weir::InsufficientCapacity;
+    use weir::tower::wait::WaitError;
+
+    let e: WaitError<InsufficientCapacity> = WaitError::Deadline { decision: None };
+    assert!(matches!(converted(e.clone()), Error::Wait(got) if got == e));
+    let e: WaitError<InsufficientCapacity> = WaitError::Limiter(InsufficientCapacity { requested: 11, capacity: 10 });
+    assert!(matches!(converted(e.clone()), Error::Wait(got) if got == e));
+}
+
+/// `until_ready(..).await?` in a function that returns `weir::Error`.
+#[cfg(feature = "tower")]
+#[test]
+fn until_ready_works_with_question_mark() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    use weir::tower::wait::{Instant, until_ready, until_ready_timeout};
+
+    async fn admit(limiter: &weir::gcra::Gcra) -> Result<(), Error> {
+        let first = until_ready(limiter, 1, Instant::now()).await?;
+        let second = until_ready_timeout(limiter, 1, Duration::ZERO).await?;
+        assert!(first.is_allowed() && second.is_allowed());
+        Ok(())
+    }
+    let limiter = weir::gcra::Gcra::new(weir::Quota::per_second(1).unwrap());
+    // The first is admitted at once; the second is refused at once (its turn is past
+    // the deadline): decided at the first poll, with no sleep, so no runtime.
+    let mut future = std::pin::pin!(admit(&limiter));
+    let outcome = future.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+    assert!(matches!(outcome, Poll::Ready(Err(Error::Wait(_)))), "{outcome:?}");
+}
+
+#[cfg(all(feature = "tower", feature = "redis"))]
+#[test]
+fn a_wait_on_redis_converts() {
+    use weir::tower::wait::WaitError;
+
+    let e: WaitError<weir::redis::Error> = WaitError::Deadline { decision: None };
+    assert!(matches!(converted(e), Error::RedisWait(WaitError::Deadline { decision: None })));
+}
+
 #[cfg(feature = "redis")]
 #[test]
 fn the_redis_errors_convert() {

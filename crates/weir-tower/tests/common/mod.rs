@@ -29,6 +29,17 @@ pub async fn serve_on(bind: &str, app: Router) -> SocketAddr {
     addr
 }
 
+/// Serves `app` on 127.0.0.1 with plain `axum::serve(listener, app)`: no
+/// `ConnectInfo`, so the layer sees no peer address.
+pub async fn serve_without_connect_info(app: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
+    let addr = listener.local_addr().expect("the bound address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
 /// A response, read whole.
 #[derive(Debug)]
 pub struct Reply {
