@@ -133,9 +133,9 @@ pub use weir_core::{Quota, QuotaError};
 pub use weir_core::{AllOf, AllOfError, AllOfMembers};
 pub use weir_core::{AsyncKeyedLimiter, KeyedLimiter, Local, Policy};
 
-/// Token bucket in GCRA encoding (the `weir-gcra` crate): [`Gcra`](gcra::Gcra) for
+/// Token bucket in GCRA encoding (the `weir-gcra` crate): `Gcra` for
 /// a limit with a burst (one atomic word, one CAS per admission, nothing written on
-/// a denial), [`LeasedGcra`](gcra::LeasedGcra) for one limit that every thread hits
+/// a denial), `LeasedGcra` for one limit that every thread hits
 /// at once (per-thread leases, a stated over-admission bound). The algorithm, its
 /// guarantees and costs: [weir-gcra's guide](https://docs.rs/weir-gcra).
 #[cfg(feature = "gcra")]
@@ -143,11 +143,11 @@ pub mod gcra {
     pub use weir_gcra::*;
 }
 
-/// Window limiters (the `weir-window` crate): [`SlidingWindow`](window::SlidingWindow)
-/// for "N per minute" as users read it, [`FixedWindow`](window::FixedWindow) where a
-/// 2× burst across a boundary is acceptable, [`SlidingLog`](window::SlidingLog) for
+/// Window limiters (the `weir-window` crate): `SlidingWindow`
+/// for "N per minute" as users read it, `FixedWindow` where a
+/// 2× burst across a boundary is acceptable, `SlidingLog` for
 /// never more than N in any interval, and
-/// [`StripedSlidingWindow`](window::StripedSlidingWindow) for one hot limit checked
+/// `StripedSlidingWindow` for one hot limit checked
 /// by every thread. Choosing between them: [weir-window's
 /// guide](https://docs.rs/weir-window).
 #[cfg(feature = "window")]
@@ -156,8 +156,8 @@ pub mod window {
 }
 
 /// Throttling by queueing and delay (the `weir-leaky` crate):
-/// [`LeakyBucket`](leaky::LeakyBucket) releases queued items at a constant rate;
-/// with `tokio`, [`Throttle`](leaky::Throttle) makes request handlers wait their
+/// `LeakyBucket` releases queued items at a constant rate;
+/// with `tokio`, `Throttle` makes request handlers wait their
 /// turn, FIFO, up to a deadline, instead of being refused. Pacing, tolerance and
 /// capacity: [weir-leaky's guide](https://docs.rs/weir-leaky).
 #[cfg(feature = "leaky")]
@@ -166,9 +166,9 @@ pub mod leaky {
 }
 
 /// Per-key limiting (the `weir-keyed` crate): one limiter per client (IP, API
-/// key, user) with a hard bound on keys ([`KeyedConfig`](keyed::KeyedConfig), a
+/// key, user) with a hard bound on keys (`KeyedConfig`, a
 /// policy at capacity), idle keys evicted without changing a decision, and hot keys
-/// moved to per-thread leases; [`KeyedGcra`](keyed::KeyedGcra) and the window
+/// moved to per-thread leases; `KeyedGcra` and the window
 /// aliases name the store types. Sizing `max_keys`, eviction and memory:
 /// [weir-keyed's guide](https://docs.rs/weir-keyed).
 #[cfg(feature = "keyed")]
@@ -177,7 +177,7 @@ pub mod keyed {
 }
 
 /// Rate-limiting middleware for tower, axum and hyper (the `weir-tower` crate):
-/// [`RateLimitLayer`](tower::RateLimitLayer) with keys (peer IP behind trusted
+/// `RateLimitLayer` with keys (peer IP behind trusted
 /// proxies, API key, user), policies per route, tiers, RateLimit headers and 429
 /// with problem+json; or a TOML file. With axum, turn on the `axum` feature (the
 /// peer address comes from axum's `ConnectInfo`). Setup and configuration:
