@@ -133,6 +133,8 @@ mod memory;
 mod policy;
 mod response;
 mod store;
+#[cfg(test)]
+mod test_support;
 mod throttle;
 mod tier;
 pub mod wait;

@@ -704,24 +704,9 @@ impl CompiledPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_core::{InsufficientCapacity, Policy as Quota, Snapshot};
+    use weir_core::Policy as Quota;
 
-    /// Admits everything under one quota of `limit`.
-    struct Open([Quota; 1]);
-    impl KeyedLimiter<Key> for Open {
-        fn check_n(&self, _: &Key, _: u64) -> Result<Decision, InsufficientCapacity> {
-            Ok(Decision::allowed(Snapshot::new(1, 1, 0)))
-        }
-        fn refund(&self, _: &Key, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
-            Ok(())
-        }
-        fn snapshot(&self, _: &Key) -> Snapshot {
-            Snapshot::new(1, 1, 0)
-        }
-        fn policies(&self) -> &[Quota] {
-            &self.0
-        }
-    }
+    use crate::test_support::Open;
 
     fn limit(quota_limit: u64) -> Limit {
         Limit::new(KeySource::global(), Store::local(Open([Quota::new(quota_limit, Duration::from_secs(60))])))

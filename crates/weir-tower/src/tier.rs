@@ -384,23 +384,9 @@ impl fmt::Debug for Tiers {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use weir_core::{Decision, InsufficientCapacity, KeyedLimiter, ManualClock, Policy, Snapshot};
+    use weir_core::{ManualClock, Policy};
 
-    struct Open([Policy; 1]);
-    impl KeyedLimiter<Key> for Open {
-        fn check_n(&self, _: &Key, _: u64) -> Result<Decision, InsufficientCapacity> {
-            Ok(Decision::allowed(Snapshot::new(1, 1, 0)))
-        }
-        fn refund(&self, _: &Key, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
-            Ok(())
-        }
-        fn snapshot(&self, _: &Key) -> Snapshot {
-            Snapshot::new(1, 1, 0)
-        }
-        fn policies(&self) -> &[Policy] {
-            &self.0
-        }
-    }
+    use crate::test_support::Open;
 
     fn store() -> Store {
         Store::local(Open([Policy::new(1, Duration::from_secs(1))]))
