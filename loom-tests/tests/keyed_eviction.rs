@@ -172,6 +172,32 @@ fn a_search_publishing_bounds_never_hides_a_key_inserted_meanwhile() {
     });
 }
 
+/// A full store's search for an idle key (which finds none, and publishes when
+/// the keys can next go idle) racing with a refund that makes a stored key idle
+/// at once: the published bounds never hide that key, so the search takes its
+/// place, or the next new key does.
+#[test]
+fn a_search_publishing_bounds_never_hides_a_key_a_refund_made_idle() {
+    use weir_core::ManualClock;
+    use weir_keyed::KeyedConfig;
+    loom::model(|| {
+        let clock = ManualClock::new();
+        // At most two keys, one shard; one permit every 10 ns, a burst of 4.
+        let config = KeyedConfig::builder(2).build().unwrap();
+        let store = Arc::new(Keyed::with_hasher(gcra(4), config, clock.clone(), Hasher::default()));
+        assert!(store.check_n(&1, 4).unwrap().is_allowed()); // idle at 40 ns
+        let admission = store.check_n(&2, 4).unwrap(); // idle at 40 ns: full
+        assert!(admission.is_allowed());
+        let searcher = {
+            let store = store.clone();
+            thread::spawn(move || store.check(&3).is_allowed())
+        };
+        store.refund(&2, 4, &admission).unwrap(); // key 2 is full again: idle now
+        let searched = searcher.join().unwrap();
+        assert!(searched || store.check(&4).is_allowed(), "key 2 is idle: the full store must evict it");
+    });
+}
+
 /// Two first checks of one new key in a store at its bound but for that key (one
 /// place left): whichever inserts the key, the other finds it, so both are decided
 /// on its one state and neither is refused for capacity; the store ends with the
