@@ -11,6 +11,22 @@
 //! The only address no client can forge is the one your own proxies saw: walking from
 //! the right, skip the hops that are your proxies; the first one that is not is the
 //! client. A header from a peer that is not a trusted proxy is not read at all.
+//!
+//! # Reading from the right, as raw bytes
+//!
+//! A proxy that appends (nginx's `$proxy_add_x_forwarded_for`, a cloud load
+//! balancer) keeps the client's own text on the line it appends its hop to. That text
+//! may hold any byte a header value allows (obs-text, `0x80..=0xFF`, unbalanced
+//! quotes, stray backslashes), so no line is decoded whole: each is read as bytes from
+//! its right end, one hop at a time, and only the hops that are read are decoded.
+//! `Forwarded` is tokenized from the right too: a quoted string is read from its
+//! closing quote leftwards to the nearest unescaped opening quote, which for a
+//! well-formed quoted string is where a left-to-right parser finds it, and which never
+//! looks left of the string. So finding a hop reads no byte left of the `,` before it,
+//! and once the client's hop is found reading stops: **nothing left of the client's
+//! hop can change the result, whatever its bytes.** What exactly is parsed is in
+//! [`ClientIp::resolve`]'s docs; `tests/client_ip_headers.rs` holds it against
+//! arbitrary bytes (proptest).
 
 use crate::key::{Key, mask32, mask128};
 use core::fmt;
@@ -137,7 +153,8 @@ pub enum ForwardedHeader {
     #[default]
     XForwardedFor,
     /// RFC 7239 `Forwarded: for=client, for=proxy1` (the `for` parameter of each
-    /// element; `unknown` and obfuscated identifiers are not addresses).
+    /// element, a token or a quoted string; `unknown` and obfuscated node names are
+    /// not addresses, an obfuscated port is ignored). See [`ClientIp::resolve`].
     Forwarded,
 }
 
@@ -340,8 +357,72 @@ impl ClientIp {
     /// The client's address for a request from `peer` with `headers`: `peer` itself
     /// unless it is a trusted proxy; then, walking the forwarding header from the
     /// right, the first hop that is not a trusted proxy (or the leftmost hop, if all
-    /// are). `None` when a hop that must be read is not an address (`unknown`, an
-    /// obfuscated identifier, garbage): the client cannot be told.
+    /// are; `peer`, if there is no hop). `None` when a hop that must be read is not
+    /// an address: the client cannot be told.
+    ///
+    /// # What is read
+    ///
+    /// Only the configured header, and only from a trusted peer: its lines from the
+    /// last (the nearest proxy's) to the first, each line from its right end, hop by
+    /// hop, until a hop that is not a trusted proxy. A line is raw bytes; a hop is
+    /// decoded only when it is read.
+    ///
+    /// - `X-Forwarded-For`: hops are separated by `,`, with optional spaces and tabs
+    ///   around each.
+    /// - `Forwarded` (RFC 7239): elements are separated by `,` and the `name=value`
+    ///   pairs of an element by `;`, both only outside quoted strings (RFC 9110
+    ///   §5.6.4: `"…"`, in which `\x` stands for `x`, so `for="\10.0.0.1"` is
+    ///   `10.0.0.1`). An element's hop is its one `for` pair (the name in any case),
+    ///   whose value is a token or a quoted string. Spaces and tabs around `,`, `;`
+    ///   and `=` are allowed.
+    /// - A hop is an address: `192.0.2.1`, `2001:db8::1` or `[2001:db8::1]`; an IPv4
+    ///   or bracketed IPv6 address may carry a port, digits (`192.0.2.1:8080`,
+    ///   `[2001:db8::1]:443`) or obfuscated (`192.0.2.1:_p0rt`, RFC 7239 §6.3), which
+    ///   is ignored. An IPv4-mapped IPv6 address is its IPv4 address.
+    /// - An empty list element (`a, , b`, or a line of only whitespace) is skipped,
+    ///   as RFC 9110 §5.6.1 has a recipient do.
+    ///
+    /// # What holds, whatever the bytes of the headers
+    ///
+    /// - From a peer that is not a trusted proxy, the result is the peer.
+    /// - Nothing left of the hop that decides is read: no byte of it, on its line or
+    ///   on an earlier line, can change the result. Behind proxies that append, a
+    ///   client is its own address whatever it sends before it (a byte `0x80..=0xFF`,
+    ///   an unbalanced quote, a quoted-looking `;for=` or a stray backslash).
+    /// - `None` ("unidentified") where the hop that must be read is not an address:
+    ///   `unknown`, an obfuscated node (`_hidden`), non-ASCII bytes, a zone index,
+    ///   garbage; in `Forwarded` also an element with no `for` or with two, a pair
+    ///   that is not `token=value`, or a quote nothing closes. The limit's
+    ///   [`MissingKey`](crate::MissingKey) choice applies; never an address the client
+    ///   chose.
+    /// - A host in a trusted network is trusted as a proxy: what it forwards is read.
+    ///   Trust only the networks of your proxies.
+    /// - No panic, no allocation; each byte read is looked at a bounded number of
+    ///   times.
+    ///
+    /// ```
+    /// use http::{HeaderMap, HeaderValue};
+    /// use weir_tower::{ClientIp, ForwardedHeader};
+    ///
+    /// let proxy = "10.0.0.1".parse()?;
+    /// let xff = ClientIp::builder().trust_proxies(["10.0.0.0/8"]).build()?;
+    /// let mut headers = HeaderMap::new();
+    /// // The client sent `\xff`; the proxy appended the address it saw.
+    /// headers.insert("x-forwarded-for", HeaderValue::from_bytes(b"\xff, 203.0.113.5")?);
+    /// assert_eq!(xff.resolve(proxy, &headers), Some("203.0.113.5".parse()?));
+    ///
+    /// let forwarded = ClientIp::builder()
+    ///     .trust_proxies(["10.0.0.0/8"])
+    ///     .forwarded_header(ForwardedHeader::Forwarded)
+    ///     .build()?;
+    /// let mut headers = HeaderMap::new();
+    /// // The proxy quoted the client's Host: the `;for=` inside it is text.
+    /// headers.insert("forwarded", r#"host="x;for=6.6.6.6;y=";for=203.0.113.5"#.parse()?);
+    /// assert_eq!(forwarded.resolve(proxy, &headers), Some("203.0.113.5".parse()?));
+    /// headers.insert("forwarded", r#"for="unknown", for=10.0.0.7"#.parse()?);
+    /// assert_eq!(forwarded.resolve(proxy, &headers), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> Option<IpAddr> {
         let peer = peer.to_canonical();
         if !self.is_trusted(peer) {
@@ -353,14 +434,10 @@ impl ClientIp {
             ForwardedHeader::Forwarded => FORWARDED,
         };
         // Header lines in reverse, each line's hops in reverse: the hops from the
-        // nearest proxy outwards.
+        // nearest proxy outwards. Each line is read as raw bytes, lazily from its right
+        // end, and reading stops at the client's hop: nothing left of it is looked at.
         for line in headers.get_all(&name).iter().rev() {
-            let line = line.to_str().ok()?;
-            for hop in line.rsplit(',') {
-                let hop = match self.header {
-                    ForwardedHeader::XForwardedFor => parse_node(hop),
-                    ForwardedHeader::Forwarded => forwarded_for(hop).and_then(parse_node),
-                };
+            for hop in hops(self.header, line.as_bytes()) {
                 client = hop?;
                 if !self.is_trusted(client) {
                     return Some(client);
@@ -400,29 +477,273 @@ pub(crate) fn peer_addr(parts: &Parts) -> Option<IpAddr> {
     parts.extensions.get::<SocketAddr>().map(SocketAddr::ip)
 }
 
-/// The `for=` value of one `Forwarded` element, unquoted.
-fn forwarded_for(element: &str) -> Option<&str> {
-    element.split(';').find_map(|pair| {
-        let (name, value) = pair.split_once('=')?;
-        name.trim().eq_ignore_ascii_case("for").then(|| {
-            let value = value.trim();
-            value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value)
+/// The hops of one header line, from the right: each the address it names, or `None`
+/// where it names none. Empty list elements (only whitespace) are skipped, as RFC 9110
+/// §5.6.1 has a recipient do. Lazy: a hop is parsed only when it is asked for, and
+/// finding it reads no byte left of the separator before it.
+fn hops(header: ForwardedHeader, line: &[u8]) -> impl Iterator<Item = Option<IpAddr>> + '_ {
+    let (x_forwarded_for, forwarded) = match header {
+        ForwardedHeader::XForwardedFor => (Some(line), None),
+        ForwardedHeader::Forwarded => (None, Some(line)),
+    };
+    let x_forwarded_for = x_forwarded_for.into_iter().flat_map(|line| {
+        line.rsplit(|&b| b == b',')
+            .map(trim_ows)
+            .filter(|hop| !hop.is_empty())
+            .map(|hop| parse_node(hop.iter().copied()))
+    });
+    let forwarded = forwarded.into_iter().flat_map(|line| {
+        RightToLeft::new(line, b',').filter_map(|element| match element {
+            Ok(element) => {
+                let element = trim_ows(element);
+                (!element.is_empty()).then(|| forwarded_for(element))
+            }
+            Err(Unbalanced) => Some(None),
         })
-    })
+    });
+    x_forwarded_for.chain(forwarded)
 }
 
-/// A hop as an address: `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1`,
-/// `[2001:db8::1]` or `[2001:db8::1]:80`.
-fn parse_node(hop: &str) -> Option<IpAddr> {
-    let hop = hop.trim();
-    if let Ok(ip) = hop.parse::<IpAddr>() {
-        return Some(ip.to_canonical());
+/// `bytes` without the optional whitespace (RFC 9110 `OWS`: spaces and tabs) at either
+/// end.
+fn trim_ows(mut bytes: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = bytes {
+        bytes = rest;
     }
-    if let Ok(addr) = hop.parse::<SocketAddr>() {
-        return Some(addr.ip().to_canonical());
+    while let [rest @ .., b' ' | b'\t'] = bytes {
+        bytes = rest;
     }
-    let inner = hop.strip_prefix('[')?.split(']').next()?;
-    inner.parse::<IpAddr>().ok().map(|ip| ip.to_canonical())
+    bytes
+}
+
+/// A quote with no quote to open it, or a quoted string whose closing quote is escaped.
+#[derive(Debug)]
+struct Unbalanced;
+
+/// The parts of `bytes` between `separator`s outside quoted strings, from the right.
+///
+/// Reading from the right, a `"` outside a quoted string closes one; the string opens
+/// at the nearest `"` to its left that is not escaped, that is, not preceded by an odd
+/// run of backslashes (in a well-formed quoted string, RFC 9110 §5.6.4, a backslash
+/// always starts a quoted-pair, so a run of `n` backslashes before a quote is `n / 2`
+/// escaped backslashes, and one more escapes the quote when `n` is odd). This reads a
+/// well-formed quoted string exactly as a left-to-right parser does, and it never
+/// looks left of the string's opening quote, or of the separator that ends a part: a
+/// part is found from bytes right of that separator alone. Each byte is looked at a
+/// bounded number of times: linear in the length of `bytes`.
+///
+/// A quote that nothing opens, or an escaped closing quote, ends the iteration with
+/// [`Unbalanced`].
+struct RightToLeft<'a> {
+    /// What is left to read, or `None` once the leftmost part (or an error) was given.
+    rest: Option<&'a [u8]>,
+    separator: u8,
+}
+
+impl<'a> RightToLeft<'a> {
+    fn new(bytes: &'a [u8], separator: u8) -> Self {
+        Self { rest: Some(bytes), separator }
+    }
+}
+
+impl<'a> Iterator for RightToLeft<'a> {
+    type Item = Result<&'a [u8], Unbalanced>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let bytes = self.rest?;
+        let mut i = bytes.len();
+        while i > 0 {
+            i -= 1;
+            if bytes[i] == self.separator {
+                self.rest = Some(&bytes[..i]);
+                return Some(Ok(&bytes[i + 1..]));
+            }
+            if bytes[i] == b'"' {
+                match opening_quote(bytes, i) {
+                    Some(open) => i = open,
+                    None => {
+                        self.rest = None;
+                        return Some(Err(Unbalanced));
+                    }
+                }
+            }
+        }
+        self.rest = None;
+        Some(Ok(bytes))
+    }
+}
+
+/// The number of backslashes right before `bytes[at]`.
+fn backslashes_before(bytes: &[u8], at: usize) -> usize {
+    bytes[..at].iter().rev().take_while(|&&b| b == b'\\').count()
+}
+
+/// The index of the quote that opens the quoted string closed by the quote at
+/// `close`: the nearest unescaped quote left of it. `None` when the quote at `close`
+/// is itself escaped, or no quote opens it.
+fn opening_quote(bytes: &[u8], close: usize) -> Option<usize> {
+    if !backslashes_before(bytes, close).is_multiple_of(2) {
+        return None;
+    }
+    let mut i = close;
+    while i > 0 {
+        i -= 1;
+        if bytes[i] == b'"' {
+            let run = backslashes_before(bytes, i);
+            if run.is_multiple_of(2) {
+                return Some(i);
+            }
+            // An escaped quote: its backslashes are text of the string too.
+            i -= run;
+        }
+    }
+    None
+}
+
+/// A parameter value: a token as written, or the content of a quoted string, whose
+/// quoted-pairs (`\x`) stand for `x`.
+#[derive(Clone, Copy)]
+struct Value<'a> {
+    bytes: &'a [u8],
+    quoted: bool,
+}
+
+impl<'a> Value<'a> {
+    /// A token (any bytes but `"`: what a proxy writes unquoted is read leniently, as
+    /// `for=[2001:db8::1]`), or exactly one well-formed quoted string. `None` for
+    /// anything else (a quote inside a token, text after a closing quote, a quoted
+    /// string that does not close).
+    fn parse(value: &'a [u8]) -> Option<Self> {
+        match value {
+            [b'"', content @ .., b'"'] => {
+                let mut escaped = false;
+                for &b in content {
+                    match (escaped, b) {
+                        (true, _) => escaped = false,
+                        (false, b'\\') => escaped = true,
+                        (false, b'"') => return None,
+                        (false, _) => {}
+                    }
+                }
+                (!escaped).then_some(Self { bytes: content, quoted: true })
+            }
+            _ if value.contains(&b'"') => None,
+            _ => Some(Self { bytes: value, quoted: false }),
+        }
+    }
+
+    /// The value's bytes, unescaped.
+    fn unescaped(self) -> impl Iterator<Item = u8> + 'a {
+        let mut bytes = self.bytes.iter().copied();
+        core::iter::from_fn(move || match bytes.next()? {
+            b'\\' if self.quoted => bytes.next(),
+            b => Some(b),
+        })
+    }
+}
+
+/// Whether `b` may be part of a token (RFC 9110 §5.6.2).
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// The address named by the `for` parameter of one `Forwarded` element (RFC 7239
+/// §4): pairs `name=value` separated by `;` outside quoted strings (empty pairs and
+/// whitespace around `;` and `=` allowed), the name a token matched without regard to
+/// case, the value a token or a quoted string. `None` when the element has no `for`,
+/// more than one, a pair that is not `token=value`, or a `for` that is not an address.
+fn forwarded_for(element: &[u8]) -> Option<IpAddr> {
+    let mut node = None;
+    for pair in RightToLeft::new(element, b';') {
+        let pair = trim_ows(pair.ok()?);
+        if pair.is_empty() {
+            continue;
+        }
+        let equals = pair.iter().position(|&b| b == b'=')?;
+        let name = trim_ows(&pair[..equals]);
+        if name.is_empty() || !name.iter().copied().all(is_tchar) {
+            return None;
+        }
+        let value = Value::parse(trim_ows(&pair[equals + 1..]))?;
+        if name.eq_ignore_ascii_case(b"for") {
+            if node.is_some() {
+                return None;
+            }
+            node = Some(value);
+        }
+    }
+    parse_node(node?.unescaped())
+}
+
+/// The longest text of an address this parser accepts: an IPv6 address with an IPv4
+/// tail, `ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255`.
+const ADDRESS_MAX: usize = 45;
+
+/// A node as an address (RFC 7239 §6, and what `X-Forwarded-For` writers use):
+/// `192.0.2.1`, `2001:db8::1`, `[2001:db8::1]`, each bracketed or IPv4 one with an
+/// optional port, `192.0.2.1:80` or `[2001:db8::1]:80`, or an obfuscated port,
+/// `192.0.2.1:_p0rt`. `None` for anything else: `unknown`, an obfuscated node
+/// (`_hidden`), a zone index, non-ASCII bytes. Reads the node once, keeping at most
+/// [`ADDRESS_MAX`] bytes of it.
+fn parse_node(mut node: impl Iterator<Item = u8>) -> Option<IpAddr> {
+    fn parse<T: FromStr>(text: &[u8]) -> Option<T> {
+        core::str::from_utf8(text).ok()?.parse().ok()
+    }
+    let mut address = [0u8; ADDRESS_MAX];
+    let mut len = 0;
+    let first = node.next()?;
+    if first == b'[' {
+        loop {
+            match node.next()? {
+                b']' => break,
+                b => {
+                    *address.get_mut(len)? = b;
+                    len += 1;
+                }
+            }
+        }
+        let ip = IpAddr::V6(parse::<std::net::Ipv6Addr>(&address[..len])?);
+        return match node.next() {
+            None => Some(ip.to_canonical()),
+            Some(b':') => is_port(node).then(|| ip.to_canonical()),
+            Some(_) => None,
+        };
+    }
+    let mut next = Some(first);
+    while let Some(b) = next {
+        // A colon after an IPv4 address starts its port; any other is part of an
+        // IPv6 address.
+        if b == b':'
+            && let Some(v4) = parse::<std::net::Ipv4Addr>(&address[..len])
+        {
+            return is_port(node).then_some(IpAddr::V4(v4));
+        }
+        *address.get_mut(len)? = b;
+        len += 1;
+        next = node.next();
+    }
+    parse::<IpAddr>(&address[..len]).map(|ip| ip.to_canonical())
+}
+
+/// Whether the rest of a node is a port (RFC 7239 §6: `1*5DIGIT`, or an obfuscated
+/// port, `_` then letters, digits, `.`, `_`, `-`).
+fn is_port(mut port: impl Iterator<Item = u8>) -> bool {
+    match port.next() {
+        Some(b'_') => {
+            let mut any = false;
+            for b in port {
+                if !(b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+                    return false;
+                }
+                any = true;
+            }
+            any
+        }
+        Some(b) if b.is_ascii_digit() => {
+            port.try_fold(1, |digits, b| (b.is_ascii_digit() && digits < 5).then_some(digits + 1)).is_some()
+        }
+        _ => false,
+    }
 }
 
 impl fmt::Debug for ClientIp {
