@@ -22,9 +22,10 @@
 //! `Forwarded` is tokenized from the right too: a quoted string is read from its
 //! closing quote leftwards to the nearest unescaped opening quote, which for a
 //! well-formed quoted string is where a left-to-right parser finds it, and which never
-//! looks left of the string. So finding a hop reads no byte left of the `,` before it,
-//! and once the client's hop is found reading stops: **nothing left of the client's
-//! hop can change the result, whatever its bytes.** What exactly is parsed is in
+//! looks left of the string. So finding a well-formed hop (as a proxy writes it) reads
+//! no byte left of the `,` before it, and once the client's hop is found reading
+//! stops: **nothing left of the client's hop can change the result, whatever its
+//! bytes.** What exactly is parsed is in
 //! [`ClientIp::resolve`]'s docs; `tests/client_ip_headers.rs` holds it against
 //! arbitrary bytes (proptest).
 
@@ -480,7 +481,7 @@ pub(crate) fn peer_addr(parts: &Parts) -> Option<IpAddr> {
 /// The hops of one header line, from the right: each the address it names, or `None`
 /// where it names none. Empty list elements (only whitespace) are skipped, as RFC 9110
 /// §5.6.1 has a recipient do. Lazy: a hop is parsed only when it is asked for, and
-/// finding it reads no byte left of the separator before it.
+/// finding a well-formed one reads no byte left of the separator before it.
 fn hops(header: ForwardedHeader, line: &[u8]) -> impl Iterator<Item = Option<IpAddr>> + '_ {
     let (x_forwarded_for, forwarded) = match header {
         ForwardedHeader::XForwardedFor => (Some(line), None),
@@ -528,9 +529,10 @@ struct Unbalanced;
 /// always starts a quoted-pair, so a run of `n` backslashes before a quote is `n / 2`
 /// escaped backslashes, and one more escapes the quote when `n` is odd). This reads a
 /// well-formed quoted string exactly as a left-to-right parser does, and it never
-/// looks left of the string's opening quote, or of the separator that ends a part: a
-/// part is found from bytes right of that separator alone. Each byte is looked at a
-/// bounded number of times: linear in the length of `bytes`.
+/// looks further left than the byte before the string's opening quote (in a pair, its
+/// `=`), nor past the separator that ends a part: a part is found from the bytes right
+/// of that separator alone. Each byte is looked at a bounded number of times: linear
+/// in the length of `bytes`.
 ///
 /// A quote that nothing opens, or an escaped closing quote, ends the iteration with
 /// [`Unbalanced`].
