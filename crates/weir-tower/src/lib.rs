@@ -72,7 +72,12 @@
 //! earlier admissions are refunded before the answer is sent. The one transient: a
 //! concurrent request that checks while capacity is held for a request about to be
 //! refused may be refused too, never over-admitted. Of the admissions, the one with
-//! the least remaining is what the headers report.
+//! the least remaining is what the headers report. A refusal reports, of every limit
+//! and quota that refuses the request, the one with the longest wait: a per-second
+//! and a per-minute limit both spent say the minute's wait, not the second's after
+//! which the retry would be refused again. The limits after the first that refuses
+//! are asked for their wait without consuming anything (one whose snapshot has room
+//! is passed over; a remote store is checked, and an admission given back at once).
 //!
 //! **Tiers.** [`Tiers`] map a client to a plan (free / pro / enterprise) with your
 //! async lookup, cached (300 s by default, bounded, with a failure policy).

@@ -563,6 +563,7 @@ impl CompiledPolicy {
                 }
                 Ok(decision) => {
                     held.give_back().await;
+                    let (i, decision) = self.longest_wait(i, decision, &held.keys, &mut held.tiers).await;
                     return self.denied(i, decision, &mut held.keys, &held.tiers, legacy);
                 }
                 Err(error) => {
@@ -596,6 +597,7 @@ impl CompiledPolicy {
                 }
                 Ok(decision) => {
                     self.refund_now(keys, tiers, &mut admitted);
+                    let (i, decision) = self.longest_wait_now(i, decision, keys, tiers);
                     return self.denied(i, decision, keys, tiers, legacy);
                 }
                 Err(error) => {
@@ -606,6 +608,60 @@ impl CompiledPolicy {
             }
         }
         self.allowed(best, keys, tiers, legacy)
+    }
+
+    /// Of limit `denier`'s denial and the denials of the limits after it, the one
+    /// with the longest wait, and its limit: a request retried after the first
+    /// denial's wait would be refused again by a later limit with a longer one. Each
+    /// later limit is asked as [`wait_of`] says (consuming nothing); a tiered limit
+    /// whose tier is not cached is looked up (the lookup the retry would make), and
+    /// one whose lookup fails, or a throttle, says nothing.
+    async fn longest_wait(
+        &self,
+        denier: usize,
+        denial: Decision,
+        keys: &Keys,
+        tiers: &mut [Option<usize>; MAX_LIMITS],
+    ) -> (usize, Decision) {
+        let mut longest = (denier, denial);
+        for i in denier + 1..self.limits.len() {
+            let Some(key) = &keys[i] else { continue };
+            if let LimitKind::Tiered(t) = &self.limits[i].limit.kind
+                && tiers[i].is_none()
+            {
+                tiers[i] = t.resolve(key).await.ok();
+            }
+            let Some(store) = self.store_of(i, tiers) else { continue };
+            if let Some(decision) = wait_of(store, key, self.cost).await
+                && decision.retry_after() > longest.1.retry_after()
+            {
+                longest = (i, decision);
+            }
+        }
+        longest
+    }
+
+    /// [`longest_wait`](Self::longest_wait) for a request whose stores are all in
+    /// memory and whose tiers are known: asked here and now.
+    fn longest_wait_now(
+        &self,
+        denier: usize,
+        denial: Decision,
+        keys: &Keys,
+        tiers: &[Option<usize>; MAX_LIMITS],
+    ) -> (usize, Decision) {
+        let mut longest = (denier, denial);
+        for i in denier + 1..self.limits.len() {
+            let (Some(key), Some(store)) = (&keys[i], self.store_of(i, tiers).and_then(Store::as_local)) else {
+                continue;
+            };
+            if let Some(decision) = local_wait_of(store, key, self.cost)
+                && decision.retry_after() > longest.1.retry_after()
+            {
+                longest = (i, decision);
+            }
+        }
+        longest
     }
 
     /// The refusal for limit `i`'s denial.
@@ -699,6 +755,37 @@ impl CompiledPolicy {
             .collect();
         HeaderValue::from_str(&items.join(", ")).unwrap_or(HeaderValue::from_static(""))
     }
+}
+
+/// The denial `store` would give a request of cost `n` for `key`, consuming
+/// nothing: `None` if it would admit it (its snapshot has room, or a check admitted
+/// it and was given back at once) or fails.
+fn local_wait_of(store: &(dyn KeyedLimiter<Key> + Send + Sync), key: &Key, n: u64) -> Option<Decision> {
+    if store.snapshot(key).remaining() >= n {
+        return None;
+    }
+    let decision = store.check_n(key, n).ok()?;
+    if decision.is_allowed() {
+        let _ = store.refund(key, n, &decision);
+        return None;
+    }
+    Some(decision)
+}
+
+/// [`local_wait_of`] for any store: a remote store is checked (it has no snapshot
+/// without waiting), and an admission given back at once. Dropped while that refund
+/// waits, the admission stays spent, as a remote admission of a dropped request
+/// does (see [`Held`]).
+async fn wait_of(store: &Store, key: &Key, n: u64) -> Option<Decision> {
+    if let Some(local) = store.as_local() {
+        return local_wait_of(local, key, n);
+    }
+    let decision = store.check_n(key, n).await.ok()?;
+    if decision.is_allowed() {
+        let _ = store.refund(key, n, &decision).await;
+        return None;
+    }
+    Some(decision)
 }
 
 #[cfg(test)]
