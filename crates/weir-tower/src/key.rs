@@ -356,6 +356,22 @@ impl KeySource {
         }
     }
 
+    /// Where the key is read from, in words a client can act on: ``the `x-api-key`
+    /// header``, `the authenticated user`, ....
+    pub(crate) fn describe(&self) -> String {
+        match &self.0 {
+            Source::Ip(_) => "the client's IP address".into(),
+            Source::Header(name) => format!("the `{name}` header"),
+            Source::User => "the authenticated user".into(),
+            Source::Global => "one key for every request".into(),
+            Source::Custom(_) => "a key the server reads from the request".into(),
+            Source::FirstOf(sources) => {
+                let each: Vec<String> = sources.iter().map(KeySource::describe).collect();
+                format!("the first of: {}", each.join(", "))
+            }
+        }
+    }
+
     /// The request's key, or `None` when it has none from this source.
     pub fn key(&self, parts: &Parts) -> Option<Key> {
         match &self.0 {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tower_layer::Layer;
 use tower_service::Service;
 use weir_core::__private::sync::{AtomicBool, Ordering};
-use weir_core::{Decision, KeyedLimiter};
+use weir_core::{Decision, DenyReason, KeyedLimiter};
 
 type SkipFn = dyn Fn(&Parts) -> bool + Send + Sync;
 type HookFn = dyn Fn(&LimitEvent<'_>) + Send + Sync;
@@ -111,6 +111,20 @@ impl Shared {
         let policy = compiled.map_or("", |p| &*p.name);
         let path = parts.uri.path();
         match refusal {
+            Refusal::Denied { decision, limit, tier, key, headers: _ }
+                if decision.deny_reason() == Some(DenyReason::KeyCapacity) =>
+            {
+                // The store is full of other clients: no bucket of this client's to
+                // describe in `RateLimit` fields.
+                let (quota, tail) = compiled.map_or(("", None), |p| p.quota_text(limit, tier, &decision));
+                let retry_after = decision.retry_after();
+                tracing::debug!(
+                    target: "weir_tower", policy, quota, key = %key, path,
+                    retry_after_s = retry_after.map(retry_after_secs), "refused: the store is full of other keys"
+                );
+                let why = (Cause::KeyCapacity, quota, Some(&key), Some(&decision), retry_after);
+                self.respond(parts, policy, why, None, tail)
+            }
             Refusal::Denied { decision, limit, tier, key, headers } => {
                 let (quota, tail) = compiled.map_or(("", None), |p| p.quota_text(limit, tier, &decision));
                 let retry_after = decision.retry_after();
@@ -150,7 +164,8 @@ impl Shared {
         let path = parts.uri.path();
         if !no_peer {
             tracing::debug!(target: "weir_tower", policy, path, "client not identified");
-            return self.respond(parts, policy, (Cause::Unidentified, "", None, None, None), None, None);
+            let detail = compiled.map_or("", |p| p.missing_detail(limit));
+            return self.respond_with(parts, policy, (Cause::Unidentified, "", None, None, None), None, None, detail);
         }
         // Ordering: Relaxed: the flag guards a log line and publishes nothing else;
         // at worst two threads racing on the first such request both warn.
@@ -179,6 +194,20 @@ impl Shared {
         headers: Option<RateLimitHeaders>,
         tail: Option<&[u8]>,
     ) -> Response<Bytes> {
+        self.respond_with(parts, policy, why, headers, tail, why.0.words().1)
+    }
+
+    /// [`respond`](Self::respond), with the problem body's `detail`.
+    #[allow(clippy::too_many_arguments)]
+    fn respond_with(
+        &self,
+        parts: &Parts,
+        policy: &str,
+        why: (Cause, &str, Option<&Key>, Option<&Decision>, Option<Duration>),
+        headers: Option<RateLimitHeaders>,
+        tail: Option<&[u8]>,
+        detail: &str,
+    ) -> Response<Bytes> {
         let (cause, quota, key, decision, retry_after) = why;
         let rejection = cause.rejection();
         if let Some(hook) = &self.on_limit {
@@ -190,7 +219,7 @@ impl Shared {
             quota,
             retry_after_secs: retry_after.map(retry_after_secs),
             decision,
-            detail: cause.words().1,
+            detail,
         };
         self.body.response(cause, &denied, headers, tail)
     }

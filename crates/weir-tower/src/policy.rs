@@ -364,6 +364,9 @@ const UNNAMED_PREFIX: &[u8] = b"\"\";r=";
 pub(crate) struct CompiledLimit {
     limit: Limit,
     variants: Box<[Variant]>,
+    /// The `detail` of a 400 for a request without this limit's key: it names
+    /// where the key is read from.
+    missing_detail: Box<str>,
 }
 
 /// A policy ready to check.
@@ -401,7 +404,13 @@ pub(crate) fn compile(policy: Policy) -> CompiledPolicy {
         let rename = |n: &Arc<str>| if clash { format!("{n}-{}", i + 1) } else { n.to_string() };
         let variants =
             stores.iter().map(|store| Variant::new(&name, store, store.names().iter().map(rename))).collect();
-        compiled.push(CompiledLimit { limit, variants });
+        let missing_detail = format!(
+            "The request does not say which client it is from: this limit counts requests by {}, which the request \
+             lacks or leaves empty.",
+            limit.key.describe()
+        )
+        .into_boxed_str();
+        compiled.push(CompiledLimit { limit, variants, missing_detail });
     }
     let local = compiled.iter().all(|l| match &l.limit.kind {
         LimitKind::Store(store) => store.is_local(),
@@ -492,6 +501,11 @@ impl CompiledPolicy {
             };
         }
         Ok(())
+    }
+
+    /// The `detail` of a 400 for a request without the `limit`-th limit's key.
+    pub(crate) fn missing_detail(&self, limit: usize) -> &str {
+        self.limits.get(limit).map_or("The request does not say which client it is from.", |l| &l.missing_detail)
     }
 
     /// Whether the `limit`-th limit reads the client IP and the request carries no
