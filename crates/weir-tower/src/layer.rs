@@ -156,12 +156,27 @@ impl Shared {
     }
 
     /// The answer to a request that has no key for the policy's `limit`-th limit,
-    /// which denies keyless requests.
-    fn unidentified(&self, policy: usize, limit: usize, parts: &Parts) -> Response<Bytes> {
+    /// which denies keyless requests, or whose header `too_long` is longer than the
+    /// limit's source accepts.
+    fn unidentified(
+        &self,
+        policy: usize,
+        limit: usize,
+        parts: &Parts,
+        too_long: Option<http::HeaderName>,
+    ) -> Response<Bytes> {
         let compiled = self.policies.get(policy);
         let no_peer = compiled.is_some_and(|p| p.lacks_peer_address(limit, parts));
         let policy = compiled.map_or("", |p| &*p.name);
         let path = parts.uri.path();
+        if let Some(name) = too_long {
+            tracing::debug!(target: "weir_tower", policy, path, header = %name, "client key too long");
+            let detail = format!(
+                "The request's `{name}` header is longer than {} bytes, the longest client key this limit accepts.",
+                crate::MAX_KEY_BYTES
+            );
+            return self.respond_with(parts, policy, (Cause::Unidentified, "", None, None, None), None, None, &detail);
+        }
         if !no_peer {
             tracing::debug!(target: "weir_tower", policy, path, "client not identified");
             let detail = compiled.map_or("", |p| p.missing_detail(limit));
@@ -476,8 +491,8 @@ where
             return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), None);
         };
         let mut keys: Keys = Default::default();
-        if let Err(limit) = policy.keys(&parts, &mut keys) {
-            return ResponseFuture::rejected(shared.unidentified(policy_index, limit, &parts));
+        if let Err((limit, too_long)) = policy.keys(&parts, &mut keys) {
+            return ResponseFuture::rejected(shared.unidentified(policy_index, limit, &parts, too_long));
         }
         let (tiers, ready) = policy.cached_tiers(&keys);
         if ready {

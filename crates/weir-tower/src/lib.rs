@@ -146,7 +146,7 @@ pub mod wait;
 
 pub use config::{Config, ConfigError};
 pub use ip::{Cidr, CidrError, ClientIp, ClientIpBuilder, ClientIpError, ForwardedHeader, PeerAddr};
-pub use key::{Key, KeyKind, KeySource, MissingKey, User};
+pub use key::{Key, KeyKind, KeySource, LongKeys, MAX_KEY_BYTES, MissingKey, User};
 pub use layer::{BuildError, LimitEvent, RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
 pub use policy::{Limit, MAX_LIMITS, Policy, PolicyBuilder, PolicyError};
 pub use response::{

@@ -488,13 +488,20 @@ pub(crate) enum Verdict {
 
 impl CompiledPolicy {
     /// Reads the request's keys into `keys` (where they stay: the array is a few
-    /// hundred bytes, not worth moving), or says which limit denies keyless requests.
-    pub(crate) fn keys(&self, parts: &http::request::Parts, keys: &mut Keys) -> Result<(), usize> {
+    /// hundred bytes, not worth moving), or says which limit denies keyless requests
+    /// (and, if it refused a header value over [`MAX_KEY_BYTES`](crate::MAX_KEY_BYTES),
+    /// the header's name).
+    pub(crate) fn keys(
+        &self,
+        parts: &http::request::Parts,
+        keys: &mut Keys,
+    ) -> Result<(), (usize, Option<http::HeaderName>)> {
         for (i, limit) in self.limits.iter().enumerate() {
-            keys[i] = match limit.limit.key.key(parts) {
+            let read = limit.limit.key.read(parts).map_err(|name| (i, Some(name)))?;
+            keys[i] = match read {
                 Some(key) => Some(key),
                 None => match &limit.limit.missing {
-                    MissingKey::Deny => return Err(i),
+                    MissingKey::Deny => return Err((i, None)),
                     MissingKey::Shared(key) => Some(key.clone()),
                     MissingKey::Skip => None,
                 },

@@ -142,3 +142,32 @@ async fn a_request_without_its_key_is_told_where_the_key_is_read_from() {
     assert!(detail.contains("authenticated user"), "{detail}");
 }
 
+
+/// A header value over `MAX_KEY_BYTES` is kept as its hash by default (so one client
+/// with a long key is still one client), or refused with a 400 that says why.
+#[tokio::test(flavor = "current_thread")]
+async fn a_long_key_is_hashed_or_refused_as_the_source_says() {
+    let long = vec![b'k'; 100 * 1024];
+    let store = KeyedGcra::gcra_with_clock(Quota::per_minute(2).unwrap(), config(), ManualClock::new());
+    let layer = RateLimitLayer::new(
+        Policy::builder("api").limit(Limit::new(KeySource::header("x-api-key"), Store::local(store))).build().unwrap(),
+    );
+    for _ in 0..2 {
+        assert_eq!(send(&layer, get("/", &[("x-api-key", &long)])).await.status(), StatusCode::OK);
+    }
+    assert_eq!(send(&layer, get("/", &[("x-api-key", &long)])).await.status(), StatusCode::TOO_MANY_REQUESTS);
+    let mut other = long.clone();
+    other[0] = b'j';
+    assert_eq!(send(&layer, get("/", &[("x-api-key", &other)])).await.status(), StatusCode::OK, "another client");
+
+    let store = KeyedGcra::gcra_with_clock(Quota::per_minute(2).unwrap(), config(), ManualClock::new());
+    let source = KeySource::header("x-api-key").long_keys(weir_tower::LongKeys::Refuse);
+    let limit = Limit::new(source, Store::local(store)).on_missing_key(weir_tower::MissingKey::Skip);
+    let layer = RateLimitLayer::new(Policy::builder("api").limit(limit).build().unwrap());
+    let refused = send(&layer, get("/", &[("x-api-key", &long)])).await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "refused, not skipped as a missing key");
+    let detail = json(&refused)["detail"].as_str().unwrap().to_owned();
+    assert!(detail.contains("`x-api-key` header is longer than 128 bytes"), "{detail}");
+    let short = vec![b'k'; weir_tower::MAX_KEY_BYTES];
+    assert_eq!(send(&layer, get("/", &[("x-api-key", &short)])).await.status(), StatusCode::OK);
+}
