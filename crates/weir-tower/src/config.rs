@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! skip = ["/health"]                # paths never limited
+//! skip_methods = ["OPTIONS"]        # methods never limited (CORS preflights)
 //! legacy_headers = true             # X-RateLimit-* besides RateLimit / RateLimit-Policy
 //! problem_type = "about:blank"      # the `type` of the problem+json bodies
 //!
@@ -154,6 +155,8 @@ impl fmt::Debug for Config {
 struct File {
     #[serde(default)]
     skip: Vec<Spanned<String>>,
+    #[serde(default)]
+    skip_methods: Vec<Spanned<String>>,
     legacy_headers: Option<bool>,
     problem_type: Option<String>,
     #[serde(default)]
@@ -393,6 +396,9 @@ impl Config {
         for path in &file.skip {
             builder = builder.skip_path(path.get_ref());
         }
+        for (i, method) in file.skip_methods.iter().enumerate() {
+            builder = builder.skip_methods([skip_method(&ctx, method, i)?]);
+        }
         if let Some(legacy) = file.legacy_headers {
             builder = builder.legacy_headers(legacy);
         }
@@ -446,6 +452,9 @@ impl Config {
             if !path.get_ref().starts_with('/') {
                 return Err(ctx.at(path, format!("skip[{i}]"), "a path starts with `/`"));
             }
+        }
+        for (i, method) in file.skip_methods.iter().enumerate() {
+            skip_method(&ctx, method, i)?;
         }
         self.client(&ctx)?;
         if file.policies.is_empty() {
@@ -700,6 +709,16 @@ fn max_keys(ctx: &Ctx<'_>, spec: Option<&Spanned<u64>>, field: &str) -> Result<u
     match spec {
         Some(n) => Ok(usize::try_from(ctx.positive(n, field)?).unwrap_or(usize::MAX)),
         None => Ok(100_000),
+    }
+}
+
+/// `skip_methods[i]`: an HTTP method, as written (`OPTIONS`, `HEAD`; methods are
+/// case-sensitive).
+fn skip_method(ctx: &Ctx<'_>, spec: &Spanned<String>, i: usize) -> Result<http::Method, ConfigError> {
+    let name = spec.get_ref();
+    match http::Method::from_bytes(name.as_bytes()) {
+        Ok(method) if !name.is_empty() => Ok(method),
+        _ => Err(ctx.at(spec, format!("skip_methods[{i}]"), format!("`{name}` is not an HTTP method"))),
     }
 }
 

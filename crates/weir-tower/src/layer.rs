@@ -80,6 +80,7 @@ struct Shared {
     default: Option<usize>,
     policies: Vec<CompiledPolicy>,
     skip_paths: Vec<Box<str>>,
+    skip_methods: Vec<http::Method>,
     skip: Option<Arc<SkipFn>>,
     on_limit: Option<Arc<HookFn>>,
     legacy_headers: bool,
@@ -102,7 +103,9 @@ impl Shared {
     }
 
     fn skips(&self, parts: &Parts) -> bool {
-        self.skip_paths.iter().any(|p| **p == *parts.uri.path()) || self.skip.as_ref().is_some_and(|skip| skip(parts))
+        self.skip_methods.contains(&parts.method)
+            || self.skip_paths.iter().any(|p| **p == *parts.uri.path())
+            || self.skip.as_ref().is_some_and(|skip| skip(parts))
     }
 
     /// The middleware's own answer to a refused request, after telling the hook.
@@ -308,6 +311,7 @@ impl RateLimitLayer {
             default: None,
             policies: Vec::new(),
             skip_paths: Vec::new(),
+            skip_methods: Vec::new(),
             skip: None,
             on_limit: None,
             legacy_headers: true,
@@ -325,6 +329,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("default", &s.default)
             .field("policies", &s.policies.iter().map(|p| &*p.name).collect::<Vec<_>>())
             .field("skip_paths", &s.skip_paths)
+            .field("skip_methods", &s.skip_methods)
             .field("legacy_headers", &s.legacy_headers)
             .finish_non_exhaustive()
     }
@@ -336,6 +341,7 @@ pub struct RateLimitLayerBuilder {
     default: Option<usize>,
     policies: Vec<CompiledPolicy>,
     skip_paths: Vec<Box<str>>,
+    skip_methods: Vec<http::Method>,
     skip: Option<Arc<SkipFn>>,
     on_limit: Option<Arc<HookFn>>,
     legacy_headers: bool,
@@ -373,6 +379,26 @@ impl RateLimitLayerBuilder {
     /// Requests to exactly this path are not limited (a health check, say).
     pub fn skip_path(mut self, path: &str) -> Self {
         self.skip_paths.push(path.into());
+        self
+    }
+
+    /// Requests of these methods are not limited (nor given `RateLimit` headers):
+    /// `.skip_methods([Method::OPTIONS])` lets CORS preflights through, which
+    /// otherwise count as any request does. Adds to the methods given before.
+    ///
+    /// ```
+    /// use http::Method;
+    /// use weir_tower::{Policy, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy(Policy::builder("api").build()?)
+    ///     .skip_methods([Method::OPTIONS, Method::HEAD])
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn skip_methods(mut self, methods: impl IntoIterator<Item = http::Method>) -> Self {
+        self.skip_methods.extend(methods);
         self
     }
 
@@ -424,6 +450,7 @@ impl RateLimitLayerBuilder {
                 default: self.default,
                 policies: self.policies,
                 skip_paths: self.skip_paths,
+                skip_methods: self.skip_methods,
                 skip: self.skip,
                 on_limit: self.on_limit,
                 legacy_headers: self.legacy_headers,

@@ -1,10 +1,10 @@
 //! What the middleware answers, called in process (tower's `oneshot`) on stores of a
 //! manual clock: the longest wait among the limits that refuse, a full store, a
-//! request without its key, and the methods a layer exempts.
+//! request without its key, a long key, and the methods a layer exempts.
 
 use bytes::Bytes;
 use core::convert::Infallible;
-use http::{Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tower::{ServiceExt, service_fn};
@@ -170,4 +170,28 @@ async fn a_long_key_is_hashed_or_refused_as_the_source_says() {
     assert!(detail.contains("`x-api-key` header is longer than 128 bytes"), "{detail}");
     let short = vec![b'k'; weir_tower::MAX_KEY_BYTES];
     assert_eq!(send(&layer, get("/", &[("x-api-key", &short)])).await.status(), StatusCode::OK);
+}
+
+/// CORS preflights (`OPTIONS`) and `HEAD`s exempted in one line do not count.
+#[tokio::test(flavor = "current_thread")]
+async fn exempted_methods_do_not_count() {
+    let store = KeyedGcra::gcra_with_clock(Quota::per_minute(5).unwrap(), config(), ManualClock::new());
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::builder("api").limit(Limit::new(KeySource::global(), Store::local(store))).build().unwrap())
+        .skip_methods([Method::OPTIONS, Method::HEAD])
+        .build()
+        .unwrap();
+    for _ in 0..10 {
+        let mut preflight = get("/", &[]);
+        *preflight.method_mut() = Method::OPTIONS;
+        let response = send(&layer, preflight).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(header(&response, "ratelimit"), None, "not limited, so no RateLimit fields");
+    }
+    for remaining in (0..5).rev() {
+        let response = send(&layer, get("/", &[])).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(header(&response, "x-ratelimit-remaining"), Some(remaining.to_string().as_str()));
+    }
+    assert_eq!(send(&layer, get("/", &[])).await.status(), StatusCode::TOO_MANY_REQUESTS);
 }

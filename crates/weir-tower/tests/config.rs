@@ -135,3 +135,31 @@ quotas = [{ algorithm = "gcra", limit = 100, window = "1m", burst = 5 }]
     let error = Config::from_toml(TOML).unwrap().layer().unwrap_err();
     assert!(error.message.contains("costs 10 per request, but its quota `burst` admits at most 5"), "{error}");
 }
+
+/// `skip_methods` exempts CORS preflights in one line; a name that is no method is
+/// an error naming the field.
+#[tokio::test]
+async fn skip_methods_exempts_preflights() {
+    let toml = r#"
+skip_methods = ["OPTIONS", "HEAD"]
+[[policy]]
+name = "api"
+default = true
+[[policy.limit]]
+key = "ip"
+quotas = [{ algorithm = "fixed_window", limit = 1, window = "1m" }]
+"#;
+    let layer = Config::from_toml(toml).unwrap().clock(ManualClock::new()).layer().unwrap();
+    let router = Router::new().route("/", get(|| async { "ok" }).options(|| async { "preflight" })).layer(layer);
+    for _ in 0..5 {
+        let mut request = Request::options("/").body(Body::empty()).unwrap();
+        request.extensions_mut().insert(ConnectInfo("192.0.2.7:4000".parse::<SocketAddr>().unwrap()));
+        let preflight = router.clone().oneshot(request).await.unwrap();
+        assert_eq!((preflight.status(), header(&preflight, "ratelimit")), (StatusCode::OK, None));
+    }
+    assert_eq!(get_from(&router, "/", &[]).await.status(), StatusCode::OK);
+    assert_eq!(get_from(&router, "/", &[]).await.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    let e = Config::from_toml(&toml.replace("\"HEAD\"", "\"\"")).unwrap_err();
+    assert_eq!((e.line, e.field.as_deref()), (Some(2), Some("skip_methods[1]")), "{e}");
+}
