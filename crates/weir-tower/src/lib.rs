@@ -35,12 +35,22 @@
 //! # How a request flows
 //!
 //! ```text
-//! request ─► skip? (`/health`) ─► route policy (longest path prefix, or the default)
+//! request ─► skip? (`/health`, OPTIONS) ─► route policy (longest path prefix, or the default)
 //!         ─► a key per limit: client IP / API key / user / global / your closure
 //!         ─► tier (cached lookup) ─► stores, in order, all or nothing
 //!         ─► admitted: the service's response + RateLimit headers of the strictest limit
-//!            refused: 429 + Retry-After + problem+json (400 unidentified, 503 unavailable)
+//!            refused: 429 + Retry-After + problem+json (400 unidentified, 503 store full
+//!            or unavailable)
 //! ```
+//!
+//! **What counts.** Every request a policy matches counts, whatever the service
+//! answers (a 404 or a 405 too: the limit decides before the service runs), and
+//! whatever its method (`HEAD`, and `OPTIONS`: CORS preflights). Exempt methods with
+//! [`skip_methods`](RateLimitLayerBuilder::skip_methods) (`skip_methods =
+//! ["OPTIONS"]` in the file), paths with
+//! [`skip_path`](RateLimitLayerBuilder::skip_path), anything with
+//! [`skip`](RateLimitLayerBuilder::skip); an exempted request carries no
+//! `RateLimit` headers.
 //!
 //! # Keys: who the client is
 //!
@@ -50,8 +60,18 @@
 //! leftmost; IPv6 clients grouped by `/64` by default), an API-key header, the
 //! authenticated [`User`] an auth layer put in the extensions, one global key, or a
 //! closure; or the first of several ("the API key, else the IP"). A request with no
-//! usable key gets its limit's [`MissingKey`] choice: refused (400, the default),
+//! usable key gets its limit's [`MissingKey`] choice: refused (400, the default,
+//! whose detail names where the limit reads its key: ``the `x-api-key` header``),
 //! counted under one shared key, or let through that limit.
+//!
+//! **A key costs at most [`MAX_KEY_BYTES`] of payload**, wherever it is kept (a
+//! store, the tier cache, a throttle's map) or sent (a remote store): an API key,
+//! user id or custom key longer than 128 bytes is kept as its 128-bit SipHash-2-4
+//! hash under a fixed key, the same on every instance of a fleet ([`Key`], "Long
+//! keys"), so a store's `max_keys` bounds its memory whatever its clients send. A
+//! tier lookup receives that hashed key for such a client.
+//! [`KeySource::long_keys`]`(`[`LongKeys::Refuse`]`)` refuses such a header with a
+//! 400 instead.
 //!
 //! # Policies: which limits apply
 //!
@@ -94,7 +114,25 @@
 //! Many Requests` with `Retry-After` in whole seconds, rounded up and at least 1 (a
 //! 100 ms wait is `1`, never `0`), and an `application/problem+json` body (RFC 9457)
 //! with `retry_after`; the body is configurable
-//! ([`RateLimitLayerBuilder::deny_body`]).
+//! ([`RateLimitLayerBuilder::deny_body`]). A store full of other clients' keys
+//! ([`DenyReason::KeyCapacity`](weir_core::DenyReason::KeyCapacity)) is not this
+//! client's rate: it is answered `503 Too Many Clients` ([`Rejection::KeyCapacity`]),
+//! with the store's `Retry-After` and no `RateLimit` fields (the client has no
+//! bucket they could describe).
+//!
+//! # Cancellation
+//!
+//! A request's future may be dropped at any await (its client went away). What it
+//! leaves: no place in a throttle's line (a waiter at the head gives its slot
+//! back); nothing in an in-memory store, whose admissions made before the decision
+//! are given back by the drop; in a remote store, the admissions it already made
+//! for the request (a dropped request reached the server; a check sent and not yet
+//! answered may be counted too). Once the service is called, the request is
+//! admitted for good. [`until_ready`](wait::until_ready),
+//! [`until_key_ready`](wait::until_key_ready) and [`FifoWait`](wait::FifoWait)
+//! dropped consume nothing (an admitting check ends the wait in the same poll) and
+//! leave no line. Each is dropped at every await in the tests
+//! (`weir_testkit::each_cancellation`).
 //!
 //! # Configuration
 //!
