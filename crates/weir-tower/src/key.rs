@@ -47,7 +47,12 @@ fn siphash_2_4_128(key: &[u8; 16], data: &[u8]) -> [u8; 16] {
         u64::from_le_bytes(le)
     };
     let (k0, k1) = (word(&key[..8]), word(&key[8..]));
-    let mut v = [0x736f_6d65_7073_6575 ^ k0, 0x646f_7261_6e64_6f6d ^ k1 ^ 0xee, 0x6c79_6765_6e65_7261 ^ k0, 0x7465_6462_7974_6573 ^ k1];
+    let mut v = [
+        0x736f_6d65_7073_6575 ^ k0,
+        0x646f_7261_6e64_6f6d ^ k1 ^ 0xee,
+        0x6c79_6765_6e65_7261 ^ k0,
+        0x7465_6462_7974_6573 ^ k1,
+    ];
     let mut chunks = data.chunks_exact(8);
     for chunk in &mut chunks {
         let m = word(chunk);

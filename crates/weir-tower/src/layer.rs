@@ -231,14 +231,8 @@ impl Shared {
         if let Some(hook) = &self.on_limit {
             hook(&LimitEvent { request: parts, policy, rejection, quota, key, decision, retry_after });
         }
-        let denied = Denied {
-            rejection,
-            policy,
-            quota,
-            retry_after_secs: retry_after.map(retry_after_secs),
-            decision,
-            detail,
-        };
+        let denied =
+            Denied { rejection, policy, quota, retry_after_secs: retry_after.map(retry_after_secs), decision, detail };
         self.body.response(cause, &denied, headers, tail)
     }
 }

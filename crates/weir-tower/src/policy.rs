@@ -672,8 +672,8 @@ impl CompiledPolicy {
         tiers: &[Option<usize>; MAX_LIMITS],
     ) -> (usize, Decision) {
         let mut longest = (denier, denial);
-        for i in denier + 1..self.limits.len() {
-            let (Some(key), Some(store)) = (&keys[i], self.store_of(i, tiers).and_then(Store::as_local)) else {
+        for (i, key) in keys.iter().enumerate().take(self.limits.len()).skip(denier + 1) {
+            let (Some(key), Some(store)) = (key, self.store_of(i, tiers).and_then(Store::as_local)) else {
                 continue;
             };
             if let Some(decision) = local_wait_of(store, key, self.cost)

@@ -51,8 +51,8 @@ fn config() -> KeyedConfig {
 async fn retry_after_is_the_longest_wait_among_the_limits_that_refuse() {
     let clock = ManualClock::new();
     let second = KeyedGcra::gcra_with_clock(Quota::per_second(1).unwrap(), config(), clock.clone());
-    let minute = KeyedFixedWindow::fixed_window_with_clock(Quota::per_minute(2).unwrap(), config(), clock.clone())
-        .unwrap();
+    let minute =
+        KeyedFixedWindow::fixed_window_with_clock(Quota::per_minute(2).unwrap(), config(), clock.clone()).unwrap();
     let policy = Policy::builder("api")
         .limit(Limit::new(KeySource::global(), Store::local(second)))
         .limit(Limit::new(KeySource::global(), Store::local(minute)))
@@ -87,7 +87,8 @@ async fn retry_after_of_quotas_checked_together_is_the_longest() {
     )
     .unwrap();
     let store = Store::local(AllOf::new::<Key>((burst, day)).unwrap()).named(["burst", "day"]);
-    let layer = RateLimitLayer::new(Policy::builder("api").limit(Limit::new(KeySource::global(), store)).build().unwrap());
+    let layer =
+        RateLimitLayer::new(Policy::builder("api").limit(Limit::new(KeySource::global(), store)).build().unwrap());
     assert_eq!(send(&layer, get("/", &[])).await.status(), StatusCode::OK);
     clock.advance(Duration::from_secs(1));
     assert_eq!(send(&layer, get("/", &[])).await.status(), StatusCode::OK);
@@ -141,7 +142,6 @@ async fn a_request_without_its_key_is_told_where_the_key_is_read_from() {
     let detail = json(&refused)["detail"].as_str().unwrap().to_owned();
     assert!(detail.contains("authenticated user"), "{detail}");
 }
-
 
 /// A header value over `MAX_KEY_BYTES` is kept as its hash by default (so one client
 /// with a long key is still one client), or refused with a 400 that says why.

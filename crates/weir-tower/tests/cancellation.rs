@@ -58,35 +58,31 @@ impl RemoteStore {
 impl AsyncKeyedLimiter<Key> for RemoteStore {
     type Error = InsufficientCapacity;
 
-    fn check_n(&self, _: &Key, n: u64) -> impl Future<Output = Result<Decision, InsufficientCapacity>> + Send {
-        async move {
-            // Ordering: Relaxed; a count read by the test's own thread.
-            self.0.checks.fetch_add(1, Ordering::Relaxed);
-            let limit = self.0.policy[0].limit();
-            let decision = {
-                let mut used = self.0.used.lock().unwrap();
-                if *used + n > limit {
-                    Decision::denied(Snapshot::new(limit, limit - *used, 1_000_000_000), 1_000_000_000)
-                } else {
-                    *used += n;
-                    Decision::allowed(Snapshot::new(limit, limit - *used, 1_000_000_000))
-                }
-            };
-            tokio::task::yield_now().await;
-            tokio::task::yield_now().await;
-            Ok(decision)
-        }
+    async fn check_n(&self, _: &Key, n: u64) -> Result<Decision, InsufficientCapacity> {
+        // Ordering: Relaxed; a count read by the test's own thread.
+        self.0.checks.fetch_add(1, Ordering::Relaxed);
+        let limit = self.0.policy[0].limit();
+        let decision = {
+            let mut used = self.0.used.lock().unwrap();
+            if *used + n > limit {
+                Decision::denied(Snapshot::new(limit, limit - *used, 1_000_000_000), 1_000_000_000)
+            } else {
+                *used += n;
+                Decision::allowed(Snapshot::new(limit, limit - *used, 1_000_000_000))
+            }
+        };
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        Ok(decision)
     }
 
-    fn refund(&self, _: &Key, n: u64, _: &Decision) -> impl Future<Output = Result<(), InsufficientCapacity>> + Send {
-        async move {
-            {
-                let mut used = self.0.used.lock().unwrap();
-                *used = used.saturating_sub(n);
-            }
-            tokio::task::yield_now().await;
-            Ok(())
+    async fn refund(&self, _: &Key, n: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
+        {
+            let mut used = self.0.used.lock().unwrap();
+            *used = used.saturating_sub(n);
         }
+        tokio::task::yield_now().await;
+        Ok(())
     }
 
     fn snapshot(&self, _: &Key) -> impl Future<Output = Result<Snapshot, InsufficientCapacity>> + Send {
@@ -297,7 +293,11 @@ async fn a_throttle_wait_dropped_leaves_the_line_and_gives_back_what_it_held() {
                 assert_eq!(admitted, 2, "both admitted");
                 return;
             }
-            assert_eq!(admitted, served() - run.served, "only a request the service saw keeps its admission (poll {k})");
+            assert_eq!(
+                admitted,
+                served() - run.served,
+                "only a request the service saw keeps its admission (poll {k})"
+            );
             // The next request waits at most one interval from now.
             let start = tokio::time::Instant::now();
             assert_eq!(request(&run.layer).await.status(), StatusCode::OK);

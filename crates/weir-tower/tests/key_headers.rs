@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 use tower::{ServiceExt, service_fn};
 use weir_core::{ManualClock, Quota};
 use weir_keyed::{KeyedConfig, KeyedGcra};
-use weir_tower::{Key, KeySource, LongKeys, Limit, MAX_KEY_BYTES, Policy, RateLimitLayer, Store, User};
+use weir_tower::{Key, KeySource, Limit, LongKeys, MAX_KEY_BYTES, Policy, RateLimitLayer, Store, User};
 
 /// Header-value bytes of any length: mostly short, sometimes past `MAX_KEY_BYTES`,
 /// now and then far past it; any byte a header value may hold.
