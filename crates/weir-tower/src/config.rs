@@ -27,6 +27,7 @@
 //! [[policy.limit]]
 //! key = "ip"
 //! on_missing_key = "skip"           # deny (400) | skip | shared:<name>
+//! long_keys = "hash"                # a header value over 128 bytes: hash (the default) | refuse (400)
 //! quotas = [{ algorithm = "gcra", limit = 100, window = "1m", burst = 20 }]
 //!
 //! [tier_cache]
@@ -55,7 +56,7 @@
 //! `line 17, column 47, `window`: `5 minutes` is not a duration; ...`.
 
 use crate::ip::{ClientIp, ClientIpError, ForwardedHeader};
-use crate::key::{Key, KeySource, MissingKey};
+use crate::key::{Key, KeySource, LongKeys, MissingKey};
 use crate::layer::{RateLimitLayer, RateLimitLayerBuilder};
 use crate::policy::{Limit, Policy, PolicyError};
 use crate::store::Store;
@@ -203,6 +204,7 @@ enum KeyList {
 struct LimitSpec {
     key: Spanned<KeyList>,
     on_missing_key: Option<Spanned<String>>,
+    long_keys: Option<Spanned<String>>,
     #[serde(default)]
     quotas: Vec<QuotaSpec>,
     tiered: Option<Spanned<bool>>,
@@ -501,6 +503,7 @@ impl Config {
                 let field = format!("policy[{p}].limit[{l}]");
                 key_source(&ctx, &limit.key, &format!("{field}.key"), &ClientIp::default())?;
                 missing_key(&ctx, limit.on_missing_key.as_ref(), &format!("{field}.on_missing_key"))?;
+                long_keys(&ctx, limit.long_keys.as_ref(), &format!("{field}.long_keys"))?;
                 let kinds = usize::from(!limit.quotas.is_empty())
                     + usize::from(limit.is_tiered())
                     + usize::from(limit.throttle.is_some());
@@ -686,7 +689,11 @@ impl Config {
         client: &ClientIp,
         tiers: &mut Option<Arc<Tiers>>,
     ) -> Result<Limit, ConfigError> {
-        let key = key_source(ctx, &spec.key, &format!("{field}.key"), client)?;
+        let key = key_source(ctx, &spec.key, &format!("{field}.key"), client)?.long_keys(long_keys(
+            ctx,
+            spec.long_keys.as_ref(),
+            &format!("{field}.long_keys"),
+        )?);
         let missing = missing_key(ctx, spec.on_missing_key.as_ref(), &format!("{field}.on_missing_key"))?;
         let limit = if spec.is_tiered() {
             let tiers = tiers.as_ref().ok_or_else(|| ctx.at(&spec.key, format!("{field}.tiered"), "no tiers"))?;
@@ -751,6 +758,15 @@ fn key_source(
         KeyList::One(name) => one(name),
         KeyList::Many(names) if names.is_empty() => Err(ctx.at(spec, field, "an empty list of keys")),
         KeyList::Many(names) => Ok(KeySource::first_of(names.iter().map(|n| one(n)).collect::<Result<Vec<_>, _>>()?)),
+    }
+}
+
+fn long_keys(ctx: &Ctx<'_>, spec: Option<&Spanned<String>>, field: &str) -> Result<LongKeys, ConfigError> {
+    let Some(spec) = spec else { return Ok(LongKeys::Hash) };
+    match spec.get_ref().as_str() {
+        "hash" => Ok(LongKeys::Hash),
+        "refuse" => Ok(LongKeys::Refuse),
+        other => Err(ctx.at(spec, field, format!("`{other}` is not `hash` or `refuse`"))),
     }
 }
 

@@ -339,6 +339,24 @@ impl PartialEq for Key {
 
 impl Eq for Key {}
 
+/// The key's encoding: one byte for its kind (and whether it is
+/// [hashed](Key::is_hashed)), then its [`payload`](Key::payload); at most
+/// `1 + MAX_KEY_BYTES` bytes. What a remote store names the key by (weir-redis
+/// takes any `AsRef<[u8]>` key): keys of different kinds never share a name, and a
+/// long key is sent as its hash, never whole.
+///
+/// ```
+/// use weir_tower::Key;
+///
+/// assert_eq!(Key::api_key(b"k-1").as_ref(), b"\x02k-1");
+/// assert_eq!(Key::api_key(&[b'k'; 100 * 1024]).as_ref().len(), 17);
+/// ```
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
 /// One `write` of the encoding, without a length before it: a keyed store hashes a
 /// key on every check, and SipHash mixes the length in anyway. (Keys that are a
 /// prefix of one another hash alike only under a hasher that ignores the length;

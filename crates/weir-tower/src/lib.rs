@@ -70,8 +70,9 @@
 //! hash under a fixed key, the same on every instance of a fleet ([`Key`], "Long
 //! keys"), so a store's `max_keys` bounds its memory whatever its clients send. A
 //! tier lookup receives that hashed key for such a client.
-//! [`KeySource::long_keys`]`(`[`LongKeys::Refuse`]`)` refuses such a header with a
-//! 400 instead.
+//! [`KeySource::long_keys`]`(`[`LongKeys::Refuse`]`)` (`long_keys = "refuse"` in
+//! the file) refuses such a header with a 400 instead. A remote store names a key
+//! by its encoding (`Key: AsRef<[u8]>`), bounded alike.
 //!
 //! # Policies: which limits apply
 //!

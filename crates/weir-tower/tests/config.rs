@@ -163,3 +163,31 @@ quotas = [{ algorithm = "fixed_window", limit = 1, window = "1m" }]
     let e = Config::from_toml(&toml.replace("\"HEAD\"", "\"\"")).unwrap_err();
     assert_eq!((e.line, e.field.as_deref()), (Some(2), Some("skip_methods[1]")), "{e}");
 }
+
+/// `long_keys = "refuse"` refuses a header value over `MAX_KEY_BYTES` with a 400;
+/// by default it is kept as its hash. A value other than `hash` or `refuse` is an
+/// error naming the field.
+#[tokio::test]
+async fn long_keys_are_hashed_or_refused_as_the_file_says() {
+    let toml = r#"
+[[policy]]
+name = "api"
+default = true
+[[policy.limit]]
+key = "header:x-api-key"
+long_keys = "refuse"
+quotas = [{ algorithm = "fixed_window", limit = 5, window = "1m" }]
+"#;
+    let long = "k".repeat(weir_tower::MAX_KEY_BYTES + 1);
+    let router = |toml: &str| {
+        let layer = Config::from_toml(toml).unwrap().clock(ManualClock::new()).layer().unwrap();
+        Router::new().route("/", get(|| async { "ok" })).layer(layer)
+    };
+    let refusing = router(toml);
+    assert_eq!(get_from(&refusing, "/", &[("x-api-key", &long)]).await.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(get_from(&refusing, "/", &[("x-api-key", &long[1..])]).await.status(), StatusCode::OK);
+    let hashing = router(&toml.replace("long_keys = \"refuse\"\n", ""));
+    assert_eq!(get_from(&hashing, "/", &[("x-api-key", &long)]).await.status(), StatusCode::OK);
+    let e = Config::from_toml(&toml.replace("\"refuse\"", "\"truncate\"")).unwrap_err();
+    assert_eq!((e.line, e.field.as_deref()), (Some(7), Some("policy[0].limit[0].long_keys")), "{e}");
+}
