@@ -307,3 +307,50 @@ async fn a_throttle_wait_dropped_leaves_the_line_and_gives_back_what_it_held() {
     .await;
     assert!(cuts >= 4, "{cuts}");
 }
+
+/// A tier lookup that waits (a database call), after an in-memory limit admitted the
+/// request: dropped while the lookup waits, the in-memory admission is given back
+/// and the tier's store holds nothing; the next request is decided as if the
+/// dropped one had never come.
+#[tokio::test(flavor = "current_thread")]
+async fn a_tier_lookup_dropped_gives_back_what_the_earlier_limits_took() {
+    struct Run {
+        layer: RateLimitLayer,
+        per_client: Arc<KeyedFixedWindow<Key, ManualClock>>,
+        tier: Arc<KeyedFixedWindow<Key, ManualClock>>,
+        served: u64,
+    }
+    let current: Rc<RefCell<Option<Run>>> = Rc::new(RefCell::new(None));
+    let cuts = each_cancellation(
+        || {
+            let (per_client, tier) = (local(1), local(10));
+            let tiers = weir_tower::Tiers::builder(|_: Key| async {
+                tokio::task::yield_now().await;
+                tokio::task::yield_now().await;
+                Ok::<_, Infallible>("free")
+            })
+            .tier("free", Store::local(Arc::clone(&tier)))
+            .build()
+            .unwrap();
+            let policy = Policy::builder("api")
+                .limit(Limit::new(KeySource::global(), Store::local(Arc::clone(&per_client))))
+                .limit(Limit::tiered(KeySource::global(), tiers))
+                .build()
+                .unwrap();
+            let layer = RateLimitLayer::new(policy);
+            let future = request(&layer);
+            *current.borrow_mut() = Some(Run { layer, per_client, tier, served: served() });
+            future
+        },
+        async |k, finished| {
+            let Run { layer, per_client, tier, served: before } = current.borrow_mut().take().unwrap();
+            let admitted = served() - before;
+            assert_eq!((used(&per_client), used(&tier)), (admitted, admitted), "poll {k} (finished: {finished})");
+            let next = request(&layer).await.status();
+            let want = if admitted == 1 { StatusCode::TOO_MANY_REQUESTS } else { StatusCode::OK };
+            assert_eq!(next, want, "the next request after poll {k}");
+        },
+    )
+    .await;
+    assert!(cuts >= 4, "{cuts}");
+}
