@@ -139,10 +139,12 @@ impl KeyKind {
 /// shares a Redis maps the same client to the same key. Such a key says
 /// [`is_hashed`](Self::is_hashed); its [`payload`](Self::payload) is the 16 bytes
 /// of the hash; its kind is kept (a hashed API key never equals a hashed user id,
-/// nor any short key). Distinct long keys are distinct keys up to the hash (two
-/// collide with a chance of about 2⁻⁶⁴ among 2³² of them); the hash is no secret,
-/// so it keeps nothing private: it bounds memory, as [`Display`](fmt::Display)
-/// already hides an API key. **A tier lookup sees this key**: for an API key over
+/// nor any short key). Distinct long keys are distinct keys up to the hash: among
+/// 2³² long keys, any two share a hash with a chance below 2⁻⁶⁴. The hash's key is
+/// fixed and public, so the hash hides nothing and is no MAC: it bounds memory and
+/// keeps a fleet consistent. (To share another client's bucket on purpose, a client
+/// would need that client's key, with which it could send the key itself.) **A tier
+/// lookup sees this key**: for an API key over
 /// [`MAX_KEY_BYTES`], only its hash; a lookup that needs the whole key must then use
 /// keys no longer than that (or refuse longer ones with [`LongKeys::Refuse`]).
 ///

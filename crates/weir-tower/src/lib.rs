@@ -127,8 +127,10 @@
 //! leaves: no place in a throttle's line (a waiter at the head gives its slot
 //! back); nothing in an in-memory store, whose admissions made before the decision
 //! are given back by the drop; in a remote store, the admissions it already made
-//! for the request (a dropped request reached the server; a check sent and not yet
-//! answered may be counted too). Once the service is called, the request is
+//! for the request (a dropped request reached the server, and cost it a round
+//! trip: a client that always disconnects before its decision is still counted;
+//! a check sent and not yet answered may be counted too). Once the service is
+//! called, the request is
 //! admitted for good. [`until_ready`](wait::until_ready),
 //! [`until_key_ready`](wait::until_key_ready) and [`FifoWait`](wait::FifoWait)
 //! dropped consume nothing (an admitting check ends the wait in the same poll) and

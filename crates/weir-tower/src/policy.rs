@@ -429,7 +429,9 @@ pub(crate) fn compile(policy: Policy) -> CompiledPolicy {
 /// The admissions of a request being decided. Dropped before its decision is made
 /// (the request's future was dropped: its client went away), it gives back what
 /// in-memory stores admitted; a remote store's admission cannot be given back
-/// without waiting, and stays spent.
+/// without waiting, and stays spent. That is also what keeps a client that always
+/// disconnects before its decision counted: each such request cost the server a
+/// round trip to the remote store, and is counted there.
 struct Held<'a> {
     policy: &'a CompiledPolicy,
     keys: Keys,
