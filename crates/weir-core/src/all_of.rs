@@ -132,9 +132,20 @@ impl std::error::Error for AllOfError {}
 /// denies the request (or reports [`InsufficientCapacity`]), the earlier admissions
 /// are refunded ([`KeyedLimiter::refund`], with each member's own decision, so a
 /// per-window member gives the capacity back to the window it was taken from), and
-/// the denial is the answer. When every member admits, the answer is the admission
+/// the answer is a denial. When every member admits, the answer is the admission
 /// of the member with the least remaining (the first of them on a tie): the quota
 /// that binds next, whose numbers a client should see.
+///
+/// **A denial tells the longest wait.** The denial returned is, of every member
+/// that denies the request, the one with the longest
+/// [`retry_after`](Decision::retry_after): the time until this request would be
+/// admitted by all of them (a per-second and a per-minute quota both spent: the
+/// minute's wait, not the second's, after which the retry would be denied again).
+/// The members after the first denier are looked at for it: one whose
+/// [`snapshot`](KeyedLimiter::snapshot) has room for the request is passed over
+/// (it would admit), the others are checked, which on a denial writes nothing; one
+/// that admits after all gives its admission back at once. Still nothing is
+/// consumed by a denied request.
 ///
 /// Either way the [`Decision`] is tagged with [`Decision::for_policy`]: its index in
 /// [`AllOf::policies`], the members' policies one after the other (a member with two
@@ -278,7 +289,7 @@ impl<M> AllOf<M> {
         };
         let admission = member.check_n(key, n)?;
         if admission.is_denied() {
-            return Ok(Some(self.tag(index, admission)));
+            return self.longest_wait(index, key, n, self.tag(index, admission)).map(Some);
         }
         let later = self.check_from(index + 1, key, n);
         if !matches!(later, Ok(None)) && !matches!(later, Ok(Some(d)) if d.is_allowed()) {
@@ -294,6 +305,42 @@ impl<M> AllOf<M> {
             Ok(Some(later)) if later.remaining() < mine.remaining() => later,
             _ => mine,
         }))
+    }
+}
+
+impl<M> AllOf<M> {
+    /// `denial` (member `denier`'s), or the denial of a later member whose wait is
+    /// longer: a request retried after the first denier's wait would be denied again
+    /// by that member. A later member whose snapshot has room for `n` is not checked
+    /// (it would admit: it has no wait of its own); one that is checked denies
+    /// without writing anything, and should it admit after all (its capacity came
+    /// back meanwhile), its admission is given back at once. `n` more than a later
+    /// member can ever admit is that member's [`InsufficientCapacity`].
+    fn longest_wait<K: ?Sized>(
+        &self,
+        denier: usize,
+        key: &K,
+        n: u64,
+        mut denial: Decision,
+    ) -> Result<Decision, InsufficientCapacity>
+    where
+        M: AllOfMembers<K>,
+    {
+        for index in denier + 1..self.members.len() {
+            let Some(member) = self.members.member(index) else { break };
+            if member.snapshot(key).remaining() >= n {
+                continue;
+            }
+            let decision = member.check_n(key, n)?;
+            if decision.is_allowed() {
+                // Taken by a check made only to read a wait: given back, as a
+                // denied request consumes nothing.
+                let _ = member.refund(key, n, &decision);
+            } else if decision.retry_after() > denial.retry_after() {
+                denial = self.tag(index, decision);
+            }
+        }
+        Ok(denial)
     }
 }
 
@@ -443,6 +490,51 @@ mod tests {
         assert_eq!(all.members().1.used(7), 1);
         // Other keys are not affected.
         assert!(all.check_n(&8, 1).unwrap().is_allowed());
+    }
+
+    /// Denies every request, telling it to wait `retry` ns.
+    struct Refuses {
+        policy: [Policy; 1],
+        retry: u64,
+    }
+
+    impl Refuses {
+        fn new(retry: u64) -> Self {
+            Self { policy: [Policy::new(1, Duration::from_nanos(retry))], retry }
+        }
+    }
+
+    impl KeyedLimiter<u32> for Refuses {
+        fn check_n(&self, _: &u32, _: u64) -> Result<Decision, InsufficientCapacity> {
+            Ok(Decision::denied(Snapshot::new(1, 0, self.retry), self.retry))
+        }
+        fn refund(&self, _: &u32, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
+            Ok(())
+        }
+        fn snapshot(&self, _: &u32) -> Snapshot {
+            Snapshot::new(1, 0, self.retry)
+        }
+        fn policies(&self) -> &[Policy] {
+            &self.policy
+        }
+    }
+
+    /// The first member to deny is not the whole answer: a retry after its wait
+    /// would be denied by a later member, so the denial is the longest wait of every
+    /// member that denies; the members that admit it give back what they took.
+    #[test]
+    fn a_denial_tells_the_longest_wait_of_the_members_that_deny() {
+        let all = AllOf::new((Counter::new(5), Refuses::new(1_000), Counter::new(5), Refuses::new(59_000))).unwrap();
+        let denied = all.check_n(&0, 1).unwrap();
+        assert!(denied.is_denied());
+        assert_eq!(denied.retry_after(), Some(Duration::from_nanos(59_000)));
+        assert_eq!(denied.policy_index(), 3, "the member with the longest wait");
+        assert_eq!((all.members().0.used(0), all.members().2.used(0)), (0, 0), "nothing consumed");
+        // The longest wait comes first: still the longest.
+        let all = AllOf::new((Refuses::new(59_000), Counter::new(5), Refuses::new(1_000))).unwrap();
+        let denied = all.check_n(&0, 1).unwrap();
+        assert_eq!((denied.retry_after(), denied.policy_index()), (Some(Duration::from_nanos(59_000)), 0));
+        assert_eq!(all.members().1.used(0), 0);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! skip = ["/health"]                # paths never limited
+//! skip_methods = ["OPTIONS"]        # methods never limited (CORS preflights)
 //! legacy_headers = true             # X-RateLimit-* besides RateLimit / RateLimit-Policy
 //! problem_type = "about:blank"      # the `type` of the problem+json bodies
 //!
@@ -26,6 +27,7 @@
 //! [[policy.limit]]
 //! key = "ip"
 //! on_missing_key = "skip"           # deny (400) | skip | shared:<name>
+//! long_keys = "hash"                # a header value over 128 bytes: hash (the default) | refuse (400)
 //! quotas = [{ algorithm = "gcra", limit = 100, window = "1m", burst = 20 }]
 //!
 //! [tier_cache]
@@ -54,7 +56,7 @@
 //! `line 17, column 47, `window`: `5 minutes` is not a duration; ...`.
 
 use crate::ip::{ClientIp, ClientIpError, ForwardedHeader};
-use crate::key::{Key, KeySource, MissingKey};
+use crate::key::{Key, KeySource, LongKeys, MissingKey};
 use crate::layer::{RateLimitLayer, RateLimitLayerBuilder};
 use crate::policy::{Limit, Policy, PolicyError};
 use crate::store::Store;
@@ -154,6 +156,8 @@ impl fmt::Debug for Config {
 struct File {
     #[serde(default)]
     skip: Vec<Spanned<String>>,
+    #[serde(default)]
+    skip_methods: Vec<Spanned<String>>,
     legacy_headers: Option<bool>,
     problem_type: Option<String>,
     #[serde(default)]
@@ -200,6 +204,7 @@ enum KeyList {
 struct LimitSpec {
     key: Spanned<KeyList>,
     on_missing_key: Option<Spanned<String>>,
+    long_keys: Option<Spanned<String>>,
     #[serde(default)]
     quotas: Vec<QuotaSpec>,
     tiered: Option<Spanned<bool>>,
@@ -393,6 +398,9 @@ impl Config {
         for path in &file.skip {
             builder = builder.skip_path(path.get_ref());
         }
+        for (i, method) in file.skip_methods.iter().enumerate() {
+            builder = builder.skip_methods([skip_method(&ctx, method, i)?]);
+        }
         if let Some(legacy) = file.legacy_headers {
             builder = builder.legacy_headers(legacy);
         }
@@ -447,6 +455,9 @@ impl Config {
                 return Err(ctx.at(path, format!("skip[{i}]"), "a path starts with `/`"));
             }
         }
+        for (i, method) in file.skip_methods.iter().enumerate() {
+            skip_method(&ctx, method, i)?;
+        }
         self.client(&ctx)?;
         if file.policies.is_empty() {
             return Err(ConfigError {
@@ -492,6 +503,7 @@ impl Config {
                 let field = format!("policy[{p}].limit[{l}]");
                 key_source(&ctx, &limit.key, &format!("{field}.key"), &ClientIp::default())?;
                 missing_key(&ctx, limit.on_missing_key.as_ref(), &format!("{field}.on_missing_key"))?;
+                long_keys(&ctx, limit.long_keys.as_ref(), &format!("{field}.long_keys"))?;
                 let kinds = usize::from(!limit.quotas.is_empty())
                     + usize::from(limit.is_tiered())
                     + usize::from(limit.throttle.is_some());
@@ -677,7 +689,11 @@ impl Config {
         client: &ClientIp,
         tiers: &mut Option<Arc<Tiers>>,
     ) -> Result<Limit, ConfigError> {
-        let key = key_source(ctx, &spec.key, &format!("{field}.key"), client)?;
+        let key = key_source(ctx, &spec.key, &format!("{field}.key"), client)?.long_keys(long_keys(
+            ctx,
+            spec.long_keys.as_ref(),
+            &format!("{field}.long_keys"),
+        )?);
         let missing = missing_key(ctx, spec.on_missing_key.as_ref(), &format!("{field}.on_missing_key"))?;
         let limit = if spec.is_tiered() {
             let tiers = tiers.as_ref().ok_or_else(|| ctx.at(&spec.key, format!("{field}.tiered"), "no tiers"))?;
@@ -700,6 +716,16 @@ fn max_keys(ctx: &Ctx<'_>, spec: Option<&Spanned<u64>>, field: &str) -> Result<u
     match spec {
         Some(n) => Ok(usize::try_from(ctx.positive(n, field)?).unwrap_or(usize::MAX)),
         None => Ok(100_000),
+    }
+}
+
+/// `skip_methods[i]`: an HTTP method, as written (`OPTIONS`, `HEAD`; methods are
+/// case-sensitive).
+fn skip_method(ctx: &Ctx<'_>, spec: &Spanned<String>, i: usize) -> Result<http::Method, ConfigError> {
+    let name = spec.get_ref();
+    match http::Method::from_bytes(name.as_bytes()) {
+        Ok(method) if !name.is_empty() => Ok(method),
+        _ => Err(ctx.at(spec, format!("skip_methods[{i}]"), format!("`{name}` is not an HTTP method"))),
     }
 }
 
@@ -732,6 +758,15 @@ fn key_source(
         KeyList::One(name) => one(name),
         KeyList::Many(names) if names.is_empty() => Err(ctx.at(spec, field, "an empty list of keys")),
         KeyList::Many(names) => Ok(KeySource::first_of(names.iter().map(|n| one(n)).collect::<Result<Vec<_>, _>>()?)),
+    }
+}
+
+fn long_keys(ctx: &Ctx<'_>, spec: Option<&Spanned<String>>, field: &str) -> Result<LongKeys, ConfigError> {
+    let Some(spec) = spec else { return Ok(LongKeys::Hash) };
+    match spec.get_ref().as_str() {
+        "hash" => Ok(LongKeys::Hash),
+        "refuse" => Ok(LongKeys::Refuse),
+        other => Err(ctx.at(spec, field, format!("`{other}` is not `hash` or `refuse`"))),
     }
 }
 

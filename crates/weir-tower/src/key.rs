@@ -12,6 +12,87 @@ use std::sync::Arc;
 /// are built without allocating.
 const INLINE: usize = 46;
 
+/// The most bytes of a key's payload kept as they are. An API key, user id or custom
+/// key longer than this is kept as its 128-bit hash (see [`Key`], "Long keys"), or,
+/// for a header whose source says [`LongKeys::Refuse`], refused with a 400.
+pub const MAX_KEY_BYTES: usize = 128;
+
+/// The flag in a key's tag byte that says its payload is the hash of a long key.
+const HASHED: u8 = 0x80;
+
+/// The SipHash key of long keys' hashes: fixed, so every instance of a fleet (and
+/// every version of weir-tower) maps one long key to the same key.
+const HASH_KEY: [u8; 16] = *b"weir key hash v1";
+
+/// SipHash-2-4 with a 128-bit output (Aumasson and Bernstein, "SipHash: a fast
+/// short-input PRF", 2012; the reference implementation's `siphash` with
+/// `outlen = 16`), checked against the reference's test vectors.
+fn siphash_2_4_128(key: &[u8; 16], data: &[u8]) -> [u8; 16] {
+    #[inline]
+    fn round(v: &mut [u64; 4]) {
+        v[0] = v[0].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(13) ^ v[0];
+        v[0] = v[0].rotate_left(32);
+        v[2] = v[2].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(16) ^ v[2];
+        v[0] = v[0].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(21) ^ v[0];
+        v[2] = v[2].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(17) ^ v[2];
+        v[2] = v[2].rotate_left(32);
+    }
+    let word = |bytes: &[u8]| {
+        let mut le = [0u8; 8];
+        le[..bytes.len()].copy_from_slice(bytes);
+        u64::from_le_bytes(le)
+    };
+    let (k0, k1) = (word(&key[..8]), word(&key[8..]));
+    let mut v = [
+        0x736f_6d65_7073_6575 ^ k0,
+        0x646f_7261_6e64_6f6d ^ k1 ^ 0xee,
+        0x6c79_6765_6e65_7261 ^ k0,
+        0x7465_6462_7974_6573 ^ k1,
+    ];
+    let mut chunks = data.chunks_exact(8);
+    for chunk in &mut chunks {
+        let m = word(chunk);
+        v[3] ^= m;
+        round(&mut v);
+        round(&mut v);
+        v[0] ^= m;
+    }
+    // The length's low byte in the top byte of the last word, as the reference does.
+    let last = word(chunks.remainder()) | ((data.len() as u64) << 56);
+    v[3] ^= last;
+    round(&mut v);
+    round(&mut v);
+    v[0] ^= last;
+    v[2] ^= 0xee;
+    (0..4).for_each(|_| round(&mut v));
+    let low = v[0] ^ v[1] ^ v[2] ^ v[3];
+    v[1] ^= 0xdd;
+    (0..4).for_each(|_| round(&mut v));
+    let high = v[0] ^ v[1] ^ v[2] ^ v[3];
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&low.to_le_bytes());
+    out[8..].copy_from_slice(&high.to_le_bytes());
+    out
+}
+
+/// What a source does with a header value longer than [`MAX_KEY_BYTES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum LongKeys {
+    /// Keep its 128-bit hash (the default): the client is still told apart from
+    /// every other (up to the hash), and costs no more than a short key.
+    #[default]
+    Hash,
+    /// Refuse the request: `400 Bad Request`, with a problem+json `detail` that
+    /// names the header and the size. Whatever the limit's [`MissingKey`] says: a
+    /// refused key is not a missing one.
+    Refuse,
+}
+
 /// What a key is made of; the first byte of its encoding, so keys of different kinds
 /// never collide in one store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,6 +129,37 @@ impl KeyKind {
 /// different key). IP keys, and other keys up to 45 bytes, are kept inline: building
 /// and comparing them allocates nothing.
 ///
+/// # Long keys
+///
+/// A client chooses its API key (or any header value), and a key is kept wherever
+/// the client is counted (a store, the tier cache, a throttle's map) and sent (a
+/// remote store's key name). So a key costs at most [`MAX_KEY_BYTES`] bytes of
+/// payload: an API key, user id or custom key longer than that is kept as its
+/// 128-bit SipHash-2-4 hash, under a fixed key, so every instance of a fleet that
+/// shares a Redis maps the same client to the same key. Such a key says
+/// [`is_hashed`](Self::is_hashed); its [`payload`](Self::payload) is the 16 bytes
+/// of the hash; its kind is kept (a hashed API key never equals a hashed user id,
+/// nor any short key). Distinct long keys are distinct keys up to the hash: among
+/// 2³² long keys, any two share a hash with a chance below 2⁻⁶⁴. The hash's key is
+/// fixed and public, so the hash hides nothing and is no MAC: it bounds memory and
+/// keeps a fleet consistent. (To share another client's bucket on purpose, a client
+/// would need that client's key, with which it could send the key itself.) **A tier
+/// lookup sees this key**: for an API key over
+/// [`MAX_KEY_BYTES`], only its hash; a lookup that needs the whole key must then use
+/// keys no longer than that (or refuse longer ones with [`LongKeys::Refuse`]).
+///
+/// ```
+/// use weir_tower::{Key, MAX_KEY_BYTES};
+///
+/// let long = vec![b'k'; 100 * 1024];
+/// let key = Key::api_key(&long);
+/// assert!(key.is_hashed());
+/// assert_eq!(key.payload().len(), 16);
+/// assert_eq!(key, Key::api_key(&long)); // the same key on every instance
+/// assert_ne!(key, Key::api_key(&long[1..]));
+/// assert!(!Key::api_key(&long[..MAX_KEY_BYTES]).is_hashed());
+/// ```
+///
 /// ```
 /// use std::net::IpAddr;
 /// use weir_tower::{Key, KeyKind};
@@ -73,22 +185,27 @@ enum Repr {
 }
 
 impl Key {
-    fn encode(kind: KeyKind, parts: &[&[u8]]) -> Self {
-        let len = 1 + parts.iter().map(|p| p.len()).sum::<usize>();
+    /// The key of `kind` made of `payload`: inline up to `INLINE - 1` bytes, on the
+    /// heap up to [`MAX_KEY_BYTES`], else its hash (inline).
+    fn encode(kind: KeyKind, payload: &[u8]) -> Self {
+        if payload.len() > MAX_KEY_BYTES {
+            let hash = siphash_2_4_128(&HASH_KEY, payload);
+            let mut encoding = [0u8; 17];
+            encoding[0] = kind.tag() | HASHED;
+            encoding[1..].copy_from_slice(&hash);
+            return Self::inline(encoding);
+        }
+        let len = 1 + payload.len();
         if len <= INLINE {
             let mut bytes = [0u8; INLINE];
             bytes[0] = kind.tag();
-            let mut at = 1;
-            for part in parts {
-                bytes[at..at + part.len()].copy_from_slice(part);
-                at += part.len();
-            }
+            bytes[1..len].copy_from_slice(payload);
             // `len <= INLINE < 256`.
             Self(Repr::Inline { len: len as u8, bytes })
         } else {
             let mut bytes = Vec::with_capacity(len);
             bytes.push(kind.tag());
-            parts.iter().for_each(|p| bytes.extend_from_slice(p));
+            bytes.extend_from_slice(payload);
             Self(Repr::Heap(bytes.into_boxed_slice()))
         }
     }
@@ -137,14 +254,14 @@ impl Key {
         }
     }
 
-    /// An API key (the raw header value).
+    /// An API key (the raw header value; over [`MAX_KEY_BYTES`], its hash).
     pub fn api_key(key: &[u8]) -> Self {
-        Self::encode(KeyKind::ApiKey, &[key])
+        Self::encode(KeyKind::ApiKey, key)
     }
 
-    /// An authenticated user.
+    /// An authenticated user (an id over [`MAX_KEY_BYTES`]: its hash).
     pub fn user(id: &str) -> Self {
-        Self::encode(KeyKind::User, &[id.as_bytes()])
+        Self::encode(KeyKind::User, id.as_bytes())
     }
 
     /// The one key every request shares.
@@ -152,9 +269,16 @@ impl Key {
         Self::encode(KeyKind::Global, &[])
     }
 
-    /// A key of your own making (distinct from every other kind).
+    /// A key of your own making (distinct from every other kind; over
+    /// [`MAX_KEY_BYTES`], its hash).
     pub fn custom(bytes: &[u8]) -> Self {
-        Self::encode(KeyKind::Custom, &[bytes])
+        Self::encode(KeyKind::Custom, bytes)
+    }
+
+    /// Whether this key is the hash of a payload longer than [`MAX_KEY_BYTES`] (its
+    /// [`payload`](Self::payload) is then the 16 bytes of the hash).
+    pub fn is_hashed(&self) -> bool {
+        self.bytes().first().is_some_and(|tag| tag & HASHED != 0)
     }
 
     /// The encoding: the kind's tag, then the kind's bytes.
@@ -168,7 +292,7 @@ impl Key {
 
     /// What this key is made of.
     pub fn kind(&self) -> KeyKind {
-        match self.bytes().first() {
+        match self.bytes().first().map(|tag| tag & !HASHED) {
             Some(1) => KeyKind::Ip,
             Some(2) => KeyKind::ApiKey,
             Some(3) => KeyKind::User,
@@ -178,7 +302,8 @@ impl Key {
     }
 
     /// The bytes the key was made of, without the kind (for an IP key: the prefix
-    /// length, then the address bytes).
+    /// length, then the address bytes; for a [hashed](Self::is_hashed) key, the 16
+    /// bytes of the hash). At most [`MAX_KEY_BYTES`].
     pub fn payload(&self) -> &[u8] {
         self.bytes().get(1..).unwrap_or(&[])
     }
@@ -216,6 +341,24 @@ impl PartialEq for Key {
 
 impl Eq for Key {}
 
+/// The key's encoding: one byte for its kind (and whether it is
+/// [hashed](Key::is_hashed)), then its [`payload`](Key::payload); at most
+/// `1 + MAX_KEY_BYTES` bytes. What a remote store names the key by (weir-redis
+/// takes any `AsRef<[u8]>` key): keys of different kinds never share a name, and a
+/// long key is sent as its hash, never whole.
+///
+/// ```
+/// use weir_tower::Key;
+///
+/// assert_eq!(Key::api_key(b"k-1").as_ref(), b"\x02k-1");
+/// assert_eq!(Key::api_key(&[b'k'; 100 * 1024]).as_ref().len(), 17);
+/// ```
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
 /// One `write` of the encoding, without a length before it: a keyed store hashes a
 /// key on every check, and SipHash mixes the length in anyway. (Keys that are a
 /// prefix of one another hash alike only under a hasher that ignores the length;
@@ -229,9 +372,20 @@ impl Hash for Key {
 
 /// How a key is shown in logs and events: an IP as its address (`/prefix` when
 /// grouped), a user as `user:<id>`, an API key as `api-key:` and its first four
-/// characters only (the key is a secret), the global key as `global`.
+/// characters only (the key is a secret), the global key as `global`; a
+/// [hashed](Key::is_hashed) key as its kind and the first 4 bytes of its hash in hex
+/// (`api-key:#1a2b3c4d…`).
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_hashed() {
+            let kind = match self.kind() {
+                KeyKind::ApiKey => "api-key",
+                KeyKind::User => "user",
+                _ => "custom",
+            };
+            let hash: String = self.payload().iter().take(4).map(|b| format!("{b:02x}")).collect();
+            return write!(f, "{kind}:#{hash}…");
+        }
         match self.kind() {
             KeyKind::Ip => match self.ip_network() {
                 Some((IpAddr::V4(ip), 32)) => write!(f, "{ip}"),
@@ -297,7 +451,7 @@ pub struct KeySource(Source);
 #[derive(Clone)]
 enum Source {
     Ip(ClientIp),
-    Header(HeaderName),
+    Header(HeaderName, LongKeys),
     User,
     Global,
     Custom(Arc<KeyFn>),
@@ -315,8 +469,29 @@ impl KeySource {
     /// name never matches (every request then has no key from this source).
     pub fn header(name: &str) -> Self {
         match HeaderName::from_bytes(name.as_bytes()) {
-            Ok(name) => Self(Source::Header(name)),
+            Ok(name) => Self(Source::Header(name, LongKeys::Hash)),
             Err(_) => Self(Source::Custom(Arc::new(|_: &Parts| None))),
+        }
+    }
+
+    /// What a [`header`](Self::header) source (or each header source of a
+    /// [`first_of`](Self::first_of)) does with a value longer than
+    /// [`MAX_KEY_BYTES`]: keep its hash ([`LongKeys::Hash`], the default) or refuse
+    /// the request ([`LongKeys::Refuse`]).
+    ///
+    /// ```
+    /// use weir_tower::{KeySource, LongKeys};
+    ///
+    /// let api_key = KeySource::header("x-api-key").long_keys(LongKeys::Refuse);
+    /// # let _ = api_key;
+    /// ```
+    pub fn long_keys(self, long: LongKeys) -> Self {
+        match self.0 {
+            Source::Header(name, _) => Self(Source::Header(name, long)),
+            Source::FirstOf(sources) => {
+                Self(Source::FirstOf(sources.iter().cloned().map(|source| source.long_keys(long)).collect()))
+            }
+            other => Self(other),
         }
     }
 
@@ -356,19 +531,56 @@ impl KeySource {
         }
     }
 
-    /// The request's key, or `None` when it has none from this source.
-    pub fn key(&self, parts: &Parts) -> Option<Key> {
+    /// Where the key is read from, in words a client can act on: ``the `x-api-key`
+    /// header``, `the authenticated user`, ....
+    pub(crate) fn describe(&self) -> String {
         match &self.0 {
+            Source::Ip(_) => "the client's IP address".into(),
+            Source::Header(name, _) => format!("the `{name}` header"),
+            Source::User => "the authenticated user".into(),
+            Source::Global => "one key for every request".into(),
+            Source::Custom(_) => "a key the server reads from the request".into(),
+            Source::FirstOf(sources) => {
+                let each: Vec<String> = sources.iter().map(KeySource::describe).collect();
+                format!("the first of: {}", each.join(", "))
+            }
+        }
+    }
+
+    /// The request's key, or `None` when it has none from this source (or a header
+    /// value this source refuses: see [`long_keys`](Self::long_keys)). A header
+    /// with several lines is read by its first; surrounding spaces and tabs are not
+    /// part of the key.
+    pub fn key(&self, parts: &Parts) -> Option<Key> {
+        self.read(parts).ok().flatten()
+    }
+
+    /// The request's key; `Ok(None)` when it has none from this source; `Err` with
+    /// the header's name when a header value is over [`MAX_KEY_BYTES`] and this
+    /// source refuses long keys.
+    pub(crate) fn read(&self, parts: &Parts) -> Result<Option<Key>, HeaderName> {
+        Ok(match &self.0 {
             Source::Ip(client) => client.key(parts),
-            Source::Header(name) => {
-                let value = parts.headers.get(name)?.as_bytes().trim_ascii();
+            Source::Header(name, long) => {
+                let Some(value) = parts.headers.get(name) else { return Ok(None) };
+                let value = value.as_bytes().trim_ascii();
+                if value.len() > MAX_KEY_BYTES && *long == LongKeys::Refuse {
+                    return Err(name.clone());
+                }
                 (!value.is_empty()).then(|| Key::api_key(value))
             }
             Source::User => parts.extensions.get::<User>().map(|user| Key::user(&user.0)),
             Source::Global => Some(Key::global()),
             Source::Custom(key) => key(parts),
-            Source::FirstOf(sources) => sources.iter().find_map(|source| source.key(parts)),
-        }
+            Source::FirstOf(sources) => {
+                for source in sources.iter() {
+                    if let Some(key) = source.read(parts)? {
+                        return Ok(Some(key));
+                    }
+                }
+                None
+            }
+        })
     }
 }
 
@@ -376,7 +588,7 @@ impl fmt::Debug for KeySource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             Source::Ip(client) => f.debug_tuple("Ip").field(client).finish(),
-            Source::Header(name) => f.debug_tuple("Header").field(name).finish(),
+            Source::Header(name, long) => f.debug_tuple("Header").field(name).field(long).finish(),
             Source::User => f.write_str("User"),
             Source::Global => f.write_str("Global"),
             Source::Custom(_) => f.write_str("Custom(..)"),
@@ -406,12 +618,65 @@ mod tests {
 
     #[test]
     fn long_keys_live_on_the_heap_and_compare_by_content() {
-        let long = "u".repeat(200);
+        let long = "u".repeat(100);
         assert_eq!(Key::user(&long), Key::user(&long));
         assert_ne!(Key::user(&long), Key::user(&long[1..]));
         assert!(matches!(Key::user(&long).0, Repr::Heap(_)));
         assert!(matches!(Key::user(&long[..45]).0, Repr::Inline { .. }));
         assert!(matches!(Key::ip("2001:db8::1".parse().unwrap()).0, Repr::Inline { .. }));
+    }
+
+    /// The bytes a key keeps, inline or on the heap.
+    fn kept(key: &Key) -> usize {
+        match &key.0 {
+            Repr::Inline { .. } => 0,
+            Repr::Heap(bytes) => bytes.len(),
+        }
+    }
+
+    #[test]
+    fn a_key_a_client_chose_keeps_a_bounded_number_of_bytes() {
+        let huge = vec![b'k'; 100 * 1024];
+        for key in [Key::api_key(&huge), Key::user(&"u".repeat(100 * 1024)), Key::custom(&huge)] {
+            assert!(kept(&key) <= 1 + MAX_KEY_BYTES, "{} bytes kept for {key:?}", kept(&key));
+            assert!(key.payload().len() <= MAX_KEY_BYTES);
+        }
+    }
+
+    /// The reference implementation's `vectors_sip128`: key `00..0f`, message
+    /// `00..(len - 1)`.
+    #[test]
+    fn long_keys_hash_as_the_siphash_reference_does() {
+        let key: [u8; 16] = core::array::from_fn(|i| i as u8);
+        let message: Vec<u8> = (0..64).collect();
+        let vectors: [(usize, &str); 6] = [
+            (0, "a3817f04ba25a8e66df67214c7550293"),
+            (1, "da87c1d86b99af44347659119b22fc45"),
+            (7, "a1f1ebbed8dbc153c0b84aa61ff08239"),
+            (8, "3b62a9ba6258f5610f83e264f31497b4"),
+            (15, "5493e99933b0a8117e08ec0f97cfc3d9"),
+            (63, "5150d1772f50834a503e069a973fbd7c"),
+        ];
+        for (len, want) in vectors {
+            let got: String = siphash_2_4_128(&key, &message[..len]).iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(got, want, "{len} bytes");
+        }
+        // The same long key is the same key in every process and version.
+        let long = Key::api_key(&[b'k'; 200]);
+        assert_eq!(long.to_string(), "api-key:#".to_owned() + &long.to_string()[9..]);
+        assert_eq!(long.payload(), siphash_2_4_128(&HASH_KEY, &[b'k'; 200]));
+    }
+
+    #[test]
+    fn hashed_keys_keep_their_kind_and_never_equal_short_ones() {
+        let long = vec![b'x'; MAX_KEY_BYTES + 1];
+        let (api, user) = (Key::api_key(&long), Key::user(core::str::from_utf8(&long).unwrap()));
+        assert!(api.is_hashed() && user.is_hashed());
+        assert_eq!((api.kind(), user.kind()), (KeyKind::ApiKey, KeyKind::User));
+        assert_ne!(api, user);
+        assert_ne!(api, Key::api_key(api.payload()), "a short key spelling the hash is another key");
+        assert!(!Key::api_key(&long[..MAX_KEY_BYTES]).is_hashed());
+        assert!(api.to_string().starts_with("api-key:#"), "{api}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tower_layer::Layer;
 use tower_service::Service;
 use weir_core::__private::sync::{AtomicBool, Ordering};
-use weir_core::{Decision, KeyedLimiter};
+use weir_core::{Decision, DenyReason, KeyedLimiter};
 
 type SkipFn = dyn Fn(&Parts) -> bool + Send + Sync;
 type HookFn = dyn Fn(&LimitEvent<'_>) + Send + Sync;
@@ -80,6 +80,7 @@ struct Shared {
     default: Option<usize>,
     policies: Vec<CompiledPolicy>,
     skip_paths: Vec<Box<str>>,
+    skip_methods: Vec<http::Method>,
     skip: Option<Arc<SkipFn>>,
     on_limit: Option<Arc<HookFn>>,
     legacy_headers: bool,
@@ -102,7 +103,9 @@ impl Shared {
     }
 
     fn skips(&self, parts: &Parts) -> bool {
-        self.skip_paths.iter().any(|p| **p == *parts.uri.path()) || self.skip.as_ref().is_some_and(|skip| skip(parts))
+        self.skip_methods.contains(&parts.method)
+            || self.skip_paths.iter().any(|p| **p == *parts.uri.path())
+            || self.skip.as_ref().is_some_and(|skip| skip(parts))
     }
 
     /// The middleware's own answer to a refused request, after telling the hook.
@@ -111,6 +114,20 @@ impl Shared {
         let policy = compiled.map_or("", |p| &*p.name);
         let path = parts.uri.path();
         match refusal {
+            Refusal::Denied { decision, limit, tier, key, headers: _ }
+                if decision.deny_reason() == Some(DenyReason::KeyCapacity) =>
+            {
+                // The store is full of other clients: no bucket of this client's to
+                // describe in `RateLimit` fields.
+                let (quota, tail) = compiled.map_or(("", None), |p| p.quota_text(limit, tier, &decision));
+                let retry_after = decision.retry_after();
+                tracing::debug!(
+                    target: "weir_tower", policy, quota, key = %key, path,
+                    retry_after_s = retry_after.map(retry_after_secs), "refused: the store is full of other keys"
+                );
+                let why = (Cause::KeyCapacity, quota, Some(&key), Some(&decision), retry_after);
+                self.respond(parts, policy, why, None, tail)
+            }
             Refusal::Denied { decision, limit, tier, key, headers } => {
                 let (quota, tail) = compiled.map_or(("", None), |p| p.quota_text(limit, tier, &decision));
                 let retry_after = decision.retry_after();
@@ -142,15 +159,31 @@ impl Shared {
     }
 
     /// The answer to a request that has no key for the policy's `limit`-th limit,
-    /// which denies keyless requests.
-    fn unidentified(&self, policy: usize, limit: usize, parts: &Parts) -> Response<Bytes> {
+    /// which denies keyless requests, or whose header `too_long` is longer than the
+    /// limit's source accepts.
+    fn unidentified(
+        &self,
+        policy: usize,
+        limit: usize,
+        parts: &Parts,
+        too_long: Option<http::HeaderName>,
+    ) -> Response<Bytes> {
         let compiled = self.policies.get(policy);
         let no_peer = compiled.is_some_and(|p| p.lacks_peer_address(limit, parts));
         let policy = compiled.map_or("", |p| &*p.name);
         let path = parts.uri.path();
+        if let Some(name) = too_long {
+            tracing::debug!(target: "weir_tower", policy, path, header = %name, "client key too long");
+            let detail = format!(
+                "The request's `{name}` header is longer than {} bytes, the longest client key this limit accepts.",
+                crate::MAX_KEY_BYTES
+            );
+            return self.respond_with(parts, policy, (Cause::Unidentified, "", None, None, None), None, None, &detail);
+        }
         if !no_peer {
             tracing::debug!(target: "weir_tower", policy, path, "client not identified");
-            return self.respond(parts, policy, (Cause::Unidentified, "", None, None, None), None, None);
+            let detail = compiled.map_or("", |p| p.missing_detail(limit));
+            return self.respond_with(parts, policy, (Cause::Unidentified, "", None, None, None), None, None, detail);
         }
         // Ordering: Relaxed: the flag guards a log line and publishes nothing else;
         // at worst two threads racing on the first such request both warn.
@@ -179,19 +212,27 @@ impl Shared {
         headers: Option<RateLimitHeaders>,
         tail: Option<&[u8]>,
     ) -> Response<Bytes> {
+        self.respond_with(parts, policy, why, headers, tail, why.0.words().1)
+    }
+
+    /// [`respond`](Self::respond), with the problem body's `detail`.
+    #[allow(clippy::too_many_arguments)]
+    fn respond_with(
+        &self,
+        parts: &Parts,
+        policy: &str,
+        why: (Cause, &str, Option<&Key>, Option<&Decision>, Option<Duration>),
+        headers: Option<RateLimitHeaders>,
+        tail: Option<&[u8]>,
+        detail: &str,
+    ) -> Response<Bytes> {
         let (cause, quota, key, decision, retry_after) = why;
         let rejection = cause.rejection();
         if let Some(hook) = &self.on_limit {
             hook(&LimitEvent { request: parts, policy, rejection, quota, key, decision, retry_after });
         }
-        let denied = Denied {
-            rejection,
-            policy,
-            quota,
-            retry_after_secs: retry_after.map(retry_after_secs),
-            decision,
-            detail: cause.words().1,
-        };
+        let denied =
+            Denied { rejection, policy, quota, retry_after_secs: retry_after.map(retry_after_secs), decision, detail };
         self.body.response(cause, &denied, headers, tail)
     }
 }
@@ -264,6 +305,7 @@ impl RateLimitLayer {
             default: None,
             policies: Vec::new(),
             skip_paths: Vec::new(),
+            skip_methods: Vec::new(),
             skip: None,
             on_limit: None,
             legacy_headers: true,
@@ -281,6 +323,7 @@ impl fmt::Debug for RateLimitLayer {
             .field("default", &s.default)
             .field("policies", &s.policies.iter().map(|p| &*p.name).collect::<Vec<_>>())
             .field("skip_paths", &s.skip_paths)
+            .field("skip_methods", &s.skip_methods)
             .field("legacy_headers", &s.legacy_headers)
             .finish_non_exhaustive()
     }
@@ -292,6 +335,7 @@ pub struct RateLimitLayerBuilder {
     default: Option<usize>,
     policies: Vec<CompiledPolicy>,
     skip_paths: Vec<Box<str>>,
+    skip_methods: Vec<http::Method>,
     skip: Option<Arc<SkipFn>>,
     on_limit: Option<Arc<HookFn>>,
     legacy_headers: bool,
@@ -329,6 +373,26 @@ impl RateLimitLayerBuilder {
     /// Requests to exactly this path are not limited (a health check, say).
     pub fn skip_path(mut self, path: &str) -> Self {
         self.skip_paths.push(path.into());
+        self
+    }
+
+    /// Requests of these methods are not limited (nor given `RateLimit` headers):
+    /// `.skip_methods([Method::OPTIONS])` lets CORS preflights through, which
+    /// otherwise count as any request does. Adds to the methods given before.
+    ///
+    /// ```
+    /// use http::Method;
+    /// use weir_tower::{Policy, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .policy(Policy::builder("api").build()?)
+    ///     .skip_methods([Method::OPTIONS, Method::HEAD])
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn skip_methods(mut self, methods: impl IntoIterator<Item = http::Method>) -> Self {
+        self.skip_methods.extend(methods);
         self
     }
 
@@ -380,6 +444,7 @@ impl RateLimitLayerBuilder {
                 default: self.default,
                 policies: self.policies,
                 skip_paths: self.skip_paths,
+                skip_methods: self.skip_methods,
                 skip: self.skip,
                 on_limit: self.on_limit,
                 legacy_headers: self.legacy_headers,
@@ -447,8 +512,8 @@ where
             return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), None);
         };
         let mut keys: Keys = Default::default();
-        if let Err(limit) = policy.keys(&parts, &mut keys) {
-            return ResponseFuture::rejected(shared.unidentified(policy_index, limit, &parts));
+        if let Err((limit, too_long)) = policy.keys(&parts, &mut keys) {
+            return ResponseFuture::rejected(shared.unidentified(policy_index, limit, &parts, too_long));
         }
         let (tiers, ready) = policy.cached_tiers(&keys);
         if ready {

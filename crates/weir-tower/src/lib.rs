@@ -35,12 +35,22 @@
 //! # How a request flows
 //!
 //! ```text
-//! request ─► skip? (`/health`) ─► route policy (longest path prefix, or the default)
+//! request ─► skip? (`/health`, OPTIONS) ─► route policy (longest path prefix, or the default)
 //!         ─► a key per limit: client IP / API key / user / global / your closure
 //!         ─► tier (cached lookup) ─► stores, in order, all or nothing
 //!         ─► admitted: the service's response + RateLimit headers of the strictest limit
-//!            refused: 429 + Retry-After + problem+json (400 unidentified, 503 unavailable)
+//!            refused: 429 + Retry-After + problem+json (400 unidentified, 503 store full
+//!            or unavailable)
 //! ```
+//!
+//! **What counts.** Every request a policy matches counts, whatever the service
+//! answers (a 404 or a 405 too: the limit decides before the service runs), and
+//! whatever its method (`HEAD`, and `OPTIONS`: CORS preflights). Exempt methods with
+//! [`skip_methods`](RateLimitLayerBuilder::skip_methods) (`skip_methods =
+//! ["OPTIONS"]` in the file), paths with
+//! [`skip_path`](RateLimitLayerBuilder::skip_path), anything with
+//! [`skip`](RateLimitLayerBuilder::skip); an exempted request carries no
+//! `RateLimit` headers.
 //!
 //! # Keys: who the client is
 //!
@@ -50,8 +60,19 @@
 //! leftmost; IPv6 clients grouped by `/64` by default), an API-key header, the
 //! authenticated [`User`] an auth layer put in the extensions, one global key, or a
 //! closure; or the first of several ("the API key, else the IP"). A request with no
-//! usable key gets its limit's [`MissingKey`] choice: refused (400, the default),
+//! usable key gets its limit's [`MissingKey`] choice: refused (400, the default,
+//! whose detail names where the limit reads its key: ``the `x-api-key` header``),
 //! counted under one shared key, or let through that limit.
+//!
+//! **A key costs at most [`MAX_KEY_BYTES`] of payload**, wherever it is kept (a
+//! store, the tier cache, a throttle's map) or sent (a remote store): an API key,
+//! user id or custom key longer than 128 bytes is kept as its 128-bit SipHash-2-4
+//! hash under a fixed key, the same on every instance of a fleet ([`Key`], "Long
+//! keys"), so a store's `max_keys` bounds its memory whatever its clients send. A
+//! tier lookup receives that hashed key for such a client.
+//! [`KeySource::long_keys`]`(`[`LongKeys::Refuse`]`)` (`long_keys = "refuse"` in
+//! the file) refuses such a header with a 400 instead. A remote store names a key
+//! by its encoding (`Key: AsRef<[u8]>`), bounded alike.
 //!
 //! # Policies: which limits apply
 //!
@@ -72,7 +93,12 @@
 //! earlier admissions are refunded before the answer is sent. The one transient: a
 //! concurrent request that checks while capacity is held for a request about to be
 //! refused may be refused too, never over-admitted. Of the admissions, the one with
-//! the least remaining is what the headers report.
+//! the least remaining is what the headers report. A refusal reports, of every limit
+//! and quota that refuses the request, the one with the longest wait: a per-second
+//! and a per-minute limit both spent say the minute's wait, not the second's after
+//! which the retry would be refused again. The limits after the first that refuses
+//! are asked for their wait without consuming anything (one whose snapshot has room
+//! is passed over; a remote store is checked, and an admission given back at once).
 //!
 //! **Tiers.** [`Tiers`] map a client to a plan (free / pro / enterprise) with your
 //! async lookup, cached (300 s by default, bounded, with a failure policy).
@@ -89,7 +115,27 @@
 //! Many Requests` with `Retry-After` in whole seconds, rounded up and at least 1 (a
 //! 100 ms wait is `1`, never `0`), and an `application/problem+json` body (RFC 9457)
 //! with `retry_after`; the body is configurable
-//! ([`RateLimitLayerBuilder::deny_body`]).
+//! ([`RateLimitLayerBuilder::deny_body`]). A store full of other clients' keys
+//! ([`DenyReason::KeyCapacity`](weir_core::DenyReason::KeyCapacity)) is not this
+//! client's rate: it is answered `503 Too Many Clients` ([`Rejection::KeyCapacity`]),
+//! with the store's `Retry-After` and no `RateLimit` fields (the client has no
+//! bucket they could describe).
+//!
+//! # Cancellation
+//!
+//! A request's future may be dropped at any await (its client went away). What it
+//! leaves: no place in a throttle's line (a waiter at the head gives its slot
+//! back); nothing in an in-memory store, whose admissions made before the decision
+//! are given back by the drop; in a remote store, the admissions it already made
+//! for the request (a dropped request reached the server, and cost it a round
+//! trip: a client that always disconnects before its decision is still counted;
+//! a check sent and not yet answered may be counted too). Once the service is
+//! called, the request is
+//! admitted for good. [`until_ready`](wait::until_ready),
+//! [`until_key_ready`](wait::until_key_ready) and [`FifoWait`](wait::FifoWait)
+//! dropped consume nothing (an admitting check ends the wait in the same poll) and
+//! leave no line. Each is dropped at every await in the tests
+//! (`weir_testkit::each_cancellation`).
 //!
 //! # Configuration
 //!
@@ -141,7 +187,7 @@ pub mod wait;
 
 pub use config::{Config, ConfigError};
 pub use ip::{Cidr, CidrError, ClientIp, ClientIpBuilder, ClientIpError, ForwardedHeader, PeerAddr};
-pub use key::{Key, KeyKind, KeySource, MissingKey, User};
+pub use key::{Key, KeyKind, KeySource, LongKeys, MAX_KEY_BYTES, MissingKey, User};
 pub use layer::{BuildError, LimitEvent, RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
 pub use policy::{Limit, MAX_LIMITS, Policy, PolicyBuilder, PolicyError};
 pub use response::{

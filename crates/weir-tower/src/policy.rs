@@ -364,6 +364,9 @@ const UNNAMED_PREFIX: &[u8] = b"\"\";r=";
 pub(crate) struct CompiledLimit {
     limit: Limit,
     variants: Box<[Variant]>,
+    /// The `detail` of a 400 for a request without this limit's key: it names
+    /// where the key is read from.
+    missing_detail: Box<str>,
 }
 
 /// A policy ready to check.
@@ -401,7 +404,13 @@ pub(crate) fn compile(policy: Policy) -> CompiledPolicy {
         let rename = |n: &Arc<str>| if clash { format!("{n}-{}", i + 1) } else { n.to_string() };
         let variants =
             stores.iter().map(|store| Variant::new(&name, store, store.names().iter().map(rename))).collect();
-        compiled.push(CompiledLimit { limit, variants });
+        let missing_detail = format!(
+            "The request does not say which client it is from: this limit counts requests by {}, which the request \
+             lacks or leaves empty.",
+            limit.key.describe()
+        )
+        .into_boxed_str();
+        compiled.push(CompiledLimit { limit, variants, missing_detail });
     }
     let local = compiled.iter().all(|l| match &l.limit.kind {
         LimitKind::Store(store) => store.is_local(),
@@ -420,7 +429,9 @@ pub(crate) fn compile(policy: Policy) -> CompiledPolicy {
 /// The admissions of a request being decided. Dropped before its decision is made
 /// (the request's future was dropped: its client went away), it gives back what
 /// in-memory stores admitted; a remote store's admission cannot be given back
-/// without waiting, and stays spent.
+/// without waiting, and stays spent. That is also what keeps a client that always
+/// disconnects before its decision counted: each such request cost the server a
+/// round trip to the remote store, and is counted there.
 struct Held<'a> {
     policy: &'a CompiledPolicy,
     keys: Keys,
@@ -479,19 +490,31 @@ pub(crate) enum Verdict {
 
 impl CompiledPolicy {
     /// Reads the request's keys into `keys` (where they stay: the array is a few
-    /// hundred bytes, not worth moving), or says which limit denies keyless requests.
-    pub(crate) fn keys(&self, parts: &http::request::Parts, keys: &mut Keys) -> Result<(), usize> {
+    /// hundred bytes, not worth moving), or says which limit denies keyless requests
+    /// (and, if it refused a header value over [`MAX_KEY_BYTES`](crate::MAX_KEY_BYTES),
+    /// the header's name).
+    pub(crate) fn keys(
+        &self,
+        parts: &http::request::Parts,
+        keys: &mut Keys,
+    ) -> Result<(), (usize, Option<http::HeaderName>)> {
         for (i, limit) in self.limits.iter().enumerate() {
-            keys[i] = match limit.limit.key.key(parts) {
+            let read = limit.limit.key.read(parts).map_err(|name| (i, Some(name)))?;
+            keys[i] = match read {
                 Some(key) => Some(key),
                 None => match &limit.limit.missing {
-                    MissingKey::Deny => return Err(i),
+                    MissingKey::Deny => return Err((i, None)),
                     MissingKey::Shared(key) => Some(key.clone()),
                     MissingKey::Skip => None,
                 },
             };
         }
         Ok(())
+    }
+
+    /// The `detail` of a 400 for a request without the `limit`-th limit's key.
+    pub(crate) fn missing_detail(&self, limit: usize) -> &str {
+        self.limits.get(limit).map_or("The request does not say which client it is from.", |l| &l.missing_detail)
     }
 
     /// Whether the `limit`-th limit reads the client IP and the request carries no
@@ -563,6 +586,7 @@ impl CompiledPolicy {
                 }
                 Ok(decision) => {
                     held.give_back().await;
+                    let (i, decision) = self.longest_wait(i, decision, &held.keys, &mut held.tiers).await;
                     return self.denied(i, decision, &mut held.keys, &held.tiers, legacy);
                 }
                 Err(error) => {
@@ -596,6 +620,7 @@ impl CompiledPolicy {
                 }
                 Ok(decision) => {
                     self.refund_now(keys, tiers, &mut admitted);
+                    let (i, decision) = self.longest_wait_now(i, decision, keys, tiers);
                     return self.denied(i, decision, keys, tiers, legacy);
                 }
                 Err(error) => {
@@ -606,6 +631,60 @@ impl CompiledPolicy {
             }
         }
         self.allowed(best, keys, tiers, legacy)
+    }
+
+    /// Of limit `denier`'s denial and the denials of the limits after it, the one
+    /// with the longest wait, and its limit: a request retried after the first
+    /// denial's wait would be refused again by a later limit with a longer one. Each
+    /// later limit is asked as [`wait_of`] says (consuming nothing); a tiered limit
+    /// whose tier is not cached is looked up (the lookup the retry would make), and
+    /// one whose lookup fails, or a throttle, says nothing.
+    async fn longest_wait(
+        &self,
+        denier: usize,
+        denial: Decision,
+        keys: &Keys,
+        tiers: &mut [Option<usize>; MAX_LIMITS],
+    ) -> (usize, Decision) {
+        let mut longest = (denier, denial);
+        for i in denier + 1..self.limits.len() {
+            let Some(key) = &keys[i] else { continue };
+            if let LimitKind::Tiered(t) = &self.limits[i].limit.kind
+                && tiers[i].is_none()
+            {
+                tiers[i] = t.resolve(key).await.ok();
+            }
+            let Some(store) = self.store_of(i, tiers) else { continue };
+            if let Some(decision) = wait_of(store, key, self.cost).await
+                && decision.retry_after() > longest.1.retry_after()
+            {
+                longest = (i, decision);
+            }
+        }
+        longest
+    }
+
+    /// [`longest_wait`](Self::longest_wait) for a request whose stores are all in
+    /// memory and whose tiers are known: asked here and now.
+    fn longest_wait_now(
+        &self,
+        denier: usize,
+        denial: Decision,
+        keys: &Keys,
+        tiers: &[Option<usize>; MAX_LIMITS],
+    ) -> (usize, Decision) {
+        let mut longest = (denier, denial);
+        for (i, key) in keys.iter().enumerate().take(self.limits.len()).skip(denier + 1) {
+            let (Some(key), Some(store)) = (key, self.store_of(i, tiers).and_then(Store::as_local)) else {
+                continue;
+            };
+            if let Some(decision) = local_wait_of(store, key, self.cost)
+                && decision.retry_after() > longest.1.retry_after()
+            {
+                longest = (i, decision);
+            }
+        }
+        longest
     }
 
     /// The refusal for limit `i`'s denial.
@@ -699,6 +778,37 @@ impl CompiledPolicy {
             .collect();
         HeaderValue::from_str(&items.join(", ")).unwrap_or(HeaderValue::from_static(""))
     }
+}
+
+/// The denial `store` would give a request of cost `n` for `key`, consuming
+/// nothing: `None` if it would admit it (its snapshot has room, or a check admitted
+/// it and was given back at once) or fails.
+fn local_wait_of(store: &(dyn KeyedLimiter<Key> + Send + Sync), key: &Key, n: u64) -> Option<Decision> {
+    if store.snapshot(key).remaining() >= n {
+        return None;
+    }
+    let decision = store.check_n(key, n).ok()?;
+    if decision.is_allowed() {
+        let _ = store.refund(key, n, &decision);
+        return None;
+    }
+    Some(decision)
+}
+
+/// [`local_wait_of`] for any store: a remote store is checked (it has no snapshot
+/// without waiting), and an admission given back at once. Dropped while that refund
+/// waits, the admission stays spent, as a remote admission of a dropped request
+/// does (see [`Held`]).
+async fn wait_of(store: &Store, key: &Key, n: u64) -> Option<Decision> {
+    if let Some(local) = store.as_local() {
+        return local_wait_of(local, key, n);
+    }
+    let decision = store.check_n(key, n).await.ok()?;
+    if decision.is_allowed() {
+        let _ = store.refund(key, n, &decision).await;
+        return None;
+    }
+    Some(decision)
 }
 
 #[cfg(test)]

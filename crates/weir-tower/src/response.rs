@@ -263,6 +263,12 @@ pub enum Rejection {
     Unidentified,
     /// A store or the tier lookup failed: 503.
     Unavailable,
+    /// A store is full of other clients' keys and refuses a new one
+    /// ([`DenyReason::KeyCapacity`](weir_core::DenyReason::KeyCapacity)): 503, with
+    /// the store's `Retry-After` and no `RateLimit` fields (the client has no bucket
+    /// they could describe). The client did nothing wrong: the server's capacity is
+    /// what refuses.
+    KeyCapacity,
 }
 
 impl Rejection {
@@ -271,7 +277,7 @@ impl Rejection {
         match self {
             Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Self::Unidentified => StatusCode::BAD_REQUEST,
-            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable | Self::KeyCapacity => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }
@@ -288,6 +294,8 @@ pub(crate) enum Cause {
     NoPeerAddress,
     /// 503.
     Unavailable,
+    /// 503: a store full of other clients' keys.
+    KeyCapacity,
 }
 
 /// The `detail` of a 400 for a limit keyed by the client IP when the request
@@ -299,8 +307,13 @@ pub(crate) const NO_PEER_ADDRESS: &str = "This rate limit is per client IP, and 
      on, so that axum's `ConnectInfo` is read; with hyper or tower, insert the connection's peer address \
      (`weir_tower::PeerAddr` or a `std::net::SocketAddr`) into each request's extensions.";
 
+/// The `detail` of a refusal by a store full of other clients' keys.
+pub(crate) const KEY_CAPACITY: &str = "The rate limiter keeps as many clients as it can hold, and this client is not \
+     among them: the server's capacity refuses the request, not this client's rate.";
+
 impl Cause {
-    const ALL: [Self; 4] = [Self::RateLimited, Self::Unidentified, Self::NoPeerAddress, Self::Unavailable];
+    const ALL: [Self; 5] =
+        [Self::RateLimited, Self::Unidentified, Self::NoPeerAddress, Self::Unavailable, Self::KeyCapacity];
 
     /// The rejection it is.
     pub(crate) fn rejection(self) -> Rejection {
@@ -308,16 +321,19 @@ impl Cause {
             Self::RateLimited => Rejection::RateLimited,
             Self::Unidentified | Self::NoPeerAddress => Rejection::Unidentified,
             Self::Unavailable => Rejection::Unavailable,
+            Self::KeyCapacity => Rejection::KeyCapacity,
         }
     }
 
-    /// The problem body's `title` and `detail`.
+    /// The problem body's `title` and `detail`. (A 400 for a missing key says, after
+    /// these words, where its limit reads the key: see `KeySource::describe`.)
     pub(crate) fn words(self) -> (&'static str, &'static str) {
         match self {
             Self::RateLimited => ("Too Many Requests", "The rate limit for this client is exhausted."),
             Self::Unidentified => ("Client Not Identified", "The request does not say which client it is from."),
             Self::NoPeerAddress => ("Client Not Identified", NO_PEER_ADDRESS),
             Self::Unavailable => ("Rate Limiter Unavailable", "The rate limiter could not decide; try again."),
+            Self::KeyCapacity => ("Too Many Clients", KEY_CAPACITY),
         }
     }
 }
@@ -336,8 +352,10 @@ pub struct Denied<'a> {
     /// The limiter's decision, when one denied.
     pub decision: Option<&'a Decision>,
     /// What went wrong, in a sentence (the problem body's `detail`, before any
-    /// retry time). For a 400 of a per-IP limit on a request with no peer address,
-    /// it says how the server gives one.
+    /// retry time). For a 400 of a request without its key, it names where the
+    /// limit reads the key (``the `x-api-key` header``, the authenticated user); for
+    /// a 400 of a per-IP limit on a request with no peer address, it says how the
+    /// server gives one; for a full store, that the server's capacity refuses.
     pub detail: &'a str,
 }
 
@@ -370,7 +388,7 @@ impl Default for BodyStyle {
 /// `title`, `status`, and `detail` up to where a retry time may follow; one per
 /// [`Cause`], in the order of [`Cause::ALL`].
 #[derive(Debug)]
-pub(crate) struct ProblemHeads([Box<[u8]>; 4]);
+pub(crate) struct ProblemHeads([Box<[u8]>; 5]);
 
 impl ProblemHeads {
     fn new(type_uri: &str) -> Self {
@@ -383,19 +401,23 @@ impl ProblemHeads {
             out.push_str("\",\"status\":");
             out.push_str(cause.rejection().status().as_str());
             out.push_str(",\"detail\":\"");
-            out.push_str(detail);
+            // A missing key's detail names the key's source, written per response.
+            if cause != Cause::Unidentified {
+                out.push_str(detail);
+            }
             out.into_bytes().into_boxed_slice()
         };
         Self(Cause::ALL.map(head))
     }
 
     fn head(&self, cause: Cause) -> &[u8] {
-        let [limited, unidentified, no_peer, unavailable] = &self.0;
+        let [limited, unidentified, no_peer, unavailable, capacity] = &self.0;
         match cause {
             Cause::RateLimited => limited,
             Cause::Unidentified => unidentified,
             Cause::NoPeerAddress => no_peer,
             Cause::Unavailable => unavailable,
+            Cause::KeyCapacity => capacity,
         }
     }
 }
@@ -430,7 +452,18 @@ impl BodyStyle {
                         made.as_bytes()
                     }
                 };
-                DenyBody { content_type: PROBLEM_JSON, body: problem_json(heads.head(cause), denied, tail) }
+                let head = heads.head(cause);
+                let body = if cause == Cause::Unidentified {
+                    // The head ends where the detail starts: the detail names where
+                    // the limit reads its key.
+                    let mut detail = String::new();
+                    json_string(&mut detail, denied.detail);
+                    let detail = detail.get(1..detail.len() - 1).unwrap_or("");
+                    problem_json(&[head, detail.as_bytes()].concat(), denied, tail)
+                } else {
+                    problem_json(head, denied, tail)
+                };
+                DenyBody { content_type: PROBLEM_JSON, body }
             }
             Self::Custom(f) => f(denied),
         };

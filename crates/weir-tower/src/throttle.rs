@@ -330,6 +330,32 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_secs(2), "one per second, in turn");
     }
 
+    /// A wait for a turn dropped at each of its awaits leaves no waiter in line, and
+    /// the next request's turn is as if the dropped one had never come: one emission
+    /// interval after the last admitted.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_wait_dropped_at_any_await_leaves_no_waiter_behind() {
+        let throttle = KeyedThrottle::builder(Quota::per_second(1).unwrap(), 2).build().unwrap();
+        let key = Key::user("a");
+        let cuts = weir_testkit::each_cancellation(
+            || async {
+                throttle.acquire(&key).await.unwrap(); // takes the slot now
+                throttle.acquire(&key).await // waits its turn
+            },
+            async |k, finished| {
+                assert_eq!(throttle.waiting(&key), 0, "a waiter left after {k} polls");
+                let start = tokio::time::Instant::now();
+                throttle.acquire(&key).await.unwrap();
+                let waited = start.elapsed();
+                assert!(waited <= Duration::from_secs(if finished { 1 } else { 2 }), "{waited:?} after {k} polls");
+                // Every cut starts on an idle throttle.
+                tokio::time::advance(Duration::from_secs(5)).await;
+            },
+        )
+        .await;
+        assert!(cuts >= 3, "{cuts}");
+    }
+
     /// Polls `f` once; `Some` if it completed.
     async fn futures_poll_once<F: core::future::Future + Unpin>(mut f: F) -> Option<F::Output> {
         core::future::poll_fn(|cx| {

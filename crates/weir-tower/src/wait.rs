@@ -435,6 +435,50 @@ mod tests {
         assert!(lines.until_key_ready(&store, "k", 1, Instant::now()).await.is_ok());
     }
 
+    /// `until_ready`, `until_key_ready` and a `FifoWait` dropped at each of their
+    /// awaits: a check that admits completes the wait in the same poll, so a dropped
+    /// wait consumed nothing (after each cut, the limiter has as much left as a twin
+    /// no one waited on, less the one a finished wait took); no line is left behind.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn waits_dropped_at_any_await_consume_nothing_and_leave_no_line() {
+        let gcra = || weir_gcra::Gcra::with_clock(Quota::per_second(2).unwrap(), TokioClock::new());
+        let (limiter, twin) = (gcra(), gcra());
+        let store = Local(PerKey::new(Quota::per_second(2).unwrap()));
+        let lines: FifoWait<String> = FifoWait::new();
+        let far = || Instant::now() + Duration::from_secs(60);
+        // Spends everything left; how much that was, of the limiter, its twin, the
+        // store's key "k" and its twin key.
+        let spend = || {
+            let drain = |check: &dyn Fn() -> bool| (0..).take_while(|_| check()).count();
+            (
+                drain(&|| limiter.check().is_allowed()),
+                drain(&|| twin.check().is_allowed()),
+                drain(&|| KeyedLimiter::check_n(&store.0, "k", 1).unwrap().is_allowed()),
+                drain(&|| KeyedLimiter::check_n(&store.0, "twin", 1).unwrap().is_allowed()),
+            )
+        };
+        spend();
+        for wait in 0..3 {
+            let cuts = weir_testkit::each_cancellation(
+                || async {
+                    match wait {
+                        0 => until_ready(&limiter, 1, far()).await.map(|_| ()).map_err(|_| ()),
+                        1 => until_key_ready(&store, "k", 1, far()).await.map(|_| ()).map_err(|_| ()),
+                        _ => lines.until_key_ready(&store, "k", 1, far()).await.map(|_| ()).map_err(|_| ()),
+                    }
+                },
+                async |k, finished| {
+                    assert!(lines.is_empty(), "a line left after {k} polls of wait {wait}");
+                    let (left, twin_left, key_left, twin_key_left) = spend();
+                    let (mine, twins) = if wait == 0 { (left, twin_left) } else { (key_left, twin_key_left) };
+                    assert_eq!(mine + usize::from(finished), twins, "wait {wait}, dropped after {k} polls");
+                },
+            )
+            .await;
+            assert!(cuts >= 2, "wait {wait}: {cuts}");
+        }
+    }
+
     async fn futures_poll<F: core::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
         core::future::poll_fn(|cx| {
             core::task::Poll::Ready(match core::pin::Pin::new(&mut *f).poll(cx) {

@@ -135,3 +135,59 @@ quotas = [{ algorithm = "gcra", limit = 100, window = "1m", burst = 5 }]
     let error = Config::from_toml(TOML).unwrap().layer().unwrap_err();
     assert!(error.message.contains("costs 10 per request, but its quota `burst` admits at most 5"), "{error}");
 }
+
+/// `skip_methods` exempts CORS preflights in one line; a name that is no method is
+/// an error naming the field.
+#[tokio::test]
+async fn skip_methods_exempts_preflights() {
+    let toml = r#"
+skip_methods = ["OPTIONS", "HEAD"]
+[[policy]]
+name = "api"
+default = true
+[[policy.limit]]
+key = "ip"
+quotas = [{ algorithm = "fixed_window", limit = 1, window = "1m" }]
+"#;
+    let layer = Config::from_toml(toml).unwrap().clock(ManualClock::new()).layer().unwrap();
+    let router = Router::new().route("/", get(|| async { "ok" }).options(|| async { "preflight" })).layer(layer);
+    for _ in 0..5 {
+        let mut request = Request::options("/").body(Body::empty()).unwrap();
+        request.extensions_mut().insert(ConnectInfo("192.0.2.7:4000".parse::<SocketAddr>().unwrap()));
+        let preflight = router.clone().oneshot(request).await.unwrap();
+        assert_eq!((preflight.status(), header(&preflight, "ratelimit")), (StatusCode::OK, None));
+    }
+    assert_eq!(get_from(&router, "/", &[]).await.status(), StatusCode::OK);
+    assert_eq!(get_from(&router, "/", &[]).await.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    let e = Config::from_toml(&toml.replace("\"HEAD\"", "\"\"")).unwrap_err();
+    assert_eq!((e.line, e.field.as_deref()), (Some(2), Some("skip_methods[1]")), "{e}");
+}
+
+/// `long_keys = "refuse"` refuses a header value over `MAX_KEY_BYTES` with a 400;
+/// by default it is kept as its hash. A value other than `hash` or `refuse` is an
+/// error naming the field.
+#[tokio::test]
+async fn long_keys_are_hashed_or_refused_as_the_file_says() {
+    let toml = r#"
+[[policy]]
+name = "api"
+default = true
+[[policy.limit]]
+key = "header:x-api-key"
+long_keys = "refuse"
+quotas = [{ algorithm = "fixed_window", limit = 5, window = "1m" }]
+"#;
+    let long = "k".repeat(weir_tower::MAX_KEY_BYTES + 1);
+    let router = |toml: &str| {
+        let layer = Config::from_toml(toml).unwrap().clock(ManualClock::new()).layer().unwrap();
+        Router::new().route("/", get(|| async { "ok" })).layer(layer)
+    };
+    let refusing = router(toml);
+    assert_eq!(get_from(&refusing, "/", &[("x-api-key", &long)]).await.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(get_from(&refusing, "/", &[("x-api-key", &long[1..])]).await.status(), StatusCode::OK);
+    let hashing = router(&toml.replace("long_keys = \"refuse\"\n", ""));
+    assert_eq!(get_from(&hashing, "/", &[("x-api-key", &long)]).await.status(), StatusCode::OK);
+    let e = Config::from_toml(&toml.replace("\"refuse\"", "\"truncate\"")).unwrap_err();
+    assert_eq!((e.line, e.field.as_deref()), (Some(7), Some("policy[0].limit[0].long_keys")), "{e}");
+}

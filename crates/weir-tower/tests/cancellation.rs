@@ -1,0 +1,356 @@
+//! The layer's response future dropped at each of its awaits
+//! (`weir_testkit::each_cancellation`), as a server drops it when its client goes
+//! away: with an in-memory store, with layered limits over remote (async) stores
+//! and an in-memory one, on the admitted and on the refused path, and with a
+//! throttle wait. After each drop: no place left in a throttle's line, nothing held
+//! in an in-memory store, at most the one charge a remote store took for a check
+//! already sent (the documented rule: a remote admission of a dropped request stays
+//! spent), and the next request decided as those say.
+
+use bytes::Bytes;
+use core::convert::Infallible;
+use core::future::Future;
+use http::{Request, Response, StatusCode};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tower::{ServiceExt, service_fn};
+use weir_core::{
+    AsyncKeyedLimiter, Decision, InsufficientCapacity, KeyedLimiter, ManualClock, Policy as QuotaPolicy, Quota,
+    Snapshot,
+};
+use weir_keyed::{KeyedConfig, KeyedFixedWindow};
+use weir_testkit::each_cancellation;
+use weir_tower::{Key, KeySource, KeyedThrottle, Limit, Policy, RateLimitLayer, Store};
+
+/// A remote store of `limit` for every key together: a check is charged when it is
+/// sent (as a Redis script runs when it arrives), and its reply comes two yields
+/// later; a refund is applied when it is sent, its reply a yield later.
+struct Remote {
+    policy: [QuotaPolicy; 1],
+    used: Mutex<u64>,
+    checks: AtomicU64,
+}
+
+#[derive(Clone)]
+struct RemoteStore(Arc<Remote>);
+
+impl RemoteStore {
+    fn new(limit: u64) -> Self {
+        Self(Arc::new(Remote {
+            policy: [QuotaPolicy::new(limit, Duration::from_secs(60))],
+            used: Mutex::new(0),
+            checks: AtomicU64::new(0),
+        }))
+    }
+
+    fn used(&self) -> u64 {
+        *self.0.used.lock().unwrap()
+    }
+
+    fn set_used(&self, used: u64) {
+        *self.0.used.lock().unwrap() = used;
+    }
+}
+
+impl AsyncKeyedLimiter<Key> for RemoteStore {
+    type Error = InsufficientCapacity;
+
+    async fn check_n(&self, _: &Key, n: u64) -> Result<Decision, InsufficientCapacity> {
+        // Ordering: Relaxed; a count read by the test's own thread.
+        self.0.checks.fetch_add(1, Ordering::Relaxed);
+        let limit = self.0.policy[0].limit();
+        let decision = {
+            let mut used = self.0.used.lock().unwrap();
+            if *used + n > limit {
+                Decision::denied(Snapshot::new(limit, limit - *used, 1_000_000_000), 1_000_000_000)
+            } else {
+                *used += n;
+                Decision::allowed(Snapshot::new(limit, limit - *used, 1_000_000_000))
+            }
+        };
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        Ok(decision)
+    }
+
+    async fn refund(&self, _: &Key, n: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
+        {
+            let mut used = self.0.used.lock().unwrap();
+            *used = used.saturating_sub(n);
+        }
+        tokio::task::yield_now().await;
+        Ok(())
+    }
+
+    fn snapshot(&self, _: &Key) -> impl Future<Output = Result<Snapshot, InsufficientCapacity>> + Send {
+        let limit = self.0.policy[0].limit();
+        let used = self.used();
+        async move { Ok(Snapshot::new(limit, limit - used, 0)) }
+    }
+
+    fn policies(&self) -> &[QuotaPolicy] {
+        &self.0.policy
+    }
+}
+
+/// A fixed window of `limit` per minute on a clock that does not move.
+fn local(limit: u64) -> Arc<KeyedFixedWindow<Key, ManualClock>> {
+    let config = KeyedConfig::builder(100).build().unwrap();
+    Arc::new(
+        KeyedFixedWindow::fixed_window_with_clock(Quota::per_minute(limit).unwrap(), config, ManualClock::new())
+            .unwrap(),
+    )
+}
+
+fn used(store: &KeyedFixedWindow<Key, ManualClock>) -> u64 {
+    KeyedLimiter::<Key>::policies(store)[0].limit() - KeyedLimiter::<Key>::snapshot(store, &Key::global()).remaining()
+}
+
+/// How many requests reached the service.
+static SERVED: AtomicU64 = AtomicU64::new(0);
+
+fn served() -> u64 {
+    // Ordering: Relaxed; read on the thread that served (current-thread runtimes).
+    SERVED.load(Ordering::Relaxed)
+}
+
+/// A request through `layer` around a service that yields twice before it answers
+/// (so that the service's own future has awaits too), counting the requests that
+/// reach it in [`SERVED`]: the whole of what a server runs for one request,
+/// `poll_ready` and `call` included.
+fn request(layer: &RateLimitLayer) -> impl Future<Output = Response<Bytes>> + use<> {
+    let service = tower::Layer::layer(
+        layer,
+        service_fn(|_: Request<()>| {
+            // Ordering: Relaxed; see `served`.
+            SERVED.fetch_add(1, Ordering::Relaxed);
+            async {
+                tokio::task::yield_now().await;
+                tokio::task::yield_now().await;
+                Ok::<_, Infallible>(Response::new(Bytes::from_static(b"ok")))
+            }
+        }),
+    );
+    async move { service.oneshot(Request::get("/").body(()).unwrap()).await.unwrap() }
+}
+
+/// A policy of in-memory stores is decided in `call`: once called, the request is
+/// admitted, and its admission stands whenever its future is dropped (it reached
+/// the service, or was about to); dropped before its first poll, it was never
+/// decided and costs nothing.
+#[tokio::test(flavor = "current_thread")]
+async fn an_in_memory_decision_stands_once_made() {
+    let store = local(100);
+    let limit = Limit::new(KeySource::global(), Store::local(Arc::clone(&store)));
+    let layer = RateLimitLayer::new(Policy::builder("api").limit(limit).build().unwrap());
+    let mut decided = 0;
+    let cuts = each_cancellation(
+        || request(&layer),
+        async |k, finished| {
+            decided += u64::from(k > 0);
+            assert_eq!(used(&store), decided, "dropped after {k} polls (finished: {finished})");
+        },
+    )
+    .await;
+    assert!(cuts >= 3, "{cuts}");
+}
+
+/// Layered limits: remote, in memory, remote (the all-or-nothing check of async
+/// stores). Dropped at any await before the service is called, the in-memory store
+/// holds nothing (its admission is given back by the drop), and each remote store
+/// at most the one check already sent; once the service is called, the request was
+/// admitted by all three, and stays so.
+#[tokio::test(flavor = "current_thread")]
+async fn layered_limits_over_remote_stores_hold_nothing_in_memory_after_a_drop() {
+    struct Run {
+        layer: RateLimitLayer,
+        first: RemoteStore,
+        middle: Arc<KeyedFixedWindow<Key, ManualClock>>,
+        last: RemoteStore,
+        served: u64,
+    }
+    let current: Rc<RefCell<Option<Run>>> = Rc::new(RefCell::new(None));
+    let cuts = each_cancellation(
+        || {
+            let (first, last) = (RemoteStore::new(10), RemoteStore::new(10));
+            let middle = local(1);
+            let policy = Policy::builder("api")
+                .limit(Limit::new(KeySource::global(), Store::remote(first.clone())))
+                .limit(Limit::new(KeySource::global(), Store::local(Arc::clone(&middle))))
+                .limit(Limit::new(KeySource::global(), Store::remote(last.clone())))
+                .build()
+                .unwrap();
+            let layer = RateLimitLayer::new(policy);
+            let future = request(&layer);
+            *current.borrow_mut() = Some(Run { layer, first, middle, last, served: served() });
+            future
+        },
+        async |k, finished| {
+            let Run { layer, first, middle, last, served: before } = current.borrow_mut().take().unwrap();
+            let (a, b, c) = (first.used(), used(&middle), last.used());
+            if finished || served() > before {
+                assert_eq!((a, b, c), (1, 1, 1), "admitted by all three (poll {k}, finished: {finished})");
+                // The in-memory unit is spent: the next request is refused, and its
+                // refusal consumes nothing from the remote stores (the first store's
+                // admission is given back; the last is asked for its wait and gives
+                // back what it took).
+                assert_eq!(request(&layer).await.status(), StatusCode::TOO_MANY_REQUESTS);
+                assert_eq!((first.used(), last.used()), (1, 1));
+                return;
+            }
+            assert_eq!(b, 0, "the in-memory admission held after a drop at poll {k}");
+            assert!(a <= 1 && c <= 1, "at most the check already sent (poll {k})");
+            if k >= 1 {
+                assert_eq!(a, 1, "sent on the first poll: stays spent (poll {k})");
+            }
+            // The next request decides as these say: admitted by the in-memory unit.
+            assert_eq!(request(&layer).await.status(), StatusCode::OK);
+        },
+    )
+    .await;
+    // Each remote check has two awaits, the service two.
+    assert!(cuts >= 6, "{cuts}");
+}
+
+/// The refused path: the in-memory limit is spent, so every request is refused
+/// after the first remote store admitted it, which is given back (a remote refund:
+/// an await), and the last remote store is asked for its wait (a check and a
+/// refund: more awaits). Dropped at any of them, each remote store keeps at most the
+/// check already sent.
+#[tokio::test(flavor = "current_thread")]
+async fn a_refusal_dropped_while_it_gives_back_keeps_at_most_what_was_sent() {
+    let (first, last) = (RemoteStore::new(10), RemoteStore::new(10));
+    let middle = local(1);
+    assert!(KeyedLimiter::<Key>::check_n(&*middle, &Key::global(), 1).unwrap().is_allowed());
+    let policy = Policy::builder("api")
+        .limit(Limit::new(KeySource::global(), Store::remote(first.clone())))
+        .limit(Limit::new(KeySource::global(), Store::local(Arc::clone(&middle))))
+        .limit(Limit::new(KeySource::global(), Store::remote(last.clone())))
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(policy);
+    let cuts = each_cancellation(
+        || request(&layer),
+        async |k, finished| {
+            assert_eq!(used(&middle), 1, "poll {k}");
+            if finished {
+                assert_eq!((first.used(), last.used()), (0, 0), "a refusal consumes nothing");
+                return;
+            }
+            assert!(first.used() <= 1 && last.used() <= 1, "at most the check in flight (poll {k})");
+            first.set_used(0);
+            last.set_used(0);
+        },
+    )
+    .await;
+    assert!(cuts >= 4, "{cuts}");
+}
+
+/// A throttle wait: the request was admitted by the in-memory limit, then waits
+/// its turn. Dropped while it waits, it leaves the line (no waiter left behind),
+/// the in-memory admission is given back, and the next request waits no longer
+/// than one emission interval.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_throttle_wait_dropped_leaves_the_line_and_gives_back_what_it_held() {
+    struct Run {
+        layer: RateLimitLayer,
+        store: Arc<KeyedFixedWindow<Key, ManualClock>>,
+        throttle: Arc<KeyedThrottle>,
+        served: u64,
+    }
+    let fresh = || {
+        let store = local(100);
+        let throttle = Arc::new(KeyedThrottle::builder(Quota::per_second(1).unwrap(), 4).build().unwrap());
+        let policy = Policy::builder("api")
+            .limit(Limit::throttle_shared(KeySource::global(), Arc::clone(&throttle)))
+            .limit(Limit::new(KeySource::global(), Store::local(Arc::clone(&store))))
+            .build()
+            .unwrap();
+        Run { layer: RateLimitLayer::new(policy), store, throttle, served: served() }
+    };
+    let current: Rc<RefCell<Option<Run>>> = Rc::new(RefCell::new(None));
+    let cuts = each_cancellation(
+        || {
+            // Each cut on fresh limits whose throttle has just admitted one request,
+            // so that this one waits a whole interval.
+            let run = fresh();
+            let first = request(&run.layer);
+            let next = request(&run.layer);
+            *current.borrow_mut() = Some(run);
+            async move {
+                assert_eq!(first.await.status(), StatusCode::OK);
+                next.await
+            }
+        },
+        async |k, finished| {
+            let run = current.borrow_mut().take().unwrap();
+            assert_eq!(run.throttle.waiting(&Key::global()), 0, "a waiter left in line after poll {k}");
+            let admitted = used(&run.store);
+            if finished {
+                assert_eq!(admitted, 2, "both admitted");
+                return;
+            }
+            assert_eq!(
+                admitted,
+                served() - run.served,
+                "only a request the service saw keeps its admission (poll {k})"
+            );
+            // The next request waits at most one interval from now.
+            let start = tokio::time::Instant::now();
+            assert_eq!(request(&run.layer).await.status(), StatusCode::OK);
+            assert!(start.elapsed() <= Duration::from_secs(1), "waited {:?} after poll {k}", start.elapsed());
+        },
+    )
+    .await;
+    assert!(cuts >= 4, "{cuts}");
+}
+
+/// A tier lookup that waits (a database call), after an in-memory limit admitted the
+/// request: dropped while the lookup waits, the in-memory admission is given back
+/// and the tier's store holds nothing; the next request is decided as if the
+/// dropped one had never come.
+#[tokio::test(flavor = "current_thread")]
+async fn a_tier_lookup_dropped_gives_back_what_the_earlier_limits_took() {
+    struct Run {
+        layer: RateLimitLayer,
+        per_client: Arc<KeyedFixedWindow<Key, ManualClock>>,
+        tier: Arc<KeyedFixedWindow<Key, ManualClock>>,
+        served: u64,
+    }
+    let current: Rc<RefCell<Option<Run>>> = Rc::new(RefCell::new(None));
+    let cuts = each_cancellation(
+        || {
+            let (per_client, tier) = (local(1), local(10));
+            let tiers = weir_tower::Tiers::builder(|_: Key| async {
+                tokio::task::yield_now().await;
+                tokio::task::yield_now().await;
+                Ok::<_, Infallible>("free")
+            })
+            .tier("free", Store::local(Arc::clone(&tier)))
+            .build()
+            .unwrap();
+            let policy = Policy::builder("api")
+                .limit(Limit::new(KeySource::global(), Store::local(Arc::clone(&per_client))))
+                .limit(Limit::tiered(KeySource::global(), tiers))
+                .build()
+                .unwrap();
+            let layer = RateLimitLayer::new(policy);
+            let future = request(&layer);
+            *current.borrow_mut() = Some(Run { layer, per_client, tier, served: served() });
+            future
+        },
+        async |k, finished| {
+            let Run { layer, per_client, tier, served: before } = current.borrow_mut().take().unwrap();
+            let admitted = served() - before;
+            assert_eq!((used(&per_client), used(&tier)), (admitted, admitted), "poll {k} (finished: {finished})");
+            let next = request(&layer).await.status();
+            let want = if admitted == 1 { StatusCode::TOO_MANY_REQUESTS } else { StatusCode::OK };
+            assert_eq!(next, want, "the next request after poll {k}");
+        },
+    )
+    .await;
+    assert!(cuts >= 4, "{cuts}");
+}
