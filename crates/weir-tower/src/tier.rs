@@ -45,8 +45,8 @@ pub enum OnLookupError {
 ///   a payload longer than 64 bytes; the answers weigh at most `max_entries × 256`
 ///   bytes (2.56 MB by default, [`cached_bytes`](Self::cached_bytes)), so long keys
 ///   displace short ones. The cache is split into shards (up to four a core, each of
-///   at least 32 answers) that hold an equal share each; an answer heavier than its
-///   shard's share is not cached, and its key is looked up on every request. All
+///   at least 32 answers) that hold an equal share each; an answer heavier than 97 %
+///   of its shard's share is not cached, and its key is looked up on every request. All
 ///   told (its slots, its index, the records of recently evicted keys that its
 ///   eviction keeps, long keys' bytes), the cache allocates at most twice that
 ///   weight: 5.12 MB by default (about 160 bytes an answer of a short key, measured).
