@@ -637,7 +637,7 @@ mod tests {
             block_on(tiers.resolve(&Key::user(&format!("user-{i}")))).unwrap();
             assert!(tiers.cached_len() <= 16);
         }
-        // The latest answer is always kept.
+        // The latest answer is kept: the older ones, never read again, go first.
         assert_eq!(tiers.cached(&Key::user("user-199")), Some(0));
     }
 
