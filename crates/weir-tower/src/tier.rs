@@ -1,11 +1,17 @@
 //! [`Tiers`]: plans (free / pro / enterprise), each its own all-of store, chosen per
-//! request by your async lookup, with a bounded, expiring cache.
+//! request by your async lookup, with an expiring cache of its answers that stays
+//! bounded in entries and in bytes under any sequence of keys, shares one lookup
+//! among concurrent misses for a key, and is left as it was by a request dropped
+//! at any await.
 
 use crate::key::Key;
 use crate::store::Store;
 use core::fmt;
 use core::future::Future;
 use core::pin::Pin;
+use quick_cache::sync::{Cache, DefaultLifecycle, PlaceholderGuard};
+use quick_cache::{OptionsBuilder, Weighter};
+use std::hash::RandomState;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_core::{Clock, MonotonicClock};
@@ -30,11 +36,34 @@ pub enum OnLookupError {
 /// lookup that says which plan a client is on.
 ///
 /// The lookup (a database or an auth service, say) is an async function of the
-/// client's [`Key`]. Its answers are cached for `ttl` (300 s by default), at most
-/// `max_entries` of them (10 000 by default; when the cache is full, expired entries
-/// go first, then arbitrary ones, an eighth of the cache at a time). A request whose
-/// tier is cached takes one lock-free map read; a miss awaits the lookup. Concurrent
-/// misses for one key each run the lookup (no request coalescing).
+/// client's [`Key`]. Its answers are cached for `ttl` (300 s by default; a fallback
+/// tier for `failure_ttl`, 10 s), in a cache that holds, whatever keys clients send:
+///
+/// - **Entries.** At most `max_entries` answers (10 000 by default), live or expired
+///   ([`cached_len`](Self::cached_len)).
+/// - **Bytes.** An answer weighs 256 bytes, or 192 plus its key's payload length for
+///   a payload longer than 64 bytes; the answers weigh at most `max_entries × 256`
+///   bytes (2.56 MB by default, [`cached_bytes`](Self::cached_bytes)), so long keys
+///   displace short ones. The cache is split into shards (up to four a core, each of
+///   at least 32 answers) that hold an equal share each; an answer heavier than 97 %
+///   of its shard's share is not cached, and its key is looked up on every request. All
+///   told (its slots, its index, the records of recently evicted keys that its
+///   eviction keeps, long keys' bytes), the cache allocates at most twice that
+///   weight: 5.12 MB by default (about 160 bytes an answer of a short key, measured).
+/// - **Eviction.** When a shard is full, an answer read since it was cached is kept
+///   over one that was not (CLOCK-Pro, in quick_cache), so a flood of one-off keys
+///   does not evict the tiers of the clients that keep coming. An expired answer is
+///   looked up again when its key comes back, or evicted as any other.
+/// - **Reads.** A request whose tier is cached takes one read of its key's shard,
+///   under the shard's read lock: readers never wait on one another, only on an
+///   insertion into the same shard. A miss awaits the lookup.
+/// - **Coalescing.** Concurrent misses for one key share one lookup: the first runs
+///   it, the others wait for its answer, a refusal under [`OnLookupError::Deny`]
+///   included (which is then not kept).
+/// - **Cancellation.** A [`resolve`](Self::resolve) dropped at any await leaves
+///   nothing behind: a waiter just stops waiting, and a dropped lookup hands its
+///   turn to the next waiter (who runs the lookup) or, with none, removes its mark.
+///   Only a lookup that completed is cached.
 ///
 /// Built by [`Tiers::builder`], whose [`build`](TiersBuilder::build) checks that
 /// there is a tier, that the fallback tier is one of them and that the cache holds
@@ -69,19 +98,89 @@ pub enum OnLookupError {
 pub struct Tiers {
     tiers: Vec<(Arc<str>, Store)>,
     lookup: Arc<LookupFn>,
-    cache: papaya::HashMap<Key, Cached>,
+    cache: AnswerCache,
     ttl: Duration,
     failure_ttl: Duration,
     max_entries: usize,
     on_error: OnLookupError,
+    /// The index of [`OnLookupError::Tier`]'s tier (checked by `build`).
+    fallback: Option<usize>,
     clock: Arc<dyn Clock + Send + Sync>,
 }
 
-/// A cached answer: tier index, and when it expires (clock nanoseconds).
+type AnswerCache = Cache<Key, Cached, Weigh, RandomState, DefaultLifecycle<Key, Cached>>;
+type LoadGuard<'a> = PlaceholderGuard<'a, Key, Cached, Weigh, RandomState, DefaultLifecycle<Key, Cached>>;
+
+/// What one cached answer weighs at least, in bytes: an answer whose key's payload
+/// is at most 64 bytes weighs this much; a longer one weighs
+/// [`ENTRY_OVERHEAD_BYTES`] plus its payload's length, so it displaces several short
+/// ones. Conservative: the cache allocates about 160 bytes an answer of a short key,
+/// the records of recently evicted keys included (a unit test measures it).
+pub(crate) const ENTRY_BYTES: u64 = 256;
+
+/// What an answer weighs beside its key's payload: the cache's slot (the key's inline
+/// encoding, the answer, the eviction links), its index, and its share of the
+/// records of recently evicted keys that the eviction keeps (half as many as
+/// answers), with room for the slots' growth.
+pub(crate) const ENTRY_OVERHEAD_BYTES: u64 = 192;
+
+/// The weight of an answer for `key`, in bytes: [`ENTRY_BYTES`], or for a key whose
+/// payload is longer than 64 bytes, [`ENTRY_OVERHEAD_BYTES`] plus its length.
+pub(crate) fn entry_weight(key: &Key) -> u64 {
+    let payload = u64::try_from(key.payload().len()).unwrap_or(u64::MAX);
+    ENTRY_BYTES.max(ENTRY_OVERHEAD_BYTES.saturating_add(payload))
+}
+
+/// The weigher of the cache: [`entry_weight`]; an answer that is not kept (a zero
+/// ttl, a refused lookup) weighs nothing, so putting it in the cache for the requests
+/// waiting on it evicts nothing, and it is removed right after.
 #[derive(Debug, Clone, Copy)]
+struct Weigh;
+
+impl Weighter<Key, Cached> for Weigh {
+    fn weight(&self, key: &Key, cached: &Cached) -> u64 {
+        if cached.is_kept() { entry_weight(key) } else { 0 }
+    }
+}
+
+/// An answer of the lookup, as cached.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Cached {
-    tier: usize,
+    answer: Answer,
+    /// When the lookup answered (clock nanoseconds).
+    answered_ns: u64,
+    /// When the answer expires (clock nanoseconds); at `answered_ns` or before for an
+    /// answer that is not kept.
     expires_ns: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    /// The tier's index.
+    Tier(usize),
+    /// The lookup failed and the policy is [`OnLookupError::Deny`]: the error, for
+    /// the requests that waited on this lookup (never kept).
+    Failed(Arc<str>),
+}
+
+impl Cached {
+    /// Whether the answer stays in the cache after the requests waiting on it have it.
+    fn is_kept(&self) -> bool {
+        self.expires_ns > self.answered_ns
+    }
+
+    /// Whether the answer serves a request that came at `asked_ns`: it was live then,
+    /// or the lookup answered after the request came (the request waited on it).
+    fn serves(&self, asked_ns: u64) -> bool {
+        self.expires_ns > asked_ns || self.answered_ns >= asked_ns
+    }
+
+    fn result(&self) -> Result<usize, LookupFailed> {
+        match &self.answer {
+            Answer::Tier(tier) => Ok(*tier),
+            Answer::Failed(error) => Err(LookupFailed(error.to_string())),
+        }
+    }
 }
 
 /// Why a request's tier could not be resolved (the lookup failed and the policy is
@@ -197,7 +296,9 @@ impl TiersBuilder {
         Self { failure_ttl: ttl, ..self }
     }
 
-    /// The most answers cached (at least 1). Default: 10 000.
+    /// The most answers cached (at least 1), which also bounds their weight to
+    /// `n × 256` bytes (see [`Tiers`]). Default: 10 000. The cache's shards hold an
+    /// equal share each, so it holds the largest multiple of their count up to `n`.
     pub fn max_entries(self, n: usize) -> Self {
         Self { max_entries: n, ..self }
     }
@@ -233,8 +334,47 @@ impl TiersBuilder {
         if max_entries == 0 {
             return Err(TiersError::ZeroMaxEntries);
         }
-        Ok(Tiers { tiers, lookup, cache: papaya::HashMap::new(), ttl, failure_ttl, max_entries, on_error, clock })
+        let fallback = match &on_error {
+            OnLookupError::Tier(name) => tiers.iter().position(|(n, _)| **n == **name),
+            OnLookupError::Deny => None,
+        };
+        let cache = answer_cache(max_entries);
+        Ok(Tiers { tiers, lookup, cache, ttl, failure_ttl, max_entries, on_error, fallback, clock })
     }
+}
+
+/// The most shards the cache is split into: four per core (readers of different
+/// shards share no lock), and no more than leave each shard 32 answers.
+fn shard_count(max_entries: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut shards = cores.saturating_mul(4).checked_next_power_of_two().unwrap_or(1 << 16).min(1 << 16);
+    while shards > 1 && max_entries / shards < 32 {
+        shards /= 2;
+    }
+    shards
+}
+
+/// A cache of at most `max_entries` answers weighing at most `max_entries ×`
+/// [`ENTRY_BYTES`] bytes (a shard of `n` answers has room for `n × ENTRY_BYTES` and a
+/// sixteenth of one answer, so that one answer of `ENTRY_BYTES` fits beside its
+/// eviction's 97 % share for answers asked for again).
+fn answer_cache(max_entries: usize) -> AnswerCache {
+    let shards = shard_count(max_entries);
+    let per_shard = max_entries / shards;
+    let per_shard_bytes = u64::try_from(per_shard)
+        .unwrap_or(u64::MAX)
+        .saturating_mul(ENTRY_BYTES)
+        .saturating_add(ENTRY_BYTES / 16)
+        // Far beyond any memory: the sum of weights cannot overflow.
+        .min(u64::MAX / 4 / shards as u64);
+    let options = OptionsBuilder::new()
+        .shards(shards)
+        .estimated_items_capacity(per_shard * shards)
+        .weight_capacity(per_shard_bytes * shards as u64)
+        .build()
+        // Every option is set.
+        .expect("the tier cache's options are complete");
+    Cache::with_options(options, Weigh, RandomState::new(), DefaultLifecycle::default())
 }
 
 impl Tiers {
@@ -300,71 +440,90 @@ impl Tiers {
         self.tiers.iter().position(|(n, _)| &**n == name)
     }
 
-    /// `key`'s tier if the cache holds a live answer: one lock-free read.
+    /// `key`'s tier if the cache holds a live answer: one read of a shard of the
+    /// cache, under the shard's read lock (readers never wait on one another).
     pub fn cached(&self, key: &Key) -> Option<usize> {
         let now = self.clock.now().as_u64();
-        let cache = self.cache.pin();
-        cache.get(key).filter(|c| c.expires_ns > now).map(|c| c.tier)
+        match self.cache.get(key) {
+            Some(Cached { answer: Answer::Tier(tier), expires_ns, .. }) if expires_ns > now => Some(tier),
+            _ => None,
+        }
     }
 
     /// `key`'s tier: cached, or looked up (and then cached).
+    ///
+    /// Concurrent misses for one key share one lookup: the first runs it, the others
+    /// wait for its answer (a refusal under [`OnLookupError::Deny`] included). Dropped
+    /// while it waits, a request leaves nothing behind: a waiter just stops waiting,
+    /// and a dropped lookup hands its turn to the next waiter, who runs the lookup
+    /// itself.
     pub async fn resolve(&self, key: &Key) -> Result<usize, LookupFailed> {
-        if let Some(tier) = self.cached(key) {
-            return Ok(tier);
-        }
-        let answer = (self.lookup)(key.clone()).await;
-        let answer = answer.and_then(|name| self.index_of(&name).ok_or_else(|| format!("no tier is named `{name}`")));
-        match answer {
-            Ok(tier) => {
-                self.remember(key, tier, self.ttl);
-                Ok(tier)
-            }
-            Err(error) => match &self.on_error {
-                OnLookupError::Tier(name) => {
-                    // Built only with a fallback that is one of the tiers.
-                    let tier = self.index_of(name).ok_or_else(|| LookupFailed(error.clone()))?;
-                    tracing::warn!(target: "weir_tower", key = %key, %error, fallback = %name, "tier lookup failed");
-                    self.remember(key, tier, self.failure_ttl);
-                    Ok(tier)
+        let asked_ns = self.clock.now().as_u64();
+        // An answer found is stale only if it expired before this request came and
+        // no lookup answered since; it is then removed and the key asked for again.
+        // Two rounds at most: a third answer (the clock stepped back while lookups
+        // raced) serves as it is.
+        let mut round = 0;
+        loop {
+            match self.cache.get_value_or_guard_async(key).await {
+                Ok(found) if found.serves(asked_ns) || round == 2 => return found.result(),
+                Ok(stale) => {
+                    self.cache.remove_if(key, |c| *c == stale);
+                    round += 1;
                 }
-                OnLookupError::Deny => {
+                Err(guard) => return self.look_up(key, guard).await,
+            }
+        }
+    }
+
+    /// Runs the lookup for `key`, whose placeholder `guard` holds, and hands the
+    /// answer to the requests waiting on it; keeps it for `ttl` (`failure_ttl` for a
+    /// fallback). Dropped mid-lookup, `guard` hands the placeholder to the next
+    /// waiter, or removes it.
+    async fn look_up(&self, key: &Key, guard: LoadGuard<'_>) -> Result<usize, LookupFailed> {
+        let answer = (self.lookup)(key.clone()).await;
+        let answered_ns = self.clock.now().as_u64();
+        let answer = answer.and_then(|name| self.index_of(&name).ok_or_else(|| format!("no tier is named `{name}`")));
+        let (answer, ttl) = match answer {
+            Ok(tier) => (Answer::Tier(tier), self.ttl),
+            Err(error) => match (&self.on_error, self.fallback) {
+                (OnLookupError::Tier(name), Some(tier)) => {
+                    tracing::warn!(target: "weir_tower", key = %key, %error, fallback = %name, "tier lookup failed");
+                    (Answer::Tier(tier), self.failure_ttl)
+                }
+                _ => {
                     tracing::warn!(target: "weir_tower", key = %key, %error, "tier lookup failed");
-                    Err(LookupFailed(error))
+                    (Answer::Failed(Arc::from(error)), Duration::ZERO)
                 }
             },
+        };
+        let ttl_ns = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
+        let cached = Cached { answer, answered_ns, expires_ns: answered_ns.saturating_add(ttl_ns) };
+        // Err: the placeholder was dropped (`clear_cache`); the waiters have the answer
+        // all the same.
+        let _ = guard.insert(cached.clone());
+        if !cached.is_kept() {
+            self.cache.remove_if(key, |c| *c == cached);
         }
+        cached.result()
     }
 
-    fn remember(&self, key: &Key, tier: usize, ttl: Duration) {
-        if ttl.is_zero() {
-            return;
-        }
-        let now = self.clock.now().as_u64();
-        let expires_ns = now.saturating_add(u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX));
-        let cache = self.cache.pin();
-        if cache.len() >= self.max_entries && !cache.contains_key(key) {
-            // Make room for an eighth of the cache: expired entries first, then any.
-            let target = self.max_entries - self.max_entries.div_ceil(8);
-            cache.retain(|_, c| c.expires_ns > now);
-            let excess = cache.len().saturating_sub(target);
-            if excess > 0 {
-                let victims: Vec<Key> = cache.keys().take(excess).cloned().collect();
-                for victim in &victims {
-                    cache.remove(victim);
-                }
-            }
-        }
-        cache.insert(key.clone(), Cached { tier, expires_ns });
-    }
-
-    /// Answers cached now (live or expired, not yet dropped).
+    /// Answers cached now (live or expired, not yet evicted): at most
+    /// [`max_entries`](Self::max_entries).
     pub fn cached_len(&self) -> usize {
         self.cache.len()
     }
 
-    /// Forgets every cached answer (after plans changed, say).
+    /// What the cached answers weigh now, in bytes (see [`Tiers`]): at most
+    /// `max_entries × 256`.
+    pub fn cached_bytes(&self) -> u64 {
+        self.cache.weight()
+    }
+
+    /// Forgets every cached answer (after plans changed, say). A lookup in flight
+    /// still answers the requests waiting on it; its answer is not cached.
     pub fn clear_cache(&self) {
-        self.cache.pin().clear();
+        self.cache.clear();
     }
 }
 
@@ -478,7 +637,206 @@ mod tests {
             block_on(tiers.resolve(&Key::user(&format!("user-{i}")))).unwrap();
             assert!(tiers.cached_len() <= 16);
         }
-        // The latest answer is always kept.
+        // The latest answer is kept: the older ones, never read again, go first.
         assert_eq!(tiers.cached(&Key::user("user-199")), Some(0));
+    }
+
+    /// Hung on key #38 751 or so, spinning in the concurrent map's `retain` while
+    /// its memory grew without bound, when the cache was trimmed by hand.
+    #[test]
+    fn a_hundred_thousand_distinct_keys_stay_within_the_default_cache() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let tiers = counting(calls.clone()).build_with_clock(ManualClock::new()).unwrap();
+        assert_eq!(tiers.max_entries(), 10_000);
+        block_on(async {
+            for i in 0..100_000 {
+                let key = Key::api_key(format!("key-{i}").as_bytes());
+                assert_eq!(tiers.resolve(&key).await, Ok(0));
+                assert!(tiers.cached_len() <= 10_000, "{} answers cached after key #{i}", tiers.cached_len());
+            }
+        });
+        assert_eq!(calls.load(Ordering::Relaxed), 100_000, "each distinct key is looked up once");
+    }
+
+    #[test]
+    fn long_keys_weigh_their_bytes_and_displace_short_ones() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let tiers = counting(calls.clone()).max_entries(1_000).build_with_clock(ManualClock::new()).unwrap();
+        let bound = 1_000 * ENTRY_BYTES;
+        assert_eq!(entry_weight(&Key::api_key(&[b'k'; 64])), ENTRY_BYTES);
+        assert_eq!(entry_weight(&Key::api_key(&[b'k'; 1_000])), ENTRY_OVERHEAD_BYTES + 1_000);
+        block_on(async {
+            for i in 0..5_000 {
+                tiers.resolve(&Key::api_key(format!("short-{i}").as_bytes())).await.unwrap();
+                assert!(tiers.cached_len() <= 1_000 && tiers.cached_bytes() <= bound);
+            }
+            assert!(tiers.cached_len() > 900, "short keys fill the cache: {}", tiers.cached_len());
+            // Asked for twice each (a key seen once is evicted first), long keys
+            // take the short ones' room.
+            for i in 0..1_000 {
+                let mut key = format!("long-{i}-").into_bytes();
+                key.resize(1_000, b'x');
+                for _ in 0..2 {
+                    tiers.resolve(&Key::api_key(&key)).await.unwrap();
+                    assert!(tiers.cached_bytes() <= bound, "{} bytes after long key #{i}", tiers.cached_bytes());
+                }
+            }
+        });
+        // 1 192 bytes each: at most 214 of them in 256 000 bytes.
+        assert!(tiers.cached_len() <= 214, "{}", tiers.cached_len());
+        assert!(tiers.cached_bytes() > bound / 2, "{}", tiers.cached_bytes());
+        // A key heavier than its shard's share of the cache is answered, not cached.
+        let huge = Key::api_key(&vec![b'h'; 1 << 20]);
+        let before = calls.load(Ordering::Relaxed);
+        assert_eq!(block_on(tiers.resolve(&huge)), Ok(0));
+        assert_eq!(block_on(tiers.resolve(&huge)), Ok(0));
+        assert_eq!(calls.load(Ordering::Relaxed), before + 2);
+        assert_eq!(tiers.cached(&huge), None);
+        assert!(tiers.cached_bytes() <= bound);
+    }
+
+    #[test]
+    fn the_cache_allocates_within_its_weight() {
+        let tiers = counting(Arc::default()).build_with_clock(ManualClock::new()).unwrap();
+        block_on(async {
+            for i in 0..30_000 {
+                tiers.resolve(&Key::api_key(format!("key-{i:08}").as_bytes())).await.unwrap();
+            }
+        });
+        assert_eq!(tiers.cached_len(), 10_000);
+        // The slots in use (answers and the records of evicted keys) and the index's
+        // allocation, within the weight bound: the slots' vector may hold as many
+        // again in spare room, so the cache allocates at most twice the bound.
+        let used = tiers.cache.memory_used().total() as u64;
+        assert!(used <= 10_000 * ENTRY_BYTES, "{used} bytes for 10 000 answers");
+    }
+
+    /// A lookup that parks until the test lets it answer: a permit each.
+    fn gated(gate: Arc<tokio::sync::Semaphore>, calls: Arc<AtomicUsize>) -> TiersBuilder {
+        Tiers::builder(move |key: Key| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            let gate = gate.clone();
+            async move {
+                gate.acquire().await.expect("the gate stays open").forget();
+                if key.payload() == b"down" { Err("backend down") } else { Ok("pro") }
+            }
+        })
+        .tier("free", store())
+        .tier("pro", store())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn concurrent_misses_for_one_key_share_one_lookup() {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let tiers = gated(gate.clone(), calls.clone()).build_with_clock(ManualClock::new()).unwrap();
+        let key = Key::user("u");
+        let down = Key::user("down");
+        let all = async {
+            tokio::join!(
+                tiers.resolve(&key),
+                tiers.resolve(&key),
+                tiers.resolve(&key),
+                tiers.resolve(&down),
+                tiers.resolve(&down),
+            )
+        };
+        let open = async {
+            tokio::task::yield_now().await;
+            gate.add_permits(2);
+        };
+        let (answers, ()) = tokio::join!(all, open);
+        let failed = Err(LookupFailed("backend down".into()));
+        assert_eq!(answers, (Ok(1), Ok(1), Ok(1), failed.clone(), failed));
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "one lookup a key");
+        assert_eq!(tiers.cached_len(), 1, "the refusal is handed to its waiters, not kept");
+        assert_eq!(tiers.cached(&key), Some(1));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_answer_that_is_not_kept_is_still_shared() {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let tiers =
+            gated(gate.clone(), calls.clone()).ttl(Duration::ZERO).build_with_clock(ManualClock::new()).unwrap();
+        let key = Key::user("u");
+        let open = async {
+            tokio::task::yield_now().await;
+            gate.add_permits(1);
+        };
+        let (a, b, ()) = tokio::join!(tiers.resolve(&key), tiers.resolve(&key), open);
+        assert_eq!((a, b), (Ok(1), Ok(1)));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!((tiers.cached_len(), tiers.cached_bytes()), (0, 0), "a zero ttl caches nothing");
+        gate.add_permits(1);
+        assert_eq!(tiers.resolve(&key).await, Ok(1));
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_resolve_dropped_at_any_await_leaves_nothing_behind() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let lookup = {
+            let calls = calls.clone();
+            move |key: Key| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    tokio::task::yield_now().await;
+                    tokio::task::yield_now().await;
+                    if key.payload() == b"down" { Err("backend down") } else { Ok("pro") }
+                }
+            }
+        };
+        for (name, key, cached) in [("kept", Key::user("u"), 1), ("refused", Key::user("down"), 0)] {
+            let tiers = Tiers::builder(lookup.clone())
+                .tier("free", store())
+                .tier("pro", store())
+                .build_with_clock(ManualClock::new())
+                .unwrap();
+            let cuts = weir_testkit::each_cancellation(
+                || tiers.resolve(&key),
+                async |k, finished| {
+                    if finished {
+                        assert_eq!(tiers.cached_len(), cached, "{name}: run to the end");
+                        return;
+                    }
+                    assert_eq!(tiers.cached_len(), 0, "{name}: dropped after {k} polls");
+                    // No placeholder is left to wait on: a fresh resolve runs its own
+                    // lookup to the end.
+                    let before = calls.load(Ordering::SeqCst);
+                    let fresh = weir_testkit::poll_times(tiers.resolve(&key), 100).await;
+                    assert!(fresh.is_some(), "{name}: a resolve after a drop at {k} polls hangs");
+                    assert_eq!(calls.load(Ordering::SeqCst), before + 1, "{name}");
+                    tiers.clear_cache();
+                },
+            )
+            .await;
+            assert_eq!(cuts, 4, "{name}: dropped before its first poll, at each yield, run to the end");
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_dropped_lookup_hands_its_turn_to_a_waiter() {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let tiers = gated(gate.clone(), calls.clone()).build_with_clock(ManualClock::new()).unwrap();
+        let key = Key::user("u");
+        // The first runs the lookup and is dropped while it waits; the second was
+        // waiting on it, and runs the lookup itself.
+        let first = weir_testkit::poll_times(tiers.resolve(&key), 1);
+        let second = async {
+            let mut second = std::pin::pin!(tiers.resolve(&key));
+            assert!(weir_testkit::poll_times(second.as_mut(), 1).await.is_none());
+            second.await
+        };
+        let open = async {
+            tokio::task::yield_now().await;
+            tokio::task::yield_now().await;
+            gate.add_permits(1);
+        };
+        let (first, second, ()) = tokio::join!(first, second, open);
+        assert_eq!((first, second), (None, Ok(1)));
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(tiers.cached(&key), Some(1));
     }
 }
