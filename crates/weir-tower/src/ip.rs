@@ -28,6 +28,32 @@
 //! bytes.** What exactly is parsed is in
 //! [`ClientIp::resolve`]'s docs; `tests/client_ip_headers.rs` holds it against
 //! arbitrary bytes (proptest).
+//!
+//! # What your proxies must do
+//!
+//! The guarantee covers what the client writes *left of* the hop your proxy adds.
+//! What a trusted proxy writes itself is trusted, so it must be well-formed:
+//!
+//! - **Configure the header your proxies write.** If they write `X-Forwarded-For`
+//!   and the rule reads `Forwarded` (or the other way round), the header read is the
+//!   client's own, whole.
+//! - **A proxy that copies a client value into `Forwarded` must quote and escape it**
+//!   (RFC 9110 §5.6.4: `\"` and `\\` inside a quoted string). A template such as
+//!   `for=$remote_addr;host="$host"` that does not escape lets a `Host` of
+//!   `x",for=6.6.6.6;a="` write a new element to the right of the real hop, and the
+//!   client chooses its address; an unquoted copy (`host=%[req.hdr(host)]`) lets a
+//!   `Host` of `x;for=6.6.6.6` make the element unreadable, so the client is
+//!   unidentified. No parser can tell such an element from one the proxy meant.
+//! - **A trusted hop that is not an address makes every client behind it
+//!   unidentified**: `for=unknown` (what nginx writes for a Unix-socket peer) or an
+//!   obfuscated identifier. Trust only proxies that write addresses.
+//!
+//! An unidentified client is answered by the limit's
+//! [`MissingKey`](crate::MissingKey): `Deny` (the default) refuses it; `Shared`
+//! puts it in one shared bucket; `Skip` lets it through unlimited, so under `Skip` a
+//! client that can make itself unidentified (through a proxy that copies its values
+//! unescaped, above) is not limited at all. Prefer `Deny` or `Shared` for a limit that
+//! protects anything.
 
 use crate::key::{Key, mask32, mask128};
 use core::fmt;
