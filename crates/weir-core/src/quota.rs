@@ -45,7 +45,9 @@ const REVISION_SHIFT: u32 = 48;
 /// - `count`, `period` and `burst` are non-zero;
 /// - any rate from 1 per 9 years up to 1.6 × 10¹⁶ per second is accepted: request
 ///   rates, and byte or bit rates (100 GB/s is 10¹¹ per second) for
-///   `check_n(bytes)`;
+///   `check_n(bytes)`; up to 16 million per second every request is charged within
+///   0.1% of its share, faster rates charge each call at least a whole tick (see
+///   "Precision");
 /// - refilling the whole burst (`burst × interval`) takes at most about 9.1 years.
 ///
 /// # Precision
@@ -61,8 +63,11 @@ const REVISION_SHIFT: u32 = 48;
 ///   rounded up to a whole tick. A call asking for at least 62.5 ns
 ///   worth of capacity (`n ≥ 1000 / T` in ticks: 19 bytes at 300 MB/s, 157 at
 ///   2.5 GB/s, 6 250 at 100 GB/s) is within 0.1%, over any horizon; smaller calls
-///   are charged more than their share (never less), so they can only be admitted
-///   less. Above 16 × 10⁹ per second (under one tick per unit) the bucket itself is
+///   are charged more than their share (up to one tick more per call, never less),
+///   so they can only be admitted less. Single-unit calls are admitted at
+///   `T / ⌈T⌉` of the rate: one `check()` at a time at 3 × 10⁸ per second
+///   (`T` = 53.3 ticks, charged 54) is admitted 1.2% less than the rate, at
+///   2.5 × 10⁹ per second (`T` = 6.4, charged 7) 8.6% less. Above 16 × 10⁹ per second (under one tick per unit) the bucket itself is
 ///   rounded up to a tick, so several calls together may take up to one tick's
 ///   worth more than the burst; the burst must therefore hold at least 1000 ticks
 ///   (62.5 ns) of capacity ([`QuotaError::BurstTooShort`]), which keeps that under
