@@ -24,7 +24,18 @@ fn the_striped_window_refuses_a_limit_its_counts_cannot_hold() {
             .mode(mode)
             .build_with_clock(ManualClock::new());
         let Err(WindowError::LimitTooLarge { max_limit, .. }) = built else { panic!("{mode:?}: {built:?}") };
-        assert!(max_limit < 1 << 62, "{max_limit}");
+        assert!(max_limit > 0 && max_limit < 1 << 62, "{max_limit}");
+        // The limit the error names builds, with a batch as large as itself.
+        let named = Quota::new(max_limit, Duration::from_nanos(1 << 50)).unwrap();
+        let l = StripedSlidingWindow::builder(named)
+            .stripes(1)
+            .batch(max_limit)
+            .mode(mode)
+            .build_with_clock(ManualClock::new())
+            .unwrap();
+        if mode == StripedMode::Exact {
+            exact_at_one_instant(&l, max_limit, "striped at the named limit");
+        }
     }
 }
 
