@@ -82,11 +82,15 @@ impl Reference {
             Decision::denied(snapshot(used), ceil_ns(used + n * t - tolerance))
         }
     }
-    fn refund(&mut self, q: Quota, n: u64, at: u64) {
+    /// A refund of `n` units of an admission charged under `then`, with `now` in
+    /// force: each unit credits the smaller of its interval then and now (the same
+    /// as now's if the quota did not change), never more than it was charged.
+    fn refund(&mut self, now: Quota, then: Quota, n: u64, at: u64) {
         let at = at * TICKS;
         let used = self.tat.saturating_sub(at);
+        let interval = now.emission_interval_ticks().min(then.emission_interval_ticks());
         if used > 0 {
-            self.tat = at + used.saturating_sub(n * q.emission_interval_ticks());
+            self.tat = at + used.saturating_sub(n * interval);
         }
     }
 }
@@ -121,19 +125,20 @@ fn assert_linearizable(burst: u64, threads: Vec<Vec<Op>>) {
             let mut reference = Reference { tat: 0 };
             let mut next = vec![0; threads.len()];
             let mut current = quota(burst);
-            // Whether each thread's last check was admitted (what its refund gives back).
-            let mut admitted = vec![false; threads.len()];
+            // The quota each thread's last check was admitted under, if it was (what
+            // its refund gives back).
+            let mut admitted: Vec<Option<Quota>> = vec![None; threads.len()];
             for (t, op) in history {
                 let observed = seen[t][next[t]];
                 next[t] += 1;
                 let ok = match (op, observed) {
                     (Op::Check { n, at }, Outcome::Decided(d)) => {
-                        admitted[t] = d.is_allowed();
+                        admitted[t] = d.is_allowed().then(|| quota(d.limit()));
                         reference.check(quota(d.limit()), n, at) == d
                     }
                     (Op::Refund { n, at }, Outcome::Done) => {
-                        if admitted[t] {
-                            reference.refund(current, n, at);
+                        if let Some(then) = admitted[t] {
+                            reference.refund(current, then, n, at);
                         }
                         true
                     }
@@ -201,6 +206,23 @@ fn quota_change_racing_with_checks() {
         vec![
             vec![Op::SetQuota { burst: 3 }],
             vec![Op::Check { n: 1, at: 0 }, Op::Check { n: 1, at: 0 }],
+            vec![Op::Check { n: 1, at: 0 }],
+        ],
+    );
+}
+
+#[test]
+fn refund_racing_with_a_quota_change() {
+    // The first thread's unit is charged 10 ns under burst 1; the change to burst 3
+    // (T = 20 ns) may land before its check, between its check and its refund, or
+    // after the refund, and the third thread's check may add 20 ns of debt after
+    // it. A refund credits the smaller of the unit's interval then and now: crediting
+    // 20 ns for a unit charged 10 ns would give back the third thread's debt.
+    assert_linearizable(
+        1,
+        vec![
+            vec![Op::Check { n: 1, at: 0 }, Op::Refund { n: 1, at: 0 }],
+            vec![Op::SetQuota { burst: 3 }],
             vec![Op::Check { n: 1, at: 0 }],
         ],
     );

@@ -5,7 +5,8 @@
 //! every window of time admits within the documented bound; a quota change revokes
 //! the leases granted before it, so nothing priced under the old quota is spent
 //! after it; a refund racing with checks at a frozen clock gives back exactly what
-//! it took.
+//! it took; a permit spent from a lease another thread installed carries that
+//! grant's charge, so its refund after a quota change credits what it was charged.
 #![cfg(loom)]
 
 use loom::sync::Arc;
@@ -190,5 +191,33 @@ fn a_quota_change_racing_checks_that_hold_leases_revokes_them() {
         // under the old quota again, what is left plus what was admitted is the burst.
         l.set_quota(before_the_change());
         assert_eq!(l.snapshot().remaining() + admitted, 64, "admitted {admitted}");
+    });
+}
+
+/// A permit spent from a lease that another thread installed carries that lease's
+/// grant (its charge as well as its time), read after the Acquire load of the lease
+/// word: a refund of it after a change to a slower quota credits the 10 ns it was
+/// charged, never the new 20 ns (which would give back the other thread's unit).
+#[test]
+fn a_refund_of_a_leased_permit_credits_what_its_grant_charged() {
+    loom::model(|| {
+        // Burst 4 at T = 10 ns on one stripe, leases of up to 2: whichever check
+        // refills first leases 2, and the other may spend the second permit.
+        let l = Arc::new(LeasedGcra::with_clock(quota(4), config(1, 2), Nanos::new(0)));
+        let checks: Vec<_> = (0..2)
+            .map(|_| {
+                let l = l.clone();
+                thread::spawn(move || l.check_on(0, 1).unwrap())
+            })
+            .collect();
+        let decisions: Vec<_> = checks.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(decisions.iter().all(|d| d.is_allowed()), "{decisions:?}");
+        // Burst 4 at T = 20 ns: the change gives back the unused permit (10 ns).
+        l.set_quota(Quota::per_second(50_000_000).unwrap().with_burst(4).unwrap());
+        l.refund(1, &decisions[1]).unwrap();
+        // What stays in use is the other check's unit, charged 10 ns; the frozen
+        // clock makes every give-back exact.
+        let kept = l.snapshot().reset_after().as_nanos();
+        assert_eq!(kept, 10, "{decisions:?}");
     });
 }

@@ -122,8 +122,15 @@ pub struct Decision {
     denial: Option<DenyReason>,
     /// Which of a store's [`Policy`](crate::Policy)s decided (0 for a single quota).
     policy: u16,
-    /// Zero when admitted.
-    retry_after_ns: u64,
+    /// On a denial, the retry-after in nanoseconds. On an admission, what each unit
+    /// was charged ([`Quota::unit_charge`](crate::Quota::unit_charge)), or zero if
+    /// the limiter did not say: one word serves both, since only an admission is
+    /// ever refunded and only a denial has a retry-after.
+    retry_after_or_charge: u64,
+    /// On an admission with a charge, the [`Quota::revision`](crate::Quota::revision)
+    /// it was charged under. (Fits the padding after `policy`: a `Decision` stays 56
+    /// bytes.)
+    revision: u16,
     /// The clock reading the decision was made at, in the deciding limiter's time
     /// base (zero if the limiter did not say).
     decided_at: u64,
@@ -135,7 +142,15 @@ impl Decision {
     /// An admission; `snapshot` is the state after it.
     #[inline]
     pub const fn allowed(snapshot: Snapshot) -> Self {
-        Self { snapshot, denial: None, policy: 0, retry_after_ns: 0, decided_at: 0, fallback: false }
+        Self {
+            snapshot,
+            denial: None,
+            policy: 0,
+            retry_after_or_charge: 0,
+            revision: 0,
+            decided_at: 0,
+            fallback: false,
+        }
     }
 
     /// A denial for [`DenyReason::RateLimited`]: the same request would be admitted
@@ -146,7 +161,8 @@ impl Decision {
             snapshot,
             denial: Some(DenyReason::RateLimited),
             policy: 0,
-            retry_after_ns,
+            retry_after_or_charge: retry_after_ns,
+            revision: 0,
             decided_at: 0,
             fallback: false,
         }
@@ -155,7 +171,15 @@ impl Decision {
     /// A denial for another `reason`.
     #[inline]
     pub const fn denied_because(reason: DenyReason, snapshot: Snapshot, retry_after_ns: u64) -> Self {
-        Self { snapshot, denial: Some(reason), policy: 0, retry_after_ns, decided_at: 0, fallback: false }
+        Self {
+            snapshot,
+            denial: Some(reason),
+            policy: 0,
+            retry_after_or_charge: retry_after_ns,
+            revision: 0,
+            decided_at: 0,
+            fallback: false,
+        }
     }
 
     /// The same decision, made at `now` (the deciding limiter's clock reading). A
@@ -172,6 +196,40 @@ impl Decision {
     #[inline]
     pub const fn decided_at(&self) -> crate::Nanos {
         crate::Nanos::new(self.decided_at)
+    }
+
+    /// The same admission, recording that each of its units was charged
+    /// `unit_charge` ([`Quota::unit_charge`](crate::Quota::unit_charge)) under the
+    /// quota of revision `revision` ([`Quota::revision`](crate::Quota::revision)), so
+    /// that a refund after a quota change credits what was charged, not the units'
+    /// price under the new quota. A denial is returned unchanged (it took nothing).
+    #[doc(hidden)] // what token-bucket algorithms record for their refunds: not part of the public API
+    #[inline]
+    pub const fn charged(self, unit_charge: u64, revision: u16) -> Self {
+        match self.denial {
+            Some(_) => self,
+            None => Self { retry_after_or_charge: unit_charge, revision, ..self },
+        }
+    }
+
+    /// For an admission that recorded its charge ([`charged`](Self::charged)): what
+    /// each unit was charged and the revision of the quota it was charged under.
+    #[doc(hidden)] // what token-bucket algorithms record for their refunds: not part of the public API
+    #[inline]
+    pub const fn unit_charge(&self) -> Option<(u64, u16)> {
+        match (self.denial, self.retry_after_or_charge) {
+            (None, charge) if charge != 0 => Some((charge, self.revision)),
+            _ => None,
+        }
+    }
+
+    /// The retry-after in nanoseconds: zero for an admission.
+    #[inline]
+    const fn retry_after_ns(&self) -> u64 {
+        match self.denial {
+            Some(_) => self.retry_after_or_charge,
+            None => 0,
+        }
     }
 
     /// The same decision, attributed to policy `index` of the store that made it
@@ -230,7 +288,7 @@ impl Decision {
     #[inline]
     pub const fn retry_after(&self) -> Option<Duration> {
         match self.denial {
-            Some(_) => Some(Duration::from_nanos(self.retry_after_ns)),
+            Some(_) => Some(Duration::from_nanos(self.retry_after_or_charge)),
             None => None,
         }
     }
@@ -261,12 +319,13 @@ impl Decision {
 }
 
 /// Decisions are equal when they say the same to a client: outcome, numbers and
-/// deciding policy. When each was made ([`Decision::decided_at`]) and whether a
-/// fallback made it ([`Decision::is_from_fallback`]) are not compared.
+/// deciding policy. When each was made ([`Decision::decided_at`]), whether a
+/// fallback made it ([`Decision::is_from_fallback`]) and what an admission was
+/// charged are not compared.
 impl PartialEq for Decision {
     fn eq(&self, other: &Self) -> bool {
-        (self.snapshot, self.denial, self.policy, self.retry_after_ns)
-            == (other.snapshot, other.denial, other.policy, other.retry_after_ns)
+        (self.snapshot, self.denial, self.policy, self.retry_after_ns())
+            == (other.snapshot, other.denial, other.policy, other.retry_after_ns())
     }
 }
 
@@ -274,7 +333,7 @@ impl Eq for Decision {}
 
 impl core::hash::Hash for Decision {
     fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
-        (self.snapshot, self.denial, self.policy, self.retry_after_ns).hash(state);
+        (self.snapshot, self.denial, self.policy, self.retry_after_ns()).hash(state);
     }
 }
 
@@ -333,3 +392,28 @@ impl fmt::Display for InsufficientCapacity {
 
 #[cfg(feature = "std")]
 impl std::error::Error for InsufficientCapacity {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decision_stays_seven_words() {
+        // Returned by every check: the charge an admission records shares the
+        // retry-after's word, and its revision the padding after the policy.
+        assert!(core::mem::size_of::<Decision>() <= 7 * 8);
+    }
+
+    #[test]
+    fn a_charge_is_recorded_on_admissions_only_and_never_compared() {
+        let snapshot = Snapshot::new(10, 9, 100);
+        let allowed = Decision::allowed(snapshot);
+        assert_eq!(allowed.unit_charge(), None);
+        let charged = allowed.charged(1_600, 3);
+        assert_eq!(charged.unit_charge(), Some((1_600, 3)));
+        assert_eq!(charged.retry_after(), None);
+        assert_eq!(charged, allowed);
+        let denied = Decision::denied(snapshot, 42).charged(1_600, 3);
+        assert_eq!((denied.unit_charge(), denied.retry_after()), (None, Some(Duration::from_nanos(42))));
+    }
+}

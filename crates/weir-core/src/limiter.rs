@@ -150,7 +150,11 @@ pub trait Algorithm {
     ///   admission's window is the previous one; a sliding log removes `n` of the
     ///   entries recorded at the admission's time (the latest ones at or before it
     ///   that are still in the window). A token bucket credits `n` units' time,
-    ///   never below a full bucket.
+    ///   never below a full bucket: their price under the quota in force or, if the
+    ///   quota changed since the admission (the decision records what each unit was
+    ///   charged, and under which quota), the smaller of their price then and now,
+    ///   so a refund after a change to a slower quota never credits more than the
+    ///   admission was charged. (The window algorithms' quotas never change.)
     /// - `n` above [`limit`](Self::limit) is [`InsufficientCapacity`]; `n == 0`
     ///   does nothing.
     ///

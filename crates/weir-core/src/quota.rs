@@ -23,6 +23,18 @@ const WHOLE_TICK_INTERVAL: u128 = PRECISION_PARTS;
 /// beyond it, a single tick of rounding is more than a million units.
 const MAX_UNITS_PER_TICK: u128 = 1_000_000;
 
+/// Marks a [`Quota::unit_charge`] that is a fixed-point interval (2⁻³² tick) rather
+/// than whole ticks. A whole-tick interval is at most 2⁶² ticks, clear of it.
+const FRACTIONAL_CHARGE: u64 = 1 << 63;
+
+/// Bits of the fixed-point interval of a quota charged exactly: an interval under
+/// 1000 ticks is below 2⁴² in 2⁻³² tick.
+const FRACTION_BITS: u32 = 42;
+
+/// Where a quota's revision ([`Quota::revision`]) sits in the word it shares with
+/// the fixed-point interval.
+const REVISION_SHIFT: u32 = 48;
+
 /// A rate limit: `count` requests per `period`, with up to `burst` admitted back to
 /// back from a full bucket.
 ///
@@ -33,7 +45,9 @@ const MAX_UNITS_PER_TICK: u128 = 1_000_000;
 /// - `count`, `period` and `burst` are non-zero;
 /// - any rate from 1 per 9 years up to 1.6 × 10¹⁶ per second is accepted: request
 ///   rates, and byte or bit rates (100 GB/s is 10¹¹ per second) for
-///   `check_n(bytes)`;
+///   `check_n(bytes)`; up to 16 million per second every request is charged within
+///   0.1% of its share, faster rates charge each call at least a whole tick (see
+///   "Precision");
 /// - refilling the whole burst (`burst × interval`) takes at most about 9.1 years.
 ///
 /// # Precision
@@ -49,8 +63,11 @@ const MAX_UNITS_PER_TICK: u128 = 1_000_000;
 ///   rounded up to a whole tick. A call asking for at least 62.5 ns
 ///   worth of capacity (`n ≥ 1000 / T` in ticks: 19 bytes at 300 MB/s, 157 at
 ///   2.5 GB/s, 6 250 at 100 GB/s) is within 0.1%, over any horizon; smaller calls
-///   are charged more than their share (never less), so they can only be admitted
-///   less. Above 16 × 10⁹ per second (under one tick per unit) the bucket itself is
+///   are charged more than their share (up to one tick more per call, never less),
+///   so they can only be admitted less. Single-unit calls are admitted at
+///   `T / ⌈T⌉` of the rate: one `check()` at a time at 3 × 10⁸ per second
+///   (`T` = 53.3 ticks, charged 54) is admitted 1.2% less than the rate, at
+///   2.5 × 10⁹ per second (`T` = 6.4, charged 7) 8.6% less. Above 16 × 10⁹ per second (under one tick per unit) the bucket itself is
 ///   rounded up to a tick, so several calls together may take up to one tick's
 ///   worth more than the burst; the burst must therefore hold at least 1000 ticks
 ///   (62.5 ns) of capacity ([`QuotaError::BurstTooShort`]), which keeps that under
@@ -79,7 +96,7 @@ const MAX_UNITS_PER_TICK: u128 = 1_000_000;
 /// assert!(Quota::per_second(100_000_000_000).is_ok()); // 100 GB/s
 /// # Ok::<(), QuotaError>(())
 /// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy)]
 pub struct Quota {
     count: u64,
     period_ns: u64,
@@ -87,12 +104,33 @@ pub struct Quota {
     /// The emission interval charged per request, in ticks: `period / count` rounded
     /// up to a whole tick.
     interval_ticks: u64,
-    /// 1 if the quota is charged exactly, as `n × period / count` rounded up per call
-    /// (intervals under 1000 ticks that are not whole), else 0.
-    exact_ratio: u64,
+    /// 0 if every unit is charged `interval_ticks`; for a quota charged exactly, as
+    /// `n × period / count` rounded up per call (intervals under 1000 ticks that are
+    /// not whole), the interval in 2⁻³² tick rounded down (non-zero, below
+    /// 2^[`FRACTION_BITS`]).
+    fraction: u64,
     /// `burst` calls' worth of capacity, `⌈burst × interval⌉` ticks, at most
     /// [`MAX_TOLERANCE_TICKS`].
     tolerance_ticks: u64,
+    /// Which of a limiter's successive quotas this is ([`Quota::revision`]); not
+    /// part of the quota's value (equality and hashing ignore it).
+    revision: u16,
+}
+
+/// Quotas are equal when they enforce the same limit; the [`revision`](Quota::revision)
+/// a limiter stamps its quota with is not compared.
+impl PartialEq for Quota {
+    fn eq(&self, other: &Self) -> bool {
+        self.value_words() == other.value_words()
+    }
+}
+
+impl Eq for Quota {}
+
+impl core::hash::Hash for Quota {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.value_words().hash(state);
+    }
 }
 
 impl Quota {
@@ -135,14 +173,17 @@ impl Quota {
         // Rounded up: never faster than asked; at most 0.1% slower from 1000 ticks on.
         let interval = period_ticks.div_ceil(count as u128);
         let exact_ratio = interval < WHOLE_TICK_INTERVAL && !period_ticks.is_multiple_of(count as u128);
+        // Under 1000 ticks: below 2^42 in 2^-32 tick; at least 2^32 / 10^6 (non-zero).
+        let fraction = if exact_ratio { ((period_ticks << 32) / count as u128) as u64 } else { 0 };
         let quota = Self {
             count,
             period_ns: period_nanos as u64,
             burst: count,
             // Truncation is harmless: an interval this long fails `with_burst` below.
             interval_ticks: if interval > u64::MAX as u128 { u64::MAX } else { interval as u64 },
-            exact_ratio: exact_ratio as u64,
+            fraction,
             tolerance_ticks: 0,
+            revision: 0,
         };
         quota.with_burst(count)
     }
@@ -161,7 +202,7 @@ impl Quota {
         // Below one tick per unit, the bucket (rounded up to a tick) can hold up to a
         // tick's worth of units more than the burst: keep that under 0.1%.
         let period_ticks = self.period_ns as u128 * ticks::PER_NANO as u128;
-        if self.exact_ratio != 0 && period_ticks < self.count as u128 && tolerance < WHOLE_TICK_INTERVAL as u64 {
+        if self.fraction != 0 && period_ticks < self.count as u128 && tolerance < WHOLE_TICK_INTERVAL as u64 {
             let min_burst = (WHOLE_TICK_INTERVAL * self.count as u128).div_ceil(period_ticks);
             let min_burst = if min_burst > u64::MAX as u128 { u64::MAX } else { min_burst as u64 };
             return Err(QuotaError::BurstTooShort { count: self.count, period: self.period(), burst, min_burst });
@@ -214,7 +255,7 @@ impl Quota {
     #[doc(hidden)] // fixed-point arithmetic that weir's crates share: not part of the public API
     #[inline]
     pub const fn cost_ticks(&self, n: u64) -> u64 {
-        if self.exact_ratio == 0 {
+        if self.fraction == 0 {
             n.saturating_mul(self.interval_ticks)
         } else {
             match self.cost_ticks_wide(n) {
@@ -226,7 +267,7 @@ impl Quota {
 
     /// [`cost_ticks`](Self::cost_ticks) without saturation, `None` on overflow.
     const fn cost_ticks_wide(&self, n: u64) -> Option<u128> {
-        if self.exact_ratio == 0 {
+        if self.fraction == 0 {
             return (n as u128).checked_mul(self.interval_ticks as u128);
         }
         let period_ticks = self.period_ns as u128 * ticks::PER_NANO as u128;
@@ -243,7 +284,7 @@ impl Quota {
     #[doc(hidden)] // fixed-point arithmetic that weir's crates share: not part of the public API
     #[inline]
     pub const fn credit_ticks(&self, n: u64) -> u64 {
-        if self.exact_ratio == 0 {
+        if self.fraction == 0 {
             n.saturating_mul(self.interval_ticks)
         } else {
             let period_ticks = self.period_ns as u128 * ticks::PER_NANO as u128;
@@ -271,7 +312,7 @@ impl Quota {
     #[doc(hidden)] // fixed-point arithmetic that weir's crates share: not part of the public API
     #[inline]
     pub const fn units_in(&self, ticks: u64) -> u64 {
-        if self.exact_ratio == 0 {
+        if self.fraction == 0 {
             ticks / self.interval_ticks
         } else {
             let period_ticks = self.period_ns as u128 * ticks::PER_NANO as u128;
@@ -290,12 +331,66 @@ impl Quota {
     #[doc(hidden)] // fixed-point arithmetic that weir's crates share: not part of the public API
     #[inline]
     pub const fn is_whole_ticks(&self) -> bool {
-        self.exact_ratio == 0
+        self.fraction == 0
     }
 
-    /// The quota as words, for [`QuotaCell`](crate::QuotaCell).
+    /// What each unit of a call is charged, in one word that a [`Decision`](crate::Decision)
+    /// carries so that a refund can credit what its admission was charged after the
+    /// quota changed ([`credit_ticks_at`](Self::credit_ticks_at)): the emission
+    /// interval in whole ticks (at most 2⁶²), or, for a quota charged exactly (a
+    /// byte rate: not [`is_whole_ticks`](Self::is_whole_ticks)), the interval in 2⁻³²
+    /// tick rounded down with the top bit set. Never zero.
+    #[doc(hidden)] // fixed-point arithmetic that weir's crates share: not part of the public API
+    #[inline]
+    pub const fn unit_charge(&self) -> u64 {
+        if self.fraction == 0 { self.interval_ticks } else { FRACTIONAL_CHARGE | self.fraction }
+    }
+
+    /// What giving back `n` units charged at `unit_charge` (a [`unit_charge`](Self::unit_charge))
+    /// credits, in ticks: never more than the call that took them was charged for
+    /// them (whole intervals exactly; a fixed-point interval rounded down, where the
+    /// call was rounded up). For the quota the charge came from, at most
+    /// [`credit_ticks`](Self::credit_ticks), and at most one tick less for up to 2³²
+    /// units.
+    #[doc(hidden)] // fixed-point arithmetic that weir's crates share: not part of the public API
+    #[inline]
+    pub const fn credit_ticks_at(unit_charge: u64, n: u64) -> u64 {
+        if unit_charge & FRACTIONAL_CHARGE == 0 {
+            n.saturating_mul(unit_charge)
+        } else {
+            let ticks = (n as u128 * (unit_charge & !FRACTIONAL_CHARGE) as u128) >> 32;
+            if ticks > u64::MAX as u128 { u64::MAX } else { ticks as u64 }
+        }
+    }
+
+    /// Which of a limiter's successive quotas this is: a limiter stamps each quota
+    /// it is given with a new revision (0 for its first, wrapping after 65 535
+    /// changes), and each admission with the revision it was charged under, so a
+    /// refund can tell whether the quota changed since. Ignored by `==`.
+    #[doc(hidden)] // bookkeeping that weir's crates share: not part of the public API
+    #[inline]
+    pub const fn revision(&self) -> u16 {
+        self.revision
+    }
+
+    /// The same quota stamped with `revision` (see [`revision`](Self::revision)).
+    #[doc(hidden)] // bookkeeping that weir's crates share: not part of the public API
+    #[inline]
+    pub const fn with_revision(self, revision: u16) -> Self {
+        Self { revision, ..self }
+    }
+
+    /// The words that make the quota's value (the revision left out).
+    const fn value_words(&self) -> [u64; 6] {
+        [self.count, self.period_ns, self.burst, self.interval_ticks, self.fraction, self.tolerance_ticks]
+    }
+
+    /// The quota as words, for [`QuotaCell`](crate::QuotaCell): the revision shares
+    /// the fixed-point interval's word, above its 42 bits.
     pub(crate) const fn to_words(self) -> [u64; 6] {
-        [self.count, self.period_ns, self.burst, self.interval_ticks, self.exact_ratio, self.tolerance_ticks]
+        let mut words = self.value_words();
+        words[4] |= (self.revision as u64) << REVISION_SHIFT;
+        words
     }
 
     /// The inverse of [`to_words`](Self::to_words), for words that came from it.
@@ -305,15 +400,16 @@ impl Quota {
             period_ns: words[1],
             burst: words[2],
             interval_ticks: words[3],
-            exact_ratio: words[4],
+            fraction: words[4] & ((1 << FRACTION_BITS) - 1),
             tolerance_ticks: words[5],
+            revision: (words[4] >> REVISION_SHIFT) as u16,
         }
     }
 
     /// The rate actually enforced for calls of at least 62.5 ns worth of capacity, in
     /// units per second (within 0.1% of `count / period`, never above it).
     pub fn enforced_per_second(&self) -> f64 {
-        let interval = match self.exact_ratio {
+        let interval = match self.fraction {
             0 => self.interval_ticks as f64,
             _ => self.period_ns as f64 * ticks::PER_NANO as f64 / self.count as f64,
         };
@@ -514,6 +610,33 @@ mod tests {
             assert_eq!(q.tolerance_ticks(), burst * q.emission_interval_ticks(), "{count} per {period} s");
             assert_eq!(q.cost_ticks(burst), q.tolerance_ticks());
         }
+    }
+
+    #[test]
+    fn a_revision_travels_with_the_words_and_is_not_part_of_the_value() {
+        for q in [Quota::per_second(10).unwrap(), Quota::per_second(300_000_000).unwrap()] {
+            let stamped = q.with_revision(u16::MAX);
+            assert_eq!(Quota::from_words(stamped.to_words()).revision(), u16::MAX);
+            assert_eq!(Quota::from_words(stamped.to_words()).to_words(), stamped.to_words());
+            assert_eq!(stamped, q);
+            assert_eq!(Quota::from_words(q.to_words()).revision(), 0);
+        }
+    }
+
+    #[test]
+    fn a_unit_charge_credits_at_most_what_the_units_were_charged() {
+        for count in [300_000_000u64, 2_500_000_000, 100_000_000_000, 3, 7, 1_000, 16_000_000_000] {
+            let q = Quota::per_second(count).unwrap();
+            let charge = q.unit_charge();
+            assert_ne!(charge, 0);
+            for n in [1u64, 3, 7, 1_500, 299_999, 300_000_000] {
+                let at = Quota::credit_ticks_at(charge, n);
+                assert!(at <= q.credit_ticks(n) && at + 1 >= q.credit_ticks(n), "{count}/s, {n}: {at}");
+            }
+        }
+        // Whole ticks: exact.
+        let q = Quota::per_second(10).unwrap();
+        assert_eq!(Quota::credit_ticks_at(q.unit_charge(), 5), q.credit_ticks(5));
     }
 
     #[test]

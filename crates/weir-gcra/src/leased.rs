@@ -87,9 +87,11 @@
 //!
 //! Capacity is never created: a give-back credits at most the lease's remaining
 //! share of the bucket's debt. A refund ([`LeasedGcra::refund`]) follows the same
-//! rule for the units an admission took: their debt less the time since they were
+//! rule for the units an admission took: their debt (at the interval they were
+//! charged, or the interval in force if that is less: after a quota change, the
+//! smaller of the two, as for [`Gcra`]) less the time since they were
 //! charged (the grant of the lease they came from, which each admission is stamped
-//! with), so refunding an admission soon after it gives nearly all of it back, and
+//! with, with the grant's interval), so refunding an admission soon after it gives nearly all of it back, and
 //! one a lease lifetime later may give back nothing. It can be *lost* for a while instead: the part of an
 //! unused lease's debt that the give-back does not credit (at most `elapsed` since
 //! the grant) stays in the bucket until the bucket is next full, at most
@@ -354,7 +356,8 @@ impl<C: Clock> LeasedGcra<C> {
     }
 
     /// Gives back `n` units that `admission` (a decision of this limiter) took and
-    /// the caller did not use: their debt, less the time since they were charged
+    /// the caller did not use: their debt (never more than they were charged, also
+    /// after a quota change), less the time since they were charged
     /// (a lease's grant, up to its lifetime before the admission), is credited to
     /// the bucket, never beyond full; nothing for a denial. Capacity is never
     /// created (see the module docs); with a lease's grant long past, little or

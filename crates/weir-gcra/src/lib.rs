@@ -101,7 +101,11 @@
 //! (rounded down, so that a call given back in pieces never credits more than it was
 //! charged: [`Quota::credit_ticks`]) less the time since the admission was decided
 //! (that time has been repaying its debt; crediting it again would free capacity a
-//! later admission took), never beyond a full bucket, and nothing for a denial:
+//! later admission took), never beyond a full bucket, and nothing for a denial.
+//! `T` is the interval in force; if the quota changed since the admission, the
+//! smaller of that and the interval the admission was charged at (its decision
+//! records it), so a refund never credits more than was charged (see "Changing the
+//! quota at run time"):
 //!
 //! ```
 //! use weir_core::{ManualClock, Quota};
@@ -123,6 +127,25 @@
 //! the time until the bucket is full again (what the last `reset_after` told the
 //! client) is unchanged, and the capacity in use is re-read under the new quota. A
 //! check sees the old quota or the new one, never a mix ([`QuotaCell`]).
+//!
+//! A refund of an admission decided under an earlier quota credits each unit the
+//! smaller of its interval then and now: take 10 at 10 per second (1 s of
+//! capacity), change to 1 per second with burst 10, and a refund of 5 of the 10
+//! credits the 0.5 s they were charged, not 5 s; after a change to a faster quota it
+//! credits the new, shorter interval. This holds for refunds within 65 535 quota
+//! changes of their admission (the revision a decision records wraps after that):
+//!
+//! ```
+//! use weir_core::{ManualClock, Quota};
+//! use weir_gcra::Gcra;
+//!
+//! let limiter = Gcra::with_clock(Quota::per_second(10)?, ManualClock::new());
+//! let admission = limiter.check_n(10)?; // charged 10 × 0.1 s
+//! limiter.set_quota(Quota::per_second(1)?.with_burst(10)?);
+//! limiter.refund(5, &admission)?; // 0.5 s back: 0.5 s still in use
+//! assert_eq!(limiter.snapshot().remaining(), 9);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! # Choosing a clock
 //!
@@ -193,9 +216,14 @@ const PROMOTED: u64 = u64::MAX - 1;
 /// This is the [`Algorithm`] half, for per-key stores; most users want [`Gcra`].
 #[derive(Debug)]
 pub struct GcraAlgorithm {
+    /// The quota in force, stamped with its revision ([`Quota::revision`]): 0 for
+    /// the first, a new one for each [`set_quota`](Self::set_quota).
     quota: CachePadded<QuotaCell>,
     /// Clock reading (ns) that tick 0 of every state corresponds to.
     origin: u64,
+    /// Quota changes so far: each takes the next revision from here, so that two
+    /// racing changes never stamp two quotas alike.
+    revisions: AtomicU64,
 }
 
 /// One bucket's state: the theoretical arrival time, in ticks (1/16 ns) since the
@@ -222,7 +250,11 @@ impl GcraAlgorithm {
     /// Parameters for `quota`, with tick 0 at the clock reading `origin` (use the
     /// clock's `now()` at creation).
     pub fn new(quota: Quota, origin: Nanos) -> Self {
-        Self { quota: CachePadded::new(QuotaCell::new(quota)), origin: origin.as_u64() }
+        Self {
+            quota: CachePadded::new(QuotaCell::new(quota.with_revision(0))),
+            origin: origin.as_u64(),
+            revisions: AtomicU64::new(0),
+        }
     }
 
     /// The current quota.
@@ -234,7 +266,30 @@ impl GcraAlgorithm {
     /// weir-keyed store with hot keys, change the quota with the store's own
     /// `set_quota`, which also gives back the hot keys' leases.
     pub fn set_quota(&self, quota: Quota) {
-        self.quota.store(quota);
+        // Ordering: Relaxed; only the uniqueness of each change's revision matters,
+        // which the read-modify-write's modification order gives. The quota and its
+        // revision are published together by the cell.
+        let revision = self.revisions.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        self.quota.store(quota.with_revision(revision as u16)); // wraps after 65 535 changes
+    }
+
+    /// What giving back `n` units of `admission` credits under `quota` (the quota in
+    /// force), in ticks: `n` units at the price they were charged if the quota
+    /// changed since (the admission's [`Decision::unit_charge`] is from another
+    /// revision), but never more than their price under `quota`; else, or if the
+    /// admission recorded no charge, their price under `quota`.
+    ///
+    /// Taking the smaller of the two prices keeps a refund within what was charged
+    /// for its own admissions, and within the member's own price for a decision of
+    /// another limiter (an all-of check gives every member the deciding member's
+    /// decision).
+    #[inline]
+    pub(crate) fn credit_for(quota: &Quota, n: u64, admission: &Decision) -> u64 {
+        let current = quota.credit_ticks(n);
+        match admission.unit_charge() {
+            Some((charge, revision)) if revision != quota.revision() => current.min(Quota::credit_ticks_at(charge, n)),
+            _ => current,
+        }
     }
 
     /// `now` in ticks since the origin, clamped to the horizon (clamped in ns first,
@@ -315,7 +370,9 @@ impl GcraAlgorithm {
         // Ordering: Relaxed on success and failure; see `acquire_counting`. The CAS
         // admits only if no other admission landed since `tat` was read.
         match state.tat.compare_exchange(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => Ok(Decision::allowed(Self::snapshot_of(quota, debt)).at(reading)),
+            Ok(_) => Ok(Decision::allowed(Self::snapshot_of(quota, debt))
+                .at(reading)
+                .charged(quota.unit_charge(), quota.revision())),
             Err(actual) => Err(actual),
         }
     }
@@ -456,7 +513,8 @@ impl Algorithm for GcraAlgorithm {
         }
         if n == 0 {
             let now = clock.now();
-            return Ok(Decision::allowed(self.snapshot(state, now)).at(now));
+            let decision = Decision::allowed(self.snapshot_with(&quota, state, now)).at(now);
+            return Ok(decision.charged(quota.unit_charge(), quota.revision()));
         }
         Ok(self.acquire(&quota, state, n, clock))
     }
@@ -467,11 +525,13 @@ impl Algorithm for GcraAlgorithm {
         self.acquire(&quota, state, 1, clock) // 1 ≤ burst, always
     }
 
-    /// Credits `n` units' time (`n × T` under the quota in force, rounded down:
-    /// [`Quota::credit_ticks`]) less the time since `admission` was decided, never
-    /// below a full bucket; nothing for a denied `admission`. The time since repaid
-    /// that much of the admission's debt already; crediting it again could give back
-    /// capacity that a later admission took.
+    /// Credits `n` units' time less the time since `admission` was decided, never
+    /// below a full bucket; nothing for a denied `admission`. A unit's time is `T`
+    /// under the quota in force (rounded down: [`Quota::credit_ticks`]), or, if the
+    /// quota changed since the admission, the smaller of that and the `T` it was
+    /// charged at (recorded in the decision): never more than the admission was
+    /// charged. The time since repaid that much of the admission's debt already;
+    /// crediting it again could give back capacity that a later admission took.
     fn refund<C: Clock + ?Sized>(
         &self,
         state: &GcraState,
@@ -488,7 +548,7 @@ impl Algorithm for GcraAlgorithm {
             // been repaying it, and crediting more would give back capacity that a
             // later admission took (over-admission). The same rule as a lease's
             // give-back.
-            let credit = quota.credit_ticks(n);
+            let credit = Self::credit_for(&quota, n, admission);
             let admitted_at = admission.decided_at().as_u64();
             self.refund_ticks_with(state, clock, |now| {
                 credit.saturating_sub(ticks::from_nanos(now.as_u64().saturating_sub(admitted_at)))
@@ -622,6 +682,8 @@ impl<C: Clock> Gcra<C> {
 
     /// Replaces the quota without losing state: the time until the bucket is full
     /// again is kept, and checks see either the old or the new quota, never a mix.
+    /// A later refund of an earlier admission credits at most what it was charged
+    /// (see the crate docs, "Changing the quota at run time").
     ///
     /// ```
     /// use weir_core::{ManualClock, Quota};

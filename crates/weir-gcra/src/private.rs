@@ -5,7 +5,7 @@
 use crate::stripes::LeaseStripes;
 use crate::{GcraAlgorithm, GcraState, PROMOTED, RETIRED};
 use weir_core::__private::sync::Ordering;
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Retire};
+use weir_core::{Clock, Decision, InsufficientCapacity, Nanos, Retire};
 
 /// What a GCRA state currently is, read in one load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,7 +18,7 @@ pub enum StateKind {
     Promoted,
 }
 
-/// [`Algorithm::check_n`], also returning how many CAS races the check lost to
+/// [`Algorithm::check_n`](weir_core::Algorithm::check_n), also returning how many CAS races the check lost to
 /// other checks of the same state: a per-key store's signal that a key is hot.
 #[inline]
 pub fn check_n_contended<C: Clock + ?Sized>(
@@ -33,7 +33,8 @@ pub fn check_n_contended<C: Clock + ?Sized>(
     }
     if n == 0 {
         let now = clock.now();
-        return Ok((Decision::allowed(algorithm.snapshot(state, now)).at(now), 0));
+        let decision = Decision::allowed(algorithm.snapshot_with(&quota, state, now)).at(now);
+        return Ok((decision.charged(quota.unit_charge(), quota.revision()), 0));
     }
     Ok(algorithm.acquire_counting(&quota, state, n, clock))
 }

@@ -21,48 +21,23 @@ use alloc::vec::Vec;
 /// stripe writes the grant fields; it publishes them with the Release operation that
 /// installs the lease, and the next claimer reads them after its Acquire claim, so a
 /// give-back always uses the grant time and interval of exactly the lease it gives
-/// back.
+/// back. A check spending from the lease reads them after its Acquire load of the
+/// lease word and before its Release CAS, so its decision carries exactly the
+/// grant's time and charge.
 #[derive(Debug, Default)]
 struct Stripe {
     lease: AtomicU64,
     /// The clock reading (ns) the lease was granted at (at or before the bucket's
     /// own reading for the grant).
     granted_at_ns: AtomicU64,
-    /// What the lease's permits were charged at ([`charge_of`]).
+    /// What each of the lease's permits was charged ([`Quota::unit_charge`]), and
+    /// the revision of the quota it was charged under ([`Quota::revision`]).
     granted_interval: AtomicU64,
+    granted_revision: AtomicU64,
     /// The bucket's burst and reset-after (ns) at the grant, for the decisions of
     /// admissions from this lease (the fast path reads nothing shared).
     granted_limit: AtomicU64,
     granted_reset_ns: AtomicU64,
-}
-
-/// Marks a [`charge_of`] that is a fixed-point interval (2⁻³² tick) rather than whole
-/// ticks.
-const FRACTIONAL_CHARGE: u64 = 1 << 63;
-
-/// How a grant's permits were charged, in one word for `Stripe::granted_interval`:
-/// the emission interval in whole ticks, or, for a quota charged exactly (a byte
-/// rate: `!is_whole_ticks()`, so an interval under 1000 ticks), that interval in
-/// 2⁻³² tick rounded down, marked [`FRACTIONAL_CHARGE`].
-fn charge_of(quota: &Quota) -> u64 {
-    if quota.is_whole_ticks() {
-        return quota.emission_interval_ticks();
-    }
-    let period_ticks = quota.period().as_nanos() * weir_core::__private::ticks::PER_NANO as u128;
-    // Under 1000 ticks: below 2⁴² in 2⁻³² tick, clear of the mark.
-    FRACTIONAL_CHARGE | ((period_ticks << 32) / quota.count() as u128) as u64
-}
-
-/// The debt, in ticks, of `permits` unused permits charged at `charge` ([`charge_of`]),
-/// never more than their part of what their grant was charged: whole intervals
-/// exactly; fractional ones rounded down (the grant was rounded up), so a give-back
-/// never credits a tick that was not charged.
-fn credit_of(permits: u64, charge: u64) -> u64 {
-    if charge & FRACTIONAL_CHARGE == 0 {
-        permits.saturating_mul(charge)
-    } else {
-        ((permits as u128 * (charge & !FRACTIONAL_CHARGE) as u128) >> 32) as u64
-    }
 }
 
 /// The lease word of a stripe being refilled: zero permits, so the fast path never
@@ -151,10 +126,14 @@ impl LeaseStripes {
         clock: &C,
     ) -> Result<Decision, InsufficientCapacity> {
         let stripe = &self.stripes[stripe & (self.stripes.len() - 1)];
-        // Ordering: Relaxed; spending from a lease needs only the atomicity of this
-        // word's CAS (permits left the bucket by the bucket's own CAS); the grant
-        // fields the decision reports are approximate by design.
-        let mut word = stripe.lease.load(Ordering::Relaxed);
+        // Ordering: Acquire pairs with the Release CAS in `install` that put this
+        // lease in the word (every later spend is a read-modify-write, so any lease
+        // value read is in that CAS's release sequence): the grant fields written
+        // before it are visible below, so a decision from the lease carries its
+        // grant's time and charge, which a refund credits. (Spending itself needs
+        // only the atomicity of this word's CAS: permits left the bucket by the
+        // bucket's own CAS.) The reported limit and reset are approximate by design.
+        let mut word = stripe.lease.load(Ordering::Acquire);
         if n != 0 && unpack(word).0 == 0 {
             // The denied path, decided here: with nothing of the stripe's lease to
             // give back (or the stripe claimed by a refill), a bucket that denies `n`
@@ -184,19 +163,26 @@ impl LeaseStripes {
             if n == 0 || permits < n || !valid {
                 break;
             }
-            // The grant time, read before the CAS: the decision is stamped with it (a
-            // refund measures the time since the permits were charged from it).
-            // Ordering: Relaxed; the Release CAS below keeps it from being a later
-            // lease's.
+            // The grant's time and charge, read before the CAS: the decision is
+            // stamped with them (a refund measures the time since the permits were
+            // charged, and credits at most what they were charged).
+            // Ordering: Relaxed (all three); the Acquire load of `word` keeps them
+            // from being an earlier lease's, the Release CAS below from being a
+            // later one's.
             let granted_at = stripe.granted_at_ns.load(Ordering::Relaxed);
+            let charge = stripe.granted_interval.load(Ordering::Relaxed);
+            let revision = stripe.granted_revision.load(Ordering::Relaxed) as u16;
             // Ordering: Release on success: a refill that claims the stripe after this
             // CAS Acquires the word it wrote (or a later one of its release sequence),
-            // so the refill's writes of the next grant's fields happen after the read
-            // above, which therefore sees this lease's grant time or an earlier one,
-            // never a later one (an earlier one only makes a refund credit less).
-            // Relaxed on failure; see the load above.
-            match stripe.lease.compare_exchange_weak(word, word - n, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => return Ok(Self::leased_decision(stripe, permits - n, granted_at, now)),
+            // so the refill's writes of the next grant's fields happen after the reads
+            // above, which therefore see this lease's grant, never a later one.
+            // Acquire on failure, as for the load above: the value found may be a
+            // new lease, whose fields the next attempt reads.
+            match stripe.lease.compare_exchange_weak(word, word - n, Ordering::Release, Ordering::Acquire) {
+                Ok(_) => {
+                    let decision = Self::leased_decision(stripe, permits - n, granted_at, now);
+                    return Ok(decision.charged(charge, revision));
+                }
                 Err(actual) => word = actual,
             }
         }
@@ -266,9 +252,10 @@ impl LeaseStripes {
         }
         let left = if decision.is_allowed() { granted - n } else { 0 };
         let installed = if left > 0 {
-            // Ordering: Relaxed (all four); published by the Release CAS in `install`.
+            // Ordering: Relaxed (all five); published by the Release CAS in `install`.
             stripe.granted_at_ns.store(now.as_u64(), Ordering::Relaxed);
-            stripe.granted_interval.store(charge_of(&quota), Ordering::Relaxed);
+            stripe.granted_interval.store(quota.unit_charge(), Ordering::Relaxed);
+            stripe.granted_revision.store(u64::from(quota.revision()), Ordering::Relaxed);
             stripe.granted_limit.store(quota.burst(), Ordering::Relaxed);
             stripe.granted_reset_ns.store(decision.reset_after().as_nanos() as u64, Ordering::Relaxed);
             let expiry = self.units(now).saturating_add(self.lifetime_units).min(MAX_EXPIRY);
@@ -282,7 +269,8 @@ impl LeaseStripes {
         }
         // Stamped with the grant's reading, which is at or before the bucket's own
         // (`refund` measures the time since the charge from it).
-        Ok(Decision::allowed(Snapshot::new(quota.burst(), left, decision.reset_after().as_nanos() as u64)).at(now))
+        let snapshot = Snapshot::new(quota.burst(), left, decision.reset_after().as_nanos() as u64);
+        Ok(Decision::allowed(snapshot).at(now).charged(quota.unit_charge(), quota.revision()))
     }
 
     /// Ends this thread's ownership of a stripe it claimed by installing `lease` (a
@@ -315,8 +303,10 @@ impl LeaseStripes {
     }
 
     /// Gives back `n` units that `admission` (a decision of these stripes) took and
-    /// the caller did not use: credits the bucket with their debt, at the quota in
-    /// force, less the time since they were charged, as a lease's give-back does (the
+    /// the caller did not use: credits the bucket with their debt (at the quota in
+    /// force, or at the price they were charged if that is less and the quota has
+    /// changed since: never more than was charged), less the time since they were
+    /// charged, as a lease's give-back does (the
     /// bucket has been refilling since, and may have repaid part of that debt
     /// already; crediting all of it could credit other stripes' debt). An admission
     /// is stamped with the time its permits were charged: its lease's grant, or the
@@ -336,7 +326,7 @@ impl LeaseStripes {
         if n == 0 || admission.is_denied() {
             return Ok(());
         }
-        let owed = credit_of(n, charge_of(&quota));
+        let owed = GcraAlgorithm::credit_for(&quota, n, admission);
         let charged_at = admission.decided_at().as_u64();
         algorithm.refund_ticks_with(&self.state, clock, |now| {
             // Ordering: Relaxed; a monotone hint (see `latest_ns`).
@@ -363,7 +353,7 @@ impl LeaseStripes {
         // Ordering: Relaxed (both); made visible by the Acquire claim (see `Stripe`).
         let granted_at = stripe.granted_at_ns.load(Ordering::Relaxed);
         let charge = stripe.granted_interval.load(Ordering::Relaxed);
-        let owed = credit_of(permits, charge);
+        let owed = Quota::credit_ticks_at(charge, permits);
         algorithm.refund_ticks_with(&self.state, clock, |now| {
             // Ordering: Relaxed; a monotone hint (see `latest_ns`), read after the
             // refill that granted this lease raised it.

@@ -160,3 +160,39 @@ fn a_late_refund_never_frees_a_later_admissions_capacity() {
     limiter.refund(1, &fresh).unwrap();
     assert!(limiter.check().is_allowed());
 }
+
+/// The per-call granularity the README's rate guarantee and `Quota`'s "Precision"
+/// state: a call is charged its capacity rounded up to a whole tick (1/16 ns), so
+/// one `check()` at a time above 16 million per second is admitted less than the
+/// rate (about 1.2% less at 3 × 10⁸ per second, 8.6% at 2.5 × 10⁹), never more,
+/// while calls of at least 62.5 ns of capacity stay within 0.1%.
+#[test]
+fn single_unit_checks_above_16_million_per_second_are_charged_a_whole_tick() {
+    // (rate, the shortfall stated for one unit per call, the smallest call within 0.1%)
+    for (rate, stated, min_call) in [(300_000_000u64, 0.012, 19u64), (2_500_000_000, 0.086, 157)] {
+        let burst = rate / 1000;
+        let horizon = Duration::from_millis(2);
+        let step = Duration::from_micros(1);
+        let ideal = burst as f64 + rate as f64 * horizon.as_secs_f64();
+
+        let shortfall = 1.0 - admitted_bytes(rate, burst, 1, step, horizon) as f64 / ideal;
+        // The exact figure: a unit of T ticks is charged ⌈T⌉, so units are admitted
+        // at T / ⌈T⌉ of the rate.
+        let t = 16e9 / rate as f64;
+        let expected = 1.0 - t / t.ceil();
+        assert!((shortfall - expected).abs() < 0.001, "{rate}/s: {shortfall} vs {expected}");
+        assert!((expected - stated).abs() < 0.0005, "{rate}/s: {expected} vs the stated {stated}");
+
+        let bytes = admitted_bytes(rate, burst, min_call, step, horizon);
+        let ratio = bytes as f64 / ideal;
+        assert!(ratio <= 1.0 + 1e-12, "{rate}/s in calls of {min_call}: {ratio}");
+        assert!(ratio >= 1.0 - 0.001 - min_call as f64 / ideal, "{rate}/s in calls of {min_call}: {ratio}");
+        // And `min_call` is the smallest call of at least 62.5 ns (1000 ticks).
+        assert!(min_call as f64 * t >= 1000.0 && (min_call - 1) as f64 * t < 1000.0, "{rate}/s: {min_call}");
+    }
+    // Up to 16 million per second a single unit is within 0.1% too.
+    let rate = 15_999_999;
+    let ideal = 16_000.0 + rate as f64 * 0.002;
+    let units = admitted_bytes(rate, 16_000, 1, Duration::from_micros(1), Duration::from_millis(2));
+    assert!(units as f64 <= ideal && units as f64 >= ideal * 0.999 - 1.0, "{units} vs {ideal}");
+}

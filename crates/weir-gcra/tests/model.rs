@@ -5,6 +5,10 @@
 //! ticks, as an `i128` that drains by the elapsed time, with no saturation, no
 //! shared state and no CAS. For any sequence of operations at non-decreasing times
 //! the limiter must decide exactly as the model does, down to every field.
+//!
+//! The model charges and credits per admission: it remembers the quota each
+//! admission was charged under, and a refund after a quota change credits the
+//! smaller of the refunded units' price then and now (never more than was charged).
 
 use proptest::prelude::*;
 use std::time::Duration;
@@ -26,6 +30,15 @@ struct Model {
     quota: Quota,
     used: i128,
     last: i128,
+    /// Quota changes so far.
+    changes: u64,
+}
+
+/// What an admission was charged under: the quota, and how many changes preceded it.
+#[derive(Clone, Copy)]
+struct Charged {
+    quota: Quota,
+    changes: u64,
 }
 
 fn ceil_ns(ticks: i128) -> u64 {
@@ -46,11 +59,20 @@ impl Model {
         let (period, count, whole) = self.charging();
         if whole { n as i128 * ((period + count - 1) / count) } else { (n as i128 * period + count - 1) / count }
     }
-    /// What a refund of `n` credits: as charged for whole ticks; rounded down
-    /// (never more than any call was charged for the units) for exact charging.
+    /// What a refund of `n` credits under the quota in force: as charged for whole
+    /// ticks; rounded down (never more than any call was charged for the units) for
+    /// exact charging.
     fn credit(&self, n: u64) -> i128 {
         let (period, count, whole) = self.charging();
         if whole { n as i128 * ((period + count - 1) / count) } else { n as i128 * period / count }
+    }
+    /// What `n` units charged under `then` are worth as a credit after a quota
+    /// change: their interval then, in whole ticks, or, charged exactly, as the
+    /// decision records it: in 2⁻³² tick rounded down (`Quota::unit_charge`).
+    fn credit_charged(then: Quota, n: u64) -> i128 {
+        let model = Model { quota: then, used: 0, last: 0, changes: 0 };
+        let (period, count, whole) = model.charging();
+        if whole { n as i128 * ((period + count - 1) / count) } else { (n as i128 * ((period << 32) / count)) >> 32 }
     }
     fn tolerance(&self) -> i128 {
         self.cost(self.quota.burst())
@@ -82,14 +104,23 @@ impl Model {
             Some(Decision::denied(self.snapshot(), ceil_ns(self.used + cost - self.tolerance())))
         }
     }
-    /// Refunds `n` of an admission (`allowed`) made `since_ns` ago, or of a denial
-    /// (nothing): what is left of its debt, the credit less the time since.
-    fn refund(&mut self, n: u64, allowed: bool, since_ns: u64) -> bool {
+    fn charged(&self) -> Charged {
+        Charged { quota: self.quota, changes: self.changes }
+    }
+    /// Refunds `n` of an admission (`allowed`, charged as `charged` says) made
+    /// `since_ns` ago, or of a denial (nothing): what is left of its debt, the
+    /// credit less the time since. The credit is the units' price now, or, if the
+    /// quota changed since the admission, the smaller of their price then and now.
+    fn refund(&mut self, n: u64, allowed: bool, charged: Charged, since_ns: u64) -> bool {
         if n > self.quota.burst() {
             return false;
         }
         if allowed {
-            let credit = (self.credit(n) - since_ns as i128 * TICKS).max(0);
+            let mut credit = self.credit(n);
+            if charged.changes != self.changes {
+                credit = credit.min(Self::credit_charged(charged.quota, n));
+            }
+            let credit = (credit - since_ns as i128 * TICKS).max(0);
             self.used = (self.used - credit).max(0);
         }
         true
@@ -121,10 +152,11 @@ proptest! {
     fn decides_exactly_as_the_reference_model(start in 0u64..u64::MAX / 64, q in quota(), ops in prop::collection::vec(op(), 1..120)) {
         let clock = ManualClock::starting_at(Nanos::new(start));
         let limiter = Gcra::with_clock(q, clock.clone());
-        let mut model = Model { quota: q, used: 0, last: 0 };
+        let mut model = Model { quota: q, used: 0, last: 0, changes: 0 };
         let mut elapsed = 0u64;
         let mut last = limiter.check_n(0).unwrap(); // the decision a refund gives back
         let mut last_at = 0u64; // when `last` was decided, in ns of `elapsed`
+        let mut last_charged = model.charged(); // what `last` was charged under
         for op in ops {
             match op {
                 Op::Advance(ns) => {
@@ -138,6 +170,7 @@ proptest! {
                     if let Ok(d) = actual {
                         last = d;
                         last_at = elapsed;
+                        last_charged = model.charged();
                     }
                     match expected {
                         None => prop_assert!(actual.is_err()),
@@ -148,11 +181,13 @@ proptest! {
                 Op::Refund(n) => {
                     model.drain(elapsed);
                     let since = elapsed - last_at;
-                    prop_assert_eq!(limiter.refund(n, &last).is_ok(), model.refund(n, last.is_allowed(), since));
+                    let modelled = model.refund(n, last.is_allowed(), last_charged, since);
+                    prop_assert_eq!(limiter.refund(n, &last).is_ok(), modelled);
                 }
                 Op::SetQuota(q) => {
                     model.drain(elapsed);
                     model.quota = q;
+                    model.changes += 1;
                     limiter.set_quota(q);
                 }
                 Op::Snapshot => {

@@ -80,17 +80,22 @@ impl Frame {
     /// The error for a limit too large for an encoding, with the largest limit that
     /// fits: `max_window(b)` is how many windows the encoding numbers when its
     /// count fields need `b` bits; `headroom` is what the count fields hold beyond
-    /// the limit (a striped limiter's batch).
+    /// the limit (a striped limiter's batch, which is at most the limit: a headroom
+    /// larger than half the field leaves room for a limit of half the field with a
+    /// batch no larger than it).
     pub(crate) fn too_large(
         limit: u64,
         period: u64,
         headroom: u64,
         max_window: impl Fn(u32) -> Option<u64>,
     ) -> WindowError {
-        let fits = (1..=63u32)
-            .rev()
-            .find(|&b| max_window(b).is_some_and(|w| Self::reaches_horizon(period, w)))
-            .map_or(0, |b| ((1u64 << b) - 1).saturating_sub(headroom));
+        let fits = (1..=63u32).rev().find(|&b| max_window(b).is_some_and(|w| Self::reaches_horizon(period, w))).map_or(
+            0,
+            |b| {
+                let field = (1u64 << b) - 1;
+                field.saturating_sub(headroom).max(if headroom > 0 { field / 2 } else { 0 })
+            },
+        );
         WindowError::LimitTooLarge { limit, window: Duration::from_nanos(period), max_limit: fits.min(limit) }
     }
 

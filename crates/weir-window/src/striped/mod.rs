@@ -162,10 +162,11 @@
 //!
 //! # Limits and time
 //!
-//! Window numbers count from the limiter's creation in the global words' high bits:
-//! at least 2⁶⁰ emission intervals (36 years at a billion per second); a quota
-//! whose numbers would not reach 2⁵⁸ ns (9.1 years) is
-//! [`WindowError::LimitTooLarge`](crate::WindowError::LimitTooLarge). No panic on any input; a reading earlier than the
+//! Window numbers count from the limiter's creation in the global words' high bits,
+//! above count fields wide enough for `limit + batch`: at least 2⁶⁰ emission
+//! intervals (36 years at a billion per second); a quota whose numbers would not
+//! reach 2⁵⁸ ns (9.1 years), or whose `limit + batch` needs more than 61 bits, is
+//! [`WindowError::LimitTooLarge`](crate::WindowError::LimitTooLarge) at build time. No panic on any input; a reading earlier than the
 //! open window is decided at that window's start.
 //!
 //! # Example

@@ -43,8 +43,11 @@ impl Core {
         // Counts reach limit + batch − 1 (approximate mode); window numbers start at 1
         // (0 is "before the first window") and take the 62 − c bits left.
         let max_window = |count_bits: u32| 62u32.checked_sub(count_bits).filter(|&w| w >= 1).map(|w| (1u64 << w) - 1);
-        let count_bits = frame::bits(limit + batch); // limit ≤ 2^62, batch ≤ limit
         let too_large = || Frame::too_large(limit, period, batch, |b| max_window(b).map(|m| m - 1));
+        // A `Quota`'s limit may be anything up to u64::MAX: a sum that overflows
+        // needs more count bits than a word has, and is refused like any count
+        // field too wide for the window numbers.
+        let count_bits = limit.checked_add(batch).map(frame::bits).ok_or_else(too_large)?;
         let max = max_window(count_bits).ok_or_else(too_large)?;
         let frame = Frame::new(limit, period, now, builder.window_start, max - 1).ok_or_else(too_large)?;
         let layout = Layout { count_bits };
