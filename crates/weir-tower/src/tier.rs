@@ -381,6 +381,13 @@ impl Tiers {
     /// The options of tiers chosen by `lookup`, an async function from a client's
     /// key to its tier's name (`Ok("pro")`), or an error; with no tiers yet, the
     /// others at their defaults.
+    ///
+    /// The lookup sees the request's [`Key`] as the store keeps it: for a client value
+    /// longer than [`MAX_KEY_BYTES`](crate::MAX_KEY_BYTES) (an API key of more than 128
+    /// bytes, say) that is its 16-byte hash ([`Key::is_hashed`]), not the value, unless
+    /// the key source refuses such keys ([`LongKeys::Refuse`](crate::LongKeys::Refuse)).
+    /// A lookup that needs long values whole should read them from the request in a
+    /// layer of its own.
     pub fn builder<F, Fut, T, E>(lookup: F) -> TiersBuilder
     where
         F: Fn(Key) -> Fut + Send + Sync + 'static,
