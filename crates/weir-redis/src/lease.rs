@@ -282,6 +282,12 @@ impl<C: Clock> Leased<C> {
         shard.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Whether a renewal of `key`'s lease is in flight (see
+    /// `__private::renewal_pending`).
+    pub(crate) fn renewal_pending(&self, key: &[u8]) -> bool {
+        Self::lock(self.shard(key)).get(key).is_some_and(|lease| lease.renewal.is_some())
+    }
+
     /// Checks one request. See [`check_n`](Self::check_n).
     pub async fn check(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> Result<Decision, Error> {
         self.check_n(key, 1).await
@@ -336,8 +342,9 @@ impl<C: Clock> Leased<C> {
                 }
                 match &lease.renewal {
                     None => {
-                        lease.renewal = Some(Arc::new(Notify::new()));
-                        break Some(lease.next_size);
+                        let renewal = Arc::new(Notify::new());
+                        lease.renewal = Some(renewal.clone());
+                        break Some((lease.next_size, renewal));
                     }
                     Some(renewal) if waited < timeout => Some(renewal.clone().notified_owned()),
                     Some(_) => break None, // waited a whole timeout already: this request alone
@@ -350,7 +357,11 @@ impl<C: Clock> Leased<C> {
             }
         };
         let renewing = lease_size.is_some();
-        let want = lease_size.unwrap_or(n).clamp(n, burst);
+        let want = lease_size.as_ref().map_or(n, |(size, _)| *size).clamp(n, burst);
+        // Held across the round trip: however this future ends (an answer, an
+        // error, or dropped at the await), the renewal mark is cleared and its
+        // waiters are woken, so one of them takes the renewal over.
+        let mut renewal = lease_size.map(|(_, notify)| Renewal { shard, key, notify: Some(notify) });
         let reply = self.grant(key, want, n).await;
         let now = self.clock.now().as_u64();
         let mut leases = Self::lock(shard);
@@ -358,11 +369,8 @@ impl<C: Clock> Leased<C> {
         let (granted, now_us, used) = match reply {
             Ok(reply) => reply,
             Err(e) => {
-                if let Some(lease) = lease
-                    && renewing
-                    && let Some(renewal) = lease.renewal.take()
-                {
-                    renewal.notify_waiters();
+                if let (Some(lease), Some(renewal)) = (lease, renewal.as_mut()) {
+                    renewal.release(lease);
                 }
                 return Err(e);
             }
@@ -388,11 +396,13 @@ impl<C: Clock> Leased<C> {
                 }
                 let share = lease.headroom / (2 * u64::from(self.config.instances));
                 lease.next_size = share.clamp(1, self.config.max_lease);
-                if let Some(renewal) = lease.renewal.take() {
-                    renewal.notify_waiters();
+                if let Some(renewal) = renewal.as_mut() {
+                    renewal.release(lease);
                 }
             }
         }
+        drop(leases);
+        drop(renewal); // released above, under the lock; or the entry is gone
         Ok(decision.at(granted_at))
     }
 
@@ -448,6 +458,49 @@ impl<C: Clock> Leased<C> {
     /// `key`'s state in Redis (permits held in leases count as used).
     pub async fn snapshot(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> Result<Snapshot, Error> {
         self.limiter.snapshot(key).await
+    }
+}
+
+/// A renewal of one key's lease in flight, from the check that marked it
+/// (`Lease::renewal`) to the end of its round trip. [`release`](Self::release)
+/// clears the mark and wakes the waiters under the shard's lock when the reply is
+/// in; if the check's future is dropped first (at the await, a client that
+/// disconnects), `Drop` does it, so no key is left marked with nobody renewing it
+/// (its waiters asleep until their timeout, and the key never leased again).
+struct Renewal<'a> {
+    shard: &'a Shard,
+    key: &'a [u8],
+    /// The mark this renewal set; `None` once released.
+    notify: Option<Arc<Notify>>,
+}
+
+impl Renewal<'_> {
+    /// Clears `lease`'s mark if it is still this renewal's, and wakes its waiters.
+    fn release(&mut self, lease: &mut Lease) {
+        let Some(notify) = self.notify.take() else { return };
+        if lease.renewal.as_ref().is_some_and(|mark| Arc::ptr_eq(mark, &notify)) {
+            lease.renewal = None;
+        }
+        // Wakes every waiter that registered on this mark, even if the mark was
+        // replaced meanwhile.
+        notify.notify_waiters();
+    }
+}
+
+impl Drop for Renewal<'_> {
+    fn drop(&mut self) {
+        if self.notify.is_none() {
+            return;
+        }
+        let mut leases = self.shard.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match leases.get_mut(self.key) {
+            Some(lease) => self.release(lease),
+            None => {
+                if let Some(notify) = self.notify.take() {
+                    notify.notify_waiters();
+                }
+            }
+        }
     }
 }
 

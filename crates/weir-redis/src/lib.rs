@@ -128,8 +128,9 @@ pub use limiter::{Backend, DEFAULT_PREFIX, MAX_LOG_LIMIT, MAX_TIER, RedisLimiter
 /// inside the crate. May change or go away in any release.
 #[doc(hidden)]
 pub mod __private {
-    use crate::{Error, Redis, RedisLimiter};
+    use crate::{Error, Leased, Redis, RedisLimiter, Resilient};
     use redis::{Cmd, FromRedisValue};
+    use weir_core::Clock;
 
     /// The SHA1 of the script `limiter`'s checks run (`EVALSHA`), to compare a
     /// check with a bare `EVALSHA` of the same script.
@@ -140,5 +141,17 @@ pub mod __private {
     /// Runs one command on `redis` within its call time limit.
     pub async fn command<T: FromRedisValue>(redis: &Redis, cmd: &Cmd) -> Result<T, Error> {
         redis.command(cmd).await
+    }
+
+    /// Whether `limiter` has a probe of Redis in flight (cancellation tests: a
+    /// dropped probe must not leave it set).
+    pub fn is_probing<C: Clock>(limiter: &Resilient<C>) -> bool {
+        limiter.is_probing()
+    }
+
+    /// Whether `leased` has a lease renewal for `key` in flight (cancellation
+    /// tests: a dropped renewal must not leave it set).
+    pub fn renewal_pending<C: Clock>(leased: &Leased<C>, key: &[u8]) -> bool {
+        leased.renewal_pending(key)
     }
 }
