@@ -37,8 +37,13 @@
 //! against `B + r·τ` for the exact limiter: the overshoot is at most the permits
 //! held in leases when the interval starts (`N·L`), and no more than a `lifetime`'s
 //! worth of refill. Permits left in an expired lease are dropped (the limiter then
-//! admits *less* than the quota, never more). `tests/leases.rs` asserts the bound
-//! with several clients.
+//! admits *less* than the quota, never more); so are those left in a lease when
+//! a renewal replaces it (fewer than the request that renewed it). A refund
+//! ([`Leased::refund`]) goes back into the live lease only for an admission
+//! decided no earlier than that lease was granted, and is otherwise refunded in
+//! Redis less the time since the admission (weir-gcra's rule), so refunds never
+//! lift the bound either. `tests/leases.rs` asserts the bound with several
+//! clients, and with refunds of admissions older than the live lease.
 //!
 //! # Costs
 //!
@@ -388,8 +393,10 @@ impl<C: Clock> Leased<C> {
             if renewing {
                 let extra = if granted == want { want - n } else { 0 };
                 if extra > 0 {
-                    let held = if lease.expires_ns > now { lease.permits } else { 0 };
-                    lease.permits = held.saturating_add(extra).min(self.config.max_lease);
+                    // Permits left from the lease this one replaces (fewer than the
+                    // request that renewed it) are dropped: kept, they would live a
+                    // lifetime past the new grant, beyond the overshoot bound.
+                    lease.permits = extra.min(self.config.max_lease);
                     lease.expires_ns =
                         now.saturating_add(u64::try_from(self.config.lifetime.as_nanos()).unwrap_or(u64::MAX));
                     lease.granted_at = granted_at;
@@ -434,8 +441,19 @@ impl<C: Clock> Leased<C> {
         }
     }
 
-    /// Gives `n` back to this instance's lease for `key` (up to the largest lease);
-    /// nothing is sent to Redis. Dropped if the lease has expired.
+    /// Gives back `n` units that `admission` (a decision of this limiter for
+    /// `key`) took and the caller did not use, once per admission (`n` is
+    /// trusted).
+    ///
+    /// If the admission was decided no earlier than this instance's live lease
+    /// for `key` was granted (it was served from that lease, or charged in Redis
+    /// after it), the units go back into the lease (up to the largest lease), with
+    /// no round trip: they are spent, if at all, before the lease expires, within
+    /// a lifetime of the time they were charged, so the overshoot bound holds.
+    /// Otherwise (the lease has expired or been renewed since) they are refunded
+    /// in Redis by [`RedisLimiter::refund`]'s rule: what they are worth less the
+    /// time since the admission, so capacity that a later admission took, or a
+    /// later lease holds, is never given back.
     pub async fn refund(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64, admission: &Decision) -> Result<(), Error> {
         let burst = self.quota.burst();
         if n > burst {
@@ -446,13 +464,17 @@ impl<C: Clock> Leased<C> {
         }
         let now = self.clock.now().as_u64();
         let key = key.as_ref();
-        let mut leases = Self::lock(self.shard(key));
-        if let Some(lease) = leases.get_mut(key)
-            && lease.expires_ns > now
         {
-            lease.permits = lease.permits.saturating_add(n).min(self.config.max_lease);
+            let mut leases = Self::lock(self.shard(key));
+            if let Some(lease) = leases.get_mut(key)
+                && lease.expires_ns > now
+                && admission.decided_at() >= lease.granted_at
+            {
+                lease.permits = lease.permits.saturating_add(n).min(self.config.max_lease);
+                return Ok(());
+            }
         }
-        Ok(())
+        self.limiter.refund(key, n, admission).await
     }
 
     /// `key`'s state in Redis (permits held in leases count as used).

@@ -457,9 +457,14 @@ impl RedisLimiter {
     }
 
     /// Gives back `n` units that `admission` (a decision of this limiter for `key`)
-    /// consumed and the caller did not use. GCRA moves the bucket back by `n` (never
-    /// beyond full); windows give `n` back to the window the admission was counted
-    /// in (found from [`Decision::decided_at`]), and nothing once it no longer counts.
+    /// consumed and the caller did not use, once per admission (`n` is trusted).
+    /// GCRA credits what `n` units are worth less the time since the admission
+    /// was decided ([`Decision::decided_at`]), never beyond full, as
+    /// `weir_gcra::Gcra::refund` does: the refill since the admission has been
+    /// repaying its debt, and crediting that time again would give back capacity
+    /// a later admission took (so a refund a whole emission interval per unit
+    /// late gives nothing back). Windows give `n` back to the window the
+    /// admission was counted in, and nothing once it no longer counts.
     pub async fn refund(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64, admission: &Decision) -> Result<(), Error> {
         self.too_many(n)?;
         if n == 0 || admission.is_denied() {
@@ -472,9 +477,9 @@ impl RedisLimiter {
         match &self.algo {
             Algo::Gcra(quotas) => {
                 invocation = scripts::GCRA_REFUND.prepare_invoke();
-                invocation.arg(&now);
+                invocation.arg(&now).arg(at_us);
                 for (key, quota) in keys.iter().zip(quotas.iter()) {
-                    invocation.key(key).arg(quota.cost_us(n));
+                    invocation.key(key).arg(quota.credit_us(n));
                 }
             }
             Algo::Fixed(w) | Algo::Sliding(w) => {

@@ -81,12 +81,18 @@ return reply
     ))
 });
 
-/// GCRA refund over one or more keys: moves each TAT back by `ARGV[1 + i]` µs,
-/// never before `now`. Reply: `now`.
+/// GCRA refund over one or more keys, weir-gcra's rule: `ARGV[2]` is the time
+/// the admission was decided (µs), and each TAT moves back by `ARGV[2 + i]` µs
+/// (what the units are worth) less the time since that admission (the refill
+/// since then has been paying the admission's debt; crediting it again would
+/// give back capacity a later admission took), never before `now`.
+/// Reply: `now`.
 pub(crate) static GCRA_REFUND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         now_prologue!(),
         r#"
+local since = now - tonumber(ARGV[2])
+if since < 0 then since = 0 end
 for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
   if v then
@@ -94,8 +100,9 @@ for i = 1, #KEYS do
     if not tat then
       return redis.error_reply('WEIRSTATE ' .. KEYS[i] .. ' does not hold a GCRA state')
     end
-    if tat > now then
-      local new = tat - tonumber(ARGV[1 + i])
+    local credit = tonumber(ARGV[2 + i]) - since
+    if tat > now and credit > 0 then
+      local new = tat - credit
       if new <= now then
         redis.call('DEL', KEYS[i])
       else

@@ -263,6 +263,54 @@ async fn refunds_give_back_to_the_window_the_admission_was_counted_in() {
 }
 
 #[tokio::test]
+async fn a_gcra_refund_gives_back_only_what_the_admission_still_holds_as_weir_gcra_does() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let quota = Quota::per_second(10).unwrap();
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    let limiter = limiter(&redis, Backend::Gcra, quota, &clock, "refund:");
+    let local = weir_gcra::Gcra::with_clock(quota, clock.clone());
+    // 10 at t = 0, 10 at t = 1 s, then the first 10 refunded: the second
+    // second's refill already paid their debt, so nothing comes back, and the
+    // next 10 at t = 1 s are denied (20 at one instant on a burst of 10 else).
+    let first = limiter.check_n("k", 10).await.unwrap();
+    let local_first = local.check_n(10).unwrap();
+    assert!(first.is_allowed() && local_first.is_allowed());
+    clock.advance(Duration::from_secs(1));
+    assert!(limiter.check_n("k", 10).await.unwrap().is_allowed());
+    assert!(local.check_n(10).unwrap().is_allowed());
+    limiter.refund("k", 10, &first).await.unwrap();
+    local.refund(10, &local_first).unwrap();
+    assert_eq!(limiter.snapshot("k").await.unwrap().remaining(), local.snapshot().remaining());
+    assert_eq!(limiter.snapshot("k").await.unwrap().remaining(), 0);
+    let mut admitted = 0;
+    for _ in 0..10 {
+        admitted += usize::from(limiter.check("k").await.unwrap().is_allowed());
+    }
+    assert_eq!(admitted, 0, "capacity a later admission took is not given back");
+    // Part of it: 4 then 6 at one instant, 200 ms later the 4 refunded: 200 ms
+    // of their 400 ms of debt is left to give back (2 units).
+    clock.advance(Duration::from_secs(5));
+    let four = limiter.check_n("j", 4).await.unwrap();
+    assert!(limiter.check_n("j", 6).await.unwrap().is_allowed());
+    clock.advance(Duration::from_millis(200));
+    assert_eq!(limiter.snapshot("j").await.unwrap().remaining(), 2);
+    limiter.refund("j", 4, &four).await.unwrap();
+    assert_eq!(limiter.snapshot("j").await.unwrap().remaining(), 4);
+    // At the instant of the admission, all of it comes back.
+    let five = limiter.check_n("i", 5).await.unwrap();
+    limiter.refund("i", 5, &five).await.unwrap();
+    assert_eq!(limiter.snapshot("i").await.unwrap().remaining(), 10);
+    // The same refunds on weir-gcra's limiter, decision for decision.
+    let local = weir_gcra::Gcra::with_clock(quota, clock.clone());
+    let four = local.check_n(4).unwrap();
+    assert!(local.check_n(6).unwrap().is_allowed());
+    clock.advance(Duration::from_millis(200));
+    local.refund(4, &four).unwrap();
+    assert_eq!(local.snapshot().remaining(), 4);
+}
+
+#[tokio::test]
 async fn a_wrong_type_or_unreadable_key_is_a_typed_error_and_admits_nothing() {
     let server = RedisServer::start();
     let redis = connect(&server).await;

@@ -207,3 +207,61 @@ async fn a_waiter_is_woken_when_the_renewal_it_waits_for_is_dropped() {
     assert!(leased.check("hot").await.unwrap().is_allowed());
     assert_eq!(leased.round_trips() - trips, 1, "served from the lease the waiter took");
 }
+
+#[tokio::test]
+async fn a_refund_dropped_at_any_await_is_applied_whole_or_not_at_all() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    let quota = Quota::per_minute(10).unwrap();
+    let limiter = RedisLimiter::builder(&redis, quota).prefix("r:").build_with_clock(clock.clone()).unwrap();
+    let resilient = Resilient::builder(limiter.clone(), FailPolicy::Closed).build_with_clock(clock.clone()).unwrap();
+    let leased = leased(&redis, &clock);
+    let run = AtomicUsize::new(0);
+    let key = |run: &AtomicUsize| format!("k{}", run.load(Ordering::SeqCst));
+    // An admission of 4 and its refund, at a frozen time: dropped at any await,
+    // the key holds 6 (admitted, not refunded) or 10 (nothing, or both).
+    for through in ["RedisLimiter", "Resilient"] {
+        let cuts = each_cancellation(
+            || {
+                run.fetch_add(1, Ordering::SeqCst);
+                let (key, limiter, resilient) = (key(&run), &limiter, &resilient);
+                async move {
+                    if through == "RedisLimiter" {
+                        let d = limiter.check_n(&key, 4).await.unwrap();
+                        limiter.refund(&key, 4, &d).await.unwrap();
+                    } else {
+                        let d = resilient.check_traced(&key, 4).await.unwrap();
+                        assert_eq!(d.path, Path::Redis);
+                        resilient.refund(&key, 4, &d.decision).await.unwrap();
+                    }
+                }
+            },
+            async |k, finished| {
+                let left = limiter.snapshot(&key(&run)).await.unwrap().remaining();
+                assert!(left == 10 || (left == 6 && !finished), "{through}: {left} left after {k} polls");
+                assert!(!is_probing(&resilient) && resilient.is_healthy(), "{through}: after {k} polls");
+                assert_eq!(resilient.check_traced(&key(&run), 6).await.unwrap().path, Path::Redis);
+            },
+        )
+        .await;
+        assert!(cuts >= 4, "{through}: parked on Redis at the check and at the refund ({cuts} runs)");
+    }
+    let cuts = each_cancellation(
+        || {
+            run.fetch_add(1, Ordering::SeqCst);
+            let (key, leased) = (key(&run), &leased);
+            async move {
+                let d = leased.check_n(&key, 4).await.unwrap();
+                leased.refund(&key, 4, &d).await.unwrap();
+            }
+        },
+        async |k, _| {
+            let key = key(&run);
+            assert!(!renewal_pending(&leased, key.as_bytes()), "Leased: a renewal left pending after {k} polls");
+            assert!(leased.check_n(&key, 4).await.unwrap().is_allowed(), "Leased: after {k} polls");
+        },
+    )
+    .await;
+    assert!(cuts >= 3, "Leased: parked on Redis at least once ({cuts} runs)");
+}
