@@ -77,13 +77,41 @@
 //!
 //! # Keys and Redis Cluster
 //!
-//! A client's keys are `<prefix>{<client key>}:<suffix>` (`g0`, `g1`, … per GCRA
-//! quota; `fw`, `sw`, `sl` for windows). The braces are a Redis Cluster hash tag:
-//! all keys of one client hash to one slot, so a tier's script runs on a cluster
-//! ([`Redis::connect_cluster`], feature `cluster`, on by default; tested on three
-//! masters), while clients spread over the slots. `%`, `{` and `}` in a client key
-//! are percent-encoded, and braces are refused in the prefix. Instances share a
-//! limit when they use the same Redis, prefix and quota.
+//! A client's keys are `<prefix>{<client key>}:<backend>:<quotas>`, and for GCRA
+//! one per quota of the tier, `:<i>` after that. `<backend>` is `g` (GCRA),
+//! `fw`, `sw` or `sl` (the windows); `<quotas>` spells every quota of the
+//! limiter as `<count>/<period>` (the period in `d`, `h`, `m`, `s`, `ms`, `us` or
+//! `ns`), with `b<burst>` when the burst is not the count, joined by `,`:
+//!
+//! | limiter | its keys for client `alice` |
+//! |---|---|
+//! | `builder(&redis, Quota::per_minute(100)?)` | `weir:{alice}:g:100/1m:0` |
+//! | `… .and_quota(Quota::per_day(5_000)?)` | `weir:{alice}:g:100/1m,5000/1d:0`, `…:1` |
+//! | `Quota::per_second(10)?.with_burst(20)?` | `weir:{alice}:g:10/1sb20:0` |
+//! | `.backend(Backend::SlidingWindow).prefix("rl:")` | `rl:{alice}:sw:100/1m` |
+//!
+//! So limiters that differ in backend or in any quota never share a key, under
+//! the default prefix too (a per-minute and a per-hour limit on one Redis keep
+//! separate state), and instances share a limit exactly when they use the same
+//! Redis, prefix, backend and quotas. Two limits with the same quotas that must
+//! stay apart (a login limit and a password-reset limit, say) take different
+//! prefixes. [`RedisLimiter::redis_keys`] names a client's keys.
+//!
+//! The braces are a Redis Cluster hash tag: all keys of one client hash to one
+//! slot, so a tier's script runs on a cluster ([`Redis::connect_cluster`],
+//! feature `cluster`, on by default; tested on three masters), while clients
+//! spread over the slots. `%`, `{` and `}` in a client key are percent-encoded
+//! (and bytes that are not UTF-8), and braces are refused in the prefix.
+//!
+//! **Migrating from `<prefix>{<client key>}:g0`** (`:g1`, …, `:fw`, `:sw`,
+//! `:sl`), the layout of earlier versions, which let two limiters
+//! with different quotas under one prefix overwrite each other's state: the new
+//! names are not read from the old ones, so after the upgrade every client starts
+//! from a full bucket (an empty window) once, and the old keys expire by
+//! themselves within a period of their quota (they carry their TTL). During a
+//! rolling upgrade, old and new instances keep separate state, so a client can
+//! get up to twice its limit until every instance runs the new version; upgrade
+//! all instances together where that matters.
 //!
 //! # Connecting
 //!

@@ -51,7 +51,7 @@ enum TimeSource {
 }
 
 /// Per-key rate limiting with the state in Redis: every instance of a fleet that
-/// uses the same Redis, key prefix and quota shares one limit per key.
+/// uses the same Redis, key prefix, backend and quotas shares one limit per key.
 ///
 /// Built from a [`Redis`] connection and a quota with [`RedisLimiter::builder`];
 /// the [`Backend`] picks the algorithm (GCRA unless said otherwise):
@@ -67,7 +67,7 @@ enum TimeSource {
 /// Each decision is one round trip running one Lua script, atomic on the server.
 /// Time is Redis's `TIME` unless the limiter is built with
 /// [`build_with_clock`](RedisLimiterBuilder::build_with_clock). Keys are
-/// `<prefix>{<client key>}:<suffix>`; see the crate docs.
+/// `<prefix>{<client key>}:<backend>:<quotas>[:<i>]`; see the crate docs.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -89,6 +89,10 @@ pub struct RedisLimiter {
     policies: Box<[Policy]>,
     quotas: Box<[Quota]>,
     prefix: Arc<str>,
+    /// What follows a client's hash tag in each of its Redis keys, one per
+    /// quota (GCRA) or one (windows): `:<backend>:<quotas>[:<i>]`, so limiters
+    /// that differ in backend or in any quota never share a key.
+    suffixes: Arc<[String]>,
     time: TimeSource,
     /// A random tag unique to this limiter, for sliding-log entries.
     tag: u64,
@@ -114,6 +118,41 @@ fn random_tag() -> u64 {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(std::process::id().into());
     hasher.finish()
+}
+
+/// `quota` as it appears in key names: `<count>/<period>`, then `b<burst>` if
+/// the burst is not the count; the period in the largest unit that divides it
+/// (`d`, `h`, `m`, `s`, `ms`, `us`, `ns`). One-to-one: two quotas with the same
+/// spelling are the same quota.
+fn quota_name(quota: &Quota) -> String {
+    const UNITS: [(u128, &str); 7] = [
+        (86_400_000_000_000, "d"),
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+        (1, "ns"),
+    ];
+    let ns = quota.period().as_nanos();
+    let (size, unit) = UNITS.into_iter().find(|(size, _)| ns % size == 0).unwrap_or((1, "ns"));
+    let mut name = format!("{}/{}{unit}", quota.count(), ns / size);
+    if quota.burst() != quota.count() {
+        name.push_str(&format!("b{}", quota.burst()));
+    }
+    name
+}
+
+/// The key suffixes of a limiter (see `RedisLimiter::suffixes`).
+fn suffixes(backend: Backend, quotas: &[Quota]) -> Arc<[String]> {
+    let names: Vec<String> = quotas.iter().map(quota_name).collect();
+    let names = names.join(",");
+    match backend {
+        Backend::Gcra => (0..quotas.len()).map(|i| format!(":g:{names}:{i}")).collect(),
+        Backend::FixedWindow => Arc::from([format!(":fw:{names}")]),
+        Backend::SlidingWindow => Arc::from([format!(":sw:{names}")]),
+        Backend::SlidingLog => Arc::from([format!(":sl:{names}")]),
+    }
 }
 
 fn window_of(quota: &Quota) -> Result<WindowMicros, ConfigError> {
@@ -194,8 +233,11 @@ impl RedisLimiterBuilder {
         self
     }
 
-    /// Keys under `prefix`, so they never collide with the application's or another
-    /// limiter's. Instances that should share a limit use the same prefix. Braces are
+    /// Keys under `prefix`, so they never collide with the application's. Limiters
+    /// with other quotas or another backend never share keys whatever the prefix
+    /// (see the crate docs, "Keys"); two limits with the same quotas that must stay
+    /// apart take different prefixes. Instances that should share a limit use the
+    /// same prefix. Braces are
     /// refused by [`build`](Self::build) (they would break the per-client hash tag).
     /// Default: [`DEFAULT_PREFIX`].
     pub fn prefix(self, prefix: &str) -> Self {
@@ -258,6 +300,7 @@ impl RedisLimiterBuilder {
             redis: self.redis,
             algo,
             policies,
+            suffixes: suffixes(self.backend, &quotas),
             quotas: quotas.into(),
             prefix: Arc::from(self.prefix),
             time,
@@ -315,18 +358,13 @@ impl RedisLimiter {
     ///
     /// ```
     /// # fn demo(limiter: &weir_redis::RedisLimiter) {
-    /// // With the default prefix and a single GCRA quota:
-    /// assert_eq!(limiter.redis_keys("alice"), vec!["weir:{alice}:g0".to_owned()]);
+    /// // With the default prefix and a single GCRA quota of 100 per minute:
+    /// assert_eq!(limiter.redis_keys("alice"), vec!["weir:{alice}:g:100/1m:0".to_owned()]);
     /// # }
     /// ```
     pub fn redis_keys(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> Vec<String> {
         let base = self.base_key(key.as_ref());
-        match &self.algo {
-            Algo::Gcra(quotas) => (0..quotas.len()).map(|i| format!("{base}:g{i}")).collect(),
-            Algo::Fixed(_) => vec![format!("{base}:fw")],
-            Algo::Sliding(_) => vec![format!("{base}:sw")],
-            Algo::Log(_) => vec![format!("{base}:sl")],
-        }
+        self.suffixes.iter().map(|suffix| format!("{base}{suffix}")).collect()
     }
 
     /// `<prefix>{<key>}`, with `%`, `{` and `}` in the key percent-encoded so the

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::RedisServer;
 use weir_core::{AsyncKeyedLimiter, Decision, ManualClock, Nanos, Policy, Quota};
-use weir_redis::{Backend, ConfigError, Error, Redis, RedisLimiter};
+use weir_redis::{Backend, ConfigError, DEFAULT_PREFIX, Error, Redis, RedisLimiter};
 
 /// A Unix time in ns (2023-11-14), a whole number of hours.
 const T0: u64 = 1_699_999_200_000_000_000;
@@ -60,14 +60,14 @@ async fn server_time_decides_by_default_and_idle_keys_expire() {
     let skew = now_ns.abs_diff(d.decided_at().as_u64());
     assert!(skew < 60_000_000_000, "decided at the server's Unix time: {:?}", d.decided_at());
     // The key lives exactly as long as the state is not full: 10 ms here.
-    let ttl: i64 = server.cli(&["PTTL", "t:{k}:g0"]).trim().parse().unwrap();
+    let ttl: i64 = server.cli(&["PTTL", &limiter.redis_keys("k")[0]]).trim().parse().unwrap();
     assert!((1..=10).contains(&ttl), "PTTL {ttl}");
     // A denial (and a peek) writes nothing: no key appears.
     let big = RedisLimiter::builder(&redis, Quota::per_hour(1).unwrap()).prefix("t2:").build().unwrap();
     assert!(big.check("x").await.unwrap().is_allowed());
     assert!(big.check("x").await.unwrap().is_denied());
     let _ = big.snapshot("y").await.unwrap();
-    assert_eq!(server.cli(&["EXISTS", "t2:{y}:g0"]).trim(), "0");
+    assert_eq!(server.cli(&["EXISTS", &big.redis_keys("y")[0]]).trim(), "0");
 }
 
 /// A deterministic request sequence: (advance in µs, cost).
@@ -196,7 +196,8 @@ async fn a_tier_is_all_or_nothing_and_names_the_deciding_quota() {
     assert_eq!((denied.policy_index(), denied.retry_after()), (0, Some(Duration::from_millis(500))));
     // Nothing was taken from the minute or the day by the denial.
     let keys = tier.redis_keys("u");
-    assert_eq!(keys, ["weir:{u}:g0", "weir:{u}:g1", "weir:{u}:g2"]);
+    let tier_name = "2/1sb5,20/1m,30/1d";
+    assert_eq!(keys, [0, 1, 2].map(|i| format!("weir:{{u}}:g:{tier_name}:{i}")));
     clock.advance(Duration::from_secs(3)); // the burst refills 6 > 5
     let d = tier.check_n("u", 5).await.unwrap();
     assert!(d.is_allowed(), "{d:?}");
@@ -340,14 +341,58 @@ async fn keys_carry_the_client_as_a_hash_tag() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
     let limiter = RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap()).build().unwrap();
-    assert_eq!(limiter.redis_keys("a}b{c%"), ["weir:{a%7Db%7Bc%25}:g0"]);
-    assert_eq!(limiter.redis_keys(&b"\xff"[..]), ["weir:{%FF}:g0"]);
+    assert_eq!(limiter.redis_keys("a}b{c%"), ["weir:{a%7Db%7Bc%25}:g:10/1m:0"]);
+    assert_eq!(limiter.redis_keys(&b"\xff"[..]), ["weir:{%FF}:g:10/1m:0"]);
     let e = RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap()).prefix("x{").build().unwrap_err();
     assert!(matches!(e, ConfigError::BraceInPrefix { .. }), "{e}");
     assert!(e.to_string().starts_with("prefix: "), "{e}");
     // Keys with braces work and do not collide with their encoded spelling.
     assert!(limiter.check_n("a}b", 10).await.unwrap().is_allowed());
     assert!(limiter.check_n("a%7Db", 10).await.unwrap().is_allowed());
+}
+
+#[tokio::test]
+async fn limiters_of_different_quotas_or_backends_never_share_a_key() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    // Two limits on one Redis with the default prefix: a per-minute API limit and
+    // a per-second one, and windows of different limits.
+    let minute =
+        RedisLimiter::builder(&redis, Quota::per_minute(100).unwrap()).build_with_clock(clock.clone()).unwrap();
+    let second = RedisLimiter::builder(&redis, Quota::per_second(1).unwrap()).build_with_clock(clock.clone()).unwrap();
+    assert!(minute.check_n("k", 100).await.unwrap().is_allowed());
+    assert!(second.check("k").await.unwrap().is_allowed(), "the per-second limit has its own state");
+    assert_eq!(minute.snapshot("k").await.unwrap().remaining(), 0);
+    let burst = RedisLimiter::builder(&redis, Quota::per_minute(100).unwrap().with_burst(150).unwrap())
+        .build_with_clock(clock.clone())
+        .unwrap();
+    assert_eq!(burst.snapshot("k").await.unwrap().remaining(), 150, "another burst, another state");
+    let tier = RedisLimiter::builder(&redis, Quota::per_minute(100).unwrap())
+        .and_quota(Quota::per_day(1_000).unwrap())
+        .build_with_clock(clock.clone())
+        .unwrap();
+    assert_eq!(tier.snapshot("k").await.unwrap().remaining(), 100, "a tier is a limiter of its own");
+    for backend in [Backend::FixedWindow, Backend::SlidingWindow, Backend::SlidingLog] {
+        let ten = limiter(&redis, backend, Quota::per_minute(10).unwrap(), &clock, DEFAULT_PREFIX);
+        let five = limiter(&redis, backend, Quota::per_minute(5).unwrap(), &clock, DEFAULT_PREFIX);
+        assert!(ten.check_n("k", 10).await.unwrap().is_allowed(), "{backend:?}");
+        assert_eq!(five.snapshot("k").await.unwrap().remaining(), 5, "{backend:?}");
+    }
+    let mut names = std::collections::HashSet::new();
+    for limiter in [&minute, &second, &burst, &tier] {
+        for name in limiter.redis_keys("k") {
+            assert!(names.insert(name.clone()), "{name} is used twice");
+        }
+    }
+    // The layout: the backend and the quotas after the client's hash tag.
+    assert_eq!(minute.redis_keys("k"), ["weir:{k}:g:100/1m:0"]);
+    assert_eq!(burst.redis_keys("k"), ["weir:{k}:g:100/1mb150:0"]);
+    assert_eq!(tier.redis_keys("k"), ["weir:{k}:g:100/1m,1000/1d:0", "weir:{k}:g:100/1m,1000/1d:1"]);
+    let window = limiter(&redis, Backend::SlidingWindow, Quota::per_second(10).unwrap(), &clock, "rl:");
+    assert_eq!(window.redis_keys("k"), ["rl:{k}:sw:10/1s"]);
+    let odd = RedisLimiter::builder(&redis, Quota::new(7, Duration::from_micros(1_500)).unwrap()).build().unwrap();
+    assert_eq!(odd.redis_keys("k"), ["weir:{k}:g:7/1500us:0"]);
 }
 
 #[tokio::test]
@@ -397,5 +442,5 @@ async fn a_password_is_checked_at_connection() {
             .unwrap()
             .is_allowed()
     );
-    assert_eq!(server.cli(&["-n", "3", "EXISTS", "weir:{k}:g0"]).trim(), "1", "database 3");
+    assert_eq!(server.cli(&["-n", "3", "EXISTS", "weir:{k}:g:1/1m:0"]).trim(), "1", "database 3");
 }

@@ -208,7 +208,8 @@ async fn bad_replies_are_typed_errors_and_admit_nothing() {
 async fn a_wrong_type_key_is_an_error_under_every_policy() {
     let server = RedisServer::start();
     let redis = connect(&server.url()).await;
-    server.cli(&["LPUSH", "weir:{k}:g0", "x"]);
+    let key = RedisLimiter::builder(&redis, Quota::per_minute(100).unwrap()).build().unwrap().redis_keys("k");
+    server.cli(&["LPUSH", &key[0], "x"]);
     for policy in policies() {
         let limiter = resilient(&redis, policy, &ManualClock::new());
         let e = limiter.check("k").await.unwrap_err();
