@@ -454,7 +454,11 @@ impl<C: Clock> Resilient<C> {
                 };
                 (decision, Path::FailClosed)
             }
-            FailPolicy::LocalFallback(_) => (self.fallback_check(key, n)?, Path::LocalFallback),
+            // The store keeps the key's name (at most 3 × max_key_bytes bytes, or
+            // a hash), never the key itself.
+            FailPolicy::LocalFallback(_) => {
+                (self.fallback_check(self.limiter.key_name(key)?.as_bytes(), n)?, Path::LocalFallback)
+            }
         };
         Ok(Checked { decision: decision.at(Nanos::ZERO), path })
     }

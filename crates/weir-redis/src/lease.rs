@@ -290,7 +290,15 @@ impl<C: Clock> Leased<C> {
     /// Whether a renewal of `key`'s lease is in flight (see
     /// `__private::renewal_pending`).
     pub(crate) fn renewal_pending(&self, key: &[u8]) -> bool {
+        let Ok(name) = self.limiter.key_name(key) else { return false };
+        let key = name.as_bytes();
         Self::lock(self.shard(key)).get(key).is_some_and(|lease| lease.renewal.is_some())
+    }
+
+    /// The bytes of the keys the lease table holds (see
+    /// `__private::lease_table_key_bytes`).
+    pub(crate) fn table_key_bytes(&self) -> usize {
+        self.shards.iter().map(|shard| Self::lock(shard).keys().map(Vec::len).sum::<usize>()).sum()
     }
 
     /// Checks one request. See [`check_n`](Self::check_n).
@@ -312,6 +320,10 @@ impl<C: Clock> Leased<C> {
         if n == 0 {
             return self.limiter.check_n(key, 0).await;
         }
+        // The table keeps the key's name (at most 3 × max_key_bytes bytes, or a
+        // hash), never the key itself.
+        let name = self.limiter.key_name(key)?;
+        let key = name.as_bytes();
         // Ordering: Relaxed; a statistic.
         self.decisions.fetch_add(1, Ordering::Relaxed);
         let shard = self.shard(key);
@@ -367,7 +379,7 @@ impl<C: Clock> Leased<C> {
         // error, or dropped at the await), the renewal mark is cleared and its
         // waiters are woken, so one of them takes the renewal over.
         let mut renewal = lease_size.map(|(_, notify)| Renewal { shard, key, notify: Some(notify) });
-        let reply = self.grant(key, want, n).await;
+        let reply = self.grant(&name, want, n).await;
         let now = self.clock.now().as_u64();
         let mut leases = Self::lock(shard);
         let lease = leases.get_mut(key);
@@ -415,10 +427,10 @@ impl<C: Clock> Leased<C> {
 
     /// One round trip: `want` permits if they fit, else `n`, else none. Returns
     /// (units granted, Redis's time in µs, capacity in use in µs).
-    async fn grant(&self, key: &[u8], want: u64, n: u64) -> Result<(u64, u64, u64), Error> {
+    async fn grant(&self, name: &str, want: u64, n: u64) -> Result<(u64, u64, u64), Error> {
         // Ordering: Relaxed; a statistic.
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        let keys = self.limiter.redis_keys(key);
+        let keys = self.limiter.keys_named(name);
         let mut invocation = scripts::LEASE.prepare_invoke();
         invocation
             .key(&keys[0])
@@ -464,9 +476,10 @@ impl<C: Clock> Leased<C> {
         }
         let now = self.clock.now().as_u64();
         let key = key.as_ref();
+        let name = self.limiter.key_name(key)?;
         {
-            let mut leases = Self::lock(self.shard(key));
-            if let Some(lease) = leases.get_mut(key)
+            let mut leases = Self::lock(self.shard(name.as_bytes()));
+            if let Some(lease) = leases.get_mut(name.as_bytes())
                 && lease.expires_ns > now
                 && admission.decided_at() >= lease.granted_at
             {

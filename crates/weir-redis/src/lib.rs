@@ -97,6 +97,18 @@
 //! stay apart (a login limit and a password-reset limit, say) take different
 //! prefixes. [`RedisLimiter::redis_keys`] names a client's keys.
 //!
+//! **A client key costs a bounded number of bytes.** A key of at most
+//! [`max_key_bytes`](RedisLimiterBuilder::max_key_bytes) bytes
+//! ([`DEFAULT_MAX_KEY_BYTES`], 256) is kept as it is, percent-encoded: at most
+//! 3 bytes per byte in a key name. A longer one, as [`LongKeys`] says, is named
+//! by 128 bits of its SHA-256 (`%H` and 32 hex digits, [`HASHED_KEY_BYTES`]; the
+//! same on every instance, so a fleet shares its limit; collision-resistant, so
+//! no client can choose a key that lands on another's state), or refused with
+//! [`Error::KeyTooLong`] before any round trip. A [`Leased`] table and the local
+//! fallback store of [`Resilient`] keep that name too, never the key. Encoding
+//! a kept key is linear in at most `max_key_bytes`; hashing a long one reads it
+//! once, at SHA-256's hundreds of MB/s.
+//!
 //! The braces are a Redis Cluster hash tag: all keys of one client hash to one
 //! slot, so a tier's script runs on a cluster ([`Redis::connect_cluster`],
 //! feature `cluster`, on by default; tested on three masters), while clients
@@ -150,7 +162,10 @@ pub use connection::{Redis, RedisOptions, RedisOptionsBuilder};
 pub use error::{ConfigError, Error};
 pub use fail::{Backoff, Checked, FailPolicy, LocalFallback, Path, Resilient, ResilientBuilder};
 pub use lease::{LeaseConfig, LeaseConfigBuilder, Leased};
-pub use limiter::{Backend, DEFAULT_PREFIX, MAX_LOG_LIMIT, MAX_TIER, RedisLimiter, RedisLimiterBuilder};
+pub use limiter::{
+    Backend, DEFAULT_MAX_KEY_BYTES, DEFAULT_PREFIX, HASHED_KEY_BYTES, LongKeys, MAX_LOG_LIMIT, MAX_TIER, RedisLimiter,
+    RedisLimiterBuilder,
+};
 
 /// Not part of the public API: what weir-redis's benchmark program needs from
 /// inside the crate. May change or go away in any release.
@@ -175,6 +190,11 @@ pub mod __private {
     /// dropped probe must not leave it set).
     pub fn is_probing<C: Clock>(limiter: &Resilient<C>) -> bool {
         limiter.is_probing()
+    }
+
+    /// The bytes of the keys `leased`'s lease table holds (key-size tests).
+    pub fn lease_table_key_bytes<C: Clock>(leased: &Leased<C>) -> usize {
+        leased.table_key_bytes()
     }
 
     /// Whether `leased` has a lease renewal for `key` in flight (cancellation

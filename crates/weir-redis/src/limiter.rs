@@ -17,6 +17,46 @@ pub const MAX_LOG_LIMIT: u64 = 100_000;
 /// The key prefix used unless another is set.
 pub const DEFAULT_PREFIX: &str = "weir:";
 
+/// The longest client key, in bytes, that a limiter keeps as it is unless told
+/// otherwise ([`RedisLimiterBuilder::max_key_bytes`]); longer keys are hashed or
+/// refused ([`LongKeys`]).
+pub const DEFAULT_MAX_KEY_BYTES: usize = 256;
+
+/// The bytes a hashed client key takes in a Redis key name, between the braces:
+/// `%H` and 32 hexadecimal digits (128 bits of the key's SHA-256).
+pub const HASHED_KEY_BYTES: usize = 34;
+
+/// What a limiter does with a client key longer than its
+/// [`max_key_bytes`](RedisLimiterBuilder::max_key_bytes)
+/// ([`RedisLimiterBuilder::long_keys`]).
+///
+/// ```
+/// # fn demo(redis: &weir_redis::Redis) -> Result<(), Box<dyn std::error::Error>> {
+/// use weir_core::Quota;
+/// use weir_redis::{LongKeys, RedisLimiter};
+///
+/// // API keys are at most 64 bytes here: anything longer is a bad request.
+/// let limiter = RedisLimiter::builder(redis, Quota::per_minute(100)?)
+///     .max_key_bytes(64)
+///     .long_keys(LongKeys::Refuse)
+///     .build()?;
+/// assert!(limiter.redis_keys(&[b'x'; 65][..]).is_empty());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LongKeys {
+    /// Named by 128 bits of the key's SHA-256 (`%H` and 32 hex digits,
+    /// [`HASHED_KEY_BYTES`]): the same name on every instance, so a fleet shares
+    /// the key's limit, and no client can choose a key that lands on another
+    /// client's state (that would take a SHA-256 collision). The default.
+    #[default]
+    Hash,
+    /// Refused: checks, refunds and snapshots of the key are
+    /// [`Error::KeyTooLong`], without a round trip.
+    Refuse,
+}
+
 /// Which algorithm a [`RedisLimiter`] runs
 /// ([`RedisLimiterBuilder::backend`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -93,6 +133,9 @@ pub struct RedisLimiter {
     /// quota (GCRA) or one (windows): `:<backend>:<quotas>[:<i>]`, so limiters
     /// that differ in backend or in any quota never share a key.
     suffixes: Arc<[String]>,
+    /// Client keys longer than this are hashed or refused (`long_keys`).
+    max_key_bytes: usize,
+    long_keys: LongKeys,
     time: TimeSource,
     /// A random tag unique to this limiter, for sliding-log entries.
     tag: u64,
@@ -197,6 +240,8 @@ pub struct RedisLimiterBuilder {
     backend: Backend,
     quotas: Vec<Quota>,
     prefix: String,
+    max_key_bytes: usize,
+    long_keys: LongKeys,
 }
 
 impl RedisLimiterBuilder {
@@ -244,12 +289,33 @@ impl RedisLimiterBuilder {
         Self { prefix: prefix.to_owned(), ..self }
     }
 
+    /// The longest client key, in bytes, kept as it is; longer ones are hashed or
+    /// refused, as [`long_keys`](Self::long_keys) says. So a client key costs at
+    /// most `3 × max_key_bytes` bytes in a Redis key name (percent-encoded: a
+    /// byte that is not UTF-8, `%`, `{` or `}` takes three), or
+    /// [`HASHED_KEY_BYTES`] hashed, however long it is; the same holds for a
+    /// [`Leased`](crate::Leased) table and a local fallback store over this
+    /// limiter. Hashing reads the whole key once (SHA-256, hundreds of MB/s), so
+    /// its cost does not matter beside a round trip for any key a server accepts.
+    /// At least 1 ([`build`](Self::build) refuses 0 with [`ConfigError::Zero`]).
+    /// Default: [`DEFAULT_MAX_KEY_BYTES`] (256).
+    pub fn max_key_bytes(self, max_key_bytes: usize) -> Self {
+        Self { max_key_bytes, ..self }
+    }
+
+    /// What to do with a client key longer than
+    /// [`max_key_bytes`](Self::max_key_bytes). Default: [`LongKeys::Hash`].
+    pub fn long_keys(self, long_keys: LongKeys) -> Self {
+        Self { long_keys, ..self }
+    }
+
     /// The limiter, deciding at Redis's `TIME`, or the first option that cannot be
     /// used: [`ConfigError::TierSize`] (more than [`MAX_TIER`] quotas),
     /// [`ConfigError::TierNeedsGcra`] (several quotas on a window backend),
     /// [`ConfigError::BurstIsNotCount`], [`ConfigError::WindowTooShort`] or
     /// [`ConfigError::LogTooLarge`] (a quota the backend cannot run),
-    /// [`ConfigError::BraceInPrefix`] (the prefix).
+    /// [`ConfigError::BraceInPrefix`] (the prefix), [`ConfigError::Zero`]
+    /// (`max_key_bytes`).
     pub fn build(self) -> Result<RedisLimiter, ConfigError> {
         self.build_with(TimeSource::Server)
     }
@@ -296,6 +362,9 @@ impl RedisLimiterBuilder {
         if self.prefix.contains(['{', '}']) {
             return Err(ConfigError::BraceInPrefix { prefix: self.prefix });
         }
+        if self.max_key_bytes == 0 {
+            return Err(ConfigError::Zero { what: "max_key_bytes" });
+        }
         Ok(RedisLimiter {
             redis: self.redis,
             algo,
@@ -303,6 +372,8 @@ impl RedisLimiterBuilder {
             suffixes: suffixes(self.backend, &quotas),
             quotas: quotas.into(),
             prefix: Arc::from(self.prefix),
+            max_key_bytes: self.max_key_bytes,
+            long_keys: self.long_keys,
             time,
             tag: random_tag(),
         })
@@ -318,6 +389,8 @@ impl RedisLimiter {
             backend: Backend::Gcra,
             quotas: vec![quota],
             prefix: DEFAULT_PREFIX.to_owned(),
+            max_key_bytes: DEFAULT_MAX_KEY_BYTES,
+            long_keys: LongKeys::Hash,
         }
     }
 
@@ -346,6 +419,17 @@ impl RedisLimiter {
         &self.prefix
     }
 
+    /// The longest client key kept as it is
+    /// ([`RedisLimiterBuilder::max_key_bytes`]).
+    pub fn max_key_bytes(&self) -> usize {
+        self.max_key_bytes
+    }
+
+    /// What happens to longer keys ([`RedisLimiterBuilder::long_keys`]).
+    pub fn long_keys(&self) -> LongKeys {
+        self.long_keys
+    }
+
     /// The most that one call can ever be admitted (the smallest limit of a tier).
     pub fn capacity(&self) -> u64 {
         match &self.algo {
@@ -354,7 +438,8 @@ impl RedisLimiter {
         }
     }
 
-    /// The Redis keys of `key`'s state, one per quota (what `DEL` would forget).
+    /// The Redis keys of `key`'s state, one per quota (what `DEL` would forget);
+    /// none for a key this limiter refuses ([`LongKeys::Refuse`]).
     ///
     /// ```
     /// # fn demo(limiter: &weir_redis::RedisLimiter) {
@@ -363,17 +448,45 @@ impl RedisLimiter {
     /// # }
     /// ```
     pub fn redis_keys(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> Vec<String> {
-        let base = self.base_key(key.as_ref());
-        self.suffixes.iter().map(|suffix| format!("{base}{suffix}")).collect()
+        self.key_name(key.as_ref()).map(|name| self.keys_named(&name)).unwrap_or_default()
     }
 
-    /// `<prefix>{<key>}`, with `%`, `{` and `}` in the key percent-encoded so the
-    /// hash tag is always exactly the client key (and the encoding is one-to-one).
-    /// Bytes that are not UTF-8 are percent-encoded too.
-    fn base_key(&self, key: &[u8]) -> String {
-        let mut out = String::with_capacity(self.prefix.len() + key.len() + 6);
-        out.push_str(&self.prefix);
-        out.push('{');
+    /// The Redis keys of the client key whose name is `name` (from
+    /// [`key_name`](Self::key_name)).
+    pub(crate) fn keys_named(&self, name: &str) -> Vec<String> {
+        self.suffixes.iter().map(|suffix| format!("{}{{{name}}}{suffix}", self.prefix)).collect()
+    }
+
+    /// The Redis keys of `key`, or [`Error::KeyTooLong`] for a key this limiter
+    /// refuses.
+    fn keys_of(&self, key: &[u8]) -> Result<Vec<String>, Error> {
+        Ok(self.keys_named(&self.key_name(key)?))
+    }
+
+    /// What stands for `key` between the braces of its Redis keys, at most
+    /// `3 × max_key_bytes` bytes (or [`HASHED_KEY_BYTES`]), and also what a lease
+    /// table or a fallback store over this limiter keeps for it: the key itself
+    /// with `%`, `{`, `}` and bytes that are not UTF-8 percent-encoded (so the
+    /// hash tag is always exactly the client key, and the encoding is
+    /// one-to-one); or, for a key longer than `max_key_bytes`, `%H` and the hex
+    /// of 128 bits of its SHA-256 (never the encoding of a short key: `%` is
+    /// always followed by two hex digits there), or [`Error::KeyTooLong`].
+    pub(crate) fn key_name(&self, key: &[u8]) -> Result<String, Error> {
+        use core::fmt::Write as _;
+        use sha2::{Digest, Sha256};
+        if key.len() > self.max_key_bytes {
+            if self.long_keys == LongKeys::Refuse {
+                return Err(Error::KeyTooLong { len: key.len(), max: self.max_key_bytes });
+            }
+            let digest = Sha256::digest(key);
+            let mut out = String::with_capacity(HASHED_KEY_BYTES);
+            out.push_str("%H");
+            for b in &digest[..16] {
+                let _ = write!(out, "{b:02x}");
+            }
+            return Ok(out);
+        }
+        let mut out = String::with_capacity(key.len() + 4);
         for chunk in key.utf8_chunks() {
             for c in chunk.valid().chars() {
                 match c {
@@ -384,11 +497,10 @@ impl RedisLimiter {
                 }
             }
             for b in chunk.invalid() {
-                out.push_str(&format!("%{b:02X}"));
+                let _ = write!(out, "%{b:02X}");
             }
         }
-        out.push('}');
-        out
+        Ok(out)
     }
 
     /// The SHA1 of the script a check runs (see `__private::script_sha`).
@@ -440,7 +552,7 @@ impl RedisLimiter {
     /// that [`refund`](Self::refund) finds the window it was counted in.
     pub async fn check_n(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64) -> Result<Decision, Error> {
         self.too_many(n)?;
-        let keys = self.redis_keys(key);
+        let keys = self.keys_of(key.as_ref())?;
         let now = self.now_arg();
         match &self.algo {
             Algo::Gcra(quotas) => self.gcra_check(&keys, quotas, n, &now).await,
@@ -508,7 +620,7 @@ impl RedisLimiter {
         if n == 0 || admission.is_denied() {
             return Ok(());
         }
-        let keys = self.redis_keys(key);
+        let keys = self.keys_of(key.as_ref())?;
         let now = self.now_arg();
         let at_us = admission.decided_at().as_u64() / NS;
         let mut invocation;

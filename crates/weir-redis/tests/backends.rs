@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::RedisServer;
 use weir_core::{AsyncKeyedLimiter, Decision, ManualClock, Nanos, Policy, Quota};
-use weir_redis::{Backend, ConfigError, DEFAULT_PREFIX, Error, Redis, RedisLimiter};
+use weir_redis::{
+    Backend, ConfigError, DEFAULT_MAX_KEY_BYTES, DEFAULT_PREFIX, Error, FailPolicy, HASHED_KEY_BYTES, LeaseConfig,
+    Leased, LocalFallback, LongKeys, Redis, RedisLimiter, Resilient,
+};
 
 /// A Unix time in ns (2023-11-14), a whole number of hours.
 const T0: u64 = 1_699_999_200_000_000_000;
@@ -393,6 +396,59 @@ async fn limiters_of_different_quotas_or_backends_never_share_a_key() {
     assert_eq!(window.redis_keys("k"), ["rl:{k}:sw:10/1s"]);
     let odd = RedisLimiter::builder(&redis, Quota::new(7, Duration::from_micros(1_500)).unwrap()).build().unwrap();
     assert_eq!(odd.redis_keys("k"), ["weir:{k}:g:7/1500us:0"]);
+}
+
+#[tokio::test]
+async fn a_long_key_costs_a_bounded_name_the_same_on_every_instance_or_is_refused() {
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    let quota = Quota::per_minute(10).unwrap();
+    // Two instances, each with its own connection and limiter.
+    let (one, two) = (connect(&server).await, connect(&server).await);
+    let first = RedisLimiter::builder(&one, quota).build_with_clock(clock.clone()).unwrap();
+    let second = RedisLimiter::builder(&two, quota).build_with_clock(clock.clone()).unwrap();
+    assert_eq!(first.max_key_bytes(), DEFAULT_MAX_KEY_BYTES);
+    // A 1 MB key that is not UTF-8 (3 MB percent-encoded).
+    let huge = vec![0xffu8; 1 << 20];
+    let names = first.redis_keys(&huge[..]);
+    let bound = DEFAULT_PREFIX.len() + 2 + HASHED_KEY_BYTES + ":g:10/1m:0".len();
+    assert!(names[0].len() <= bound, "a name of {} bytes for a 1 MB key", names[0].len());
+    assert_eq!(names, second.redis_keys(&huge[..]), "every instance names it alike");
+    assert!(first.check_n(&huge[..], 6).await.unwrap().is_allowed());
+    assert_eq!(second.snapshot(&huge[..]).await.unwrap().remaining(), 4, "the instances share its state");
+    let mut other = huge.clone();
+    other[12_345] = 0;
+    assert_ne!(first.redis_keys(&other[..]), names);
+    assert_eq!(first.snapshot(&other[..]).await.unwrap().remaining(), 10, "another long key, another state");
+    // A key of the bound is kept as it is; one byte more is hashed.
+    let at = vec![b'a'; DEFAULT_MAX_KEY_BYTES];
+    assert_eq!(first.redis_keys(&at[..])[0], format!("weir:{{{}}}:g:10/1m:0", "a".repeat(DEFAULT_MAX_KEY_BYTES)));
+    let over = vec![b'a'; DEFAULT_MAX_KEY_BYTES + 1];
+    assert!(first.redis_keys(&over[..])[0].len() <= bound);
+    // A short key that spells a hashed one does not collide with it.
+    let hashed = &names[0][DEFAULT_PREFIX.len() + 1..DEFAULT_PREFIX.len() + 1 + HASHED_KEY_BYTES];
+    assert_ne!(first.redis_keys(hashed), names);
+    // Refused as configured: a typed error, before any round trip.
+    let strict = RedisLimiter::builder(&one, quota)
+        .max_key_bytes(64)
+        .long_keys(LongKeys::Refuse)
+        .build_with_clock(clock.clone())
+        .unwrap();
+    let e = strict.check(&huge[..]).await.unwrap_err();
+    assert!(matches!(e, Error::KeyTooLong { len, max: 64 } if len == 1 << 20), "{e:?}");
+    assert!(!e.is_unavailable());
+    assert!(e.to_string().contains("max_key_bytes"), "{e}");
+    assert!(strict.redis_keys(&huge[..]).is_empty(), "a refused key has no Redis keys");
+    assert!(strict.check(&[b'k'; 64][..]).await.unwrap().is_allowed());
+    // A lease table and a local fallback store keep the name, not the key.
+    let leased = Leased::with_clock(first.clone(), LeaseConfig::default(), clock.clone()).unwrap();
+    assert!(leased.check(&huge[..]).await.unwrap().is_allowed());
+    assert_eq!(weir_redis::__private::lease_table_key_bytes(&leased), HASHED_KEY_BYTES);
+    let fallback = FailPolicy::LocalFallback(LocalFallback::new(1, 10).unwrap());
+    let resilient = Resilient::builder(strict.clone(), fallback).build_with_clock(clock.clone()).unwrap();
+    assert!(matches!(resilient.check(&huge[..]).await, Err(Error::KeyTooLong { .. })));
+    let e = RedisLimiter::builder(&one, quota).max_key_bytes(0).build().unwrap_err();
+    assert_eq!(e, ConfigError::Zero { what: "max_key_bytes" });
 }
 
 #[tokio::test]
