@@ -163,8 +163,8 @@ pub use error::{ConfigError, Error};
 pub use fail::{Backoff, Checked, FailPolicy, LocalFallback, Path, Resilient, ResilientBuilder};
 pub use lease::{LeaseConfig, LeaseConfigBuilder, Leased};
 pub use limiter::{
-    Backend, DEFAULT_MAX_KEY_BYTES, DEFAULT_PREFIX, HASHED_KEY_BYTES, LongKeys, MAX_LOG_LIMIT, MAX_TIER, RedisLimiter,
-    RedisLimiterBuilder,
+    Backend, DEFAULT_MAX_KEY_BYTES, DEFAULT_PREFIX, Expiry, HASHED_KEY_BYTES, LongKeys, MAX_LOG_LIMIT, MAX_TIER,
+    RedisLimiter, RedisLimiterBuilder,
 };
 
 /// Not part of the public API: what weir-redis's benchmark program needs from
@@ -184,6 +184,20 @@ pub mod __private {
     /// Runs one command on `redis` within its call time limit.
     pub async fn command<T: FromRedisValue>(redis: &Redis, cmd: &Cmd) -> Result<T, Error> {
         redis.command(cmd).await
+    }
+
+    /// A check of `key` by a GCRA `limiter`, in one transaction with Redis's
+    /// time (Unix ms) before and after it and the absolute expiry
+    /// (`PEXPIRETIME`, Unix ms; -1 for none) of each of its Redis keys just after
+    /// it: `(decision, expiries, (before, after))`. A key that the script gave
+    /// a TTL of `t` ms expires between `before + t` and `after + t`, so a test
+    /// can check the TTL the script set however long the test itself takes.
+    pub async fn gcra_check_with_expiry(
+        limiter: &RedisLimiter,
+        key: &(impl AsRef<[u8]> + ?Sized),
+        n: u64,
+    ) -> Result<(weir_core::Decision, Vec<i64>, (u64, u64)), Error> {
+        limiter.gcra_check_with_expiry(key.as_ref(), n).await
     }
 
     /// Whether `limiter` has a probe of Redis in flight (cancellation tests: a

@@ -26,6 +26,32 @@ pub const DEFAULT_MAX_KEY_BYTES: usize = 256;
 /// `%H` and 32 hexadecimal digits (128 bits of the key's SHA-256).
 pub const HASHED_KEY_BYTES: usize = 34;
 
+/// When Redis forgets a key's state ([`RedisLimiterBuilder::expiry`]).
+///
+/// Redis expires keys in its own real time; a limiter's decisions run on its
+/// decision clock (Redis's `TIME`, or the clock of
+/// [`build_with_clock`](RedisLimiterBuilder::build_with_clock)). The two agree
+/// only for a clock that runs at real speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Expiry {
+    /// Each write sets the key's TTL (`PX`) to the time until its state is back
+    /// to empty, so idle clients cost Redis nothing. Exact when the decision
+    /// clock runs at real speed: Redis's `TIME` (the default of
+    /// [`build`](RedisLimiterBuilder::build)), or client clocks in Unix time
+    /// that agree. Under a clock that runs slower than real time (a
+    /// [`ManualClock`](weir_core::ManualClock) that stands still), Redis would
+    /// forget a state that still counts and admit too early.
+    WhenIdle,
+    /// Keys are written without an expiry and stay until deleted (a state past
+    /// its time reads as a missing key's, so decisions are the same). Decisions
+    /// then depend on the decision clock and the requests alone, whatever real
+    /// time passes: the default of
+    /// [`build_with_clock`](RedisLimiterBuilder::build_with_clock), for tests,
+    /// where keys are few. Memory grows with the number of distinct keys.
+    Never,
+}
+
 /// What a limiter does with a client key longer than its
 /// [`max_key_bytes`](RedisLimiterBuilder::max_key_bytes)
 /// ([`RedisLimiterBuilder::long_keys`]).
@@ -136,6 +162,7 @@ pub struct RedisLimiter {
     /// Client keys longer than this are hashed or refused (`long_keys`).
     max_key_bytes: usize,
     long_keys: LongKeys,
+    expiry: Expiry,
     time: TimeSource,
     /// A random tag unique to this limiter, for sliding-log entries.
     tag: u64,
@@ -242,6 +269,9 @@ pub struct RedisLimiterBuilder {
     prefix: String,
     max_key_bytes: usize,
     long_keys: LongKeys,
+    /// `None`: the build's default (`WhenIdle` with Redis's time, `Never` with a
+    /// client clock).
+    expiry: Option<Expiry>,
 }
 
 impl RedisLimiterBuilder {
@@ -309,6 +339,14 @@ impl RedisLimiterBuilder {
         Self { long_keys, ..self }
     }
 
+    /// When Redis forgets a key's state (see [`Expiry`]). Default:
+    /// [`Expiry::WhenIdle`] with [`build`](Self::build) (Redis's time),
+    /// [`Expiry::Never`] with [`build_with_clock`](Self::build_with_clock); a fleet
+    /// deciding by client clocks in Unix time sets [`Expiry::WhenIdle`].
+    pub fn expiry(self, expiry: Expiry) -> Self {
+        Self { expiry: Some(expiry), ..self }
+    }
+
     /// The limiter, deciding at Redis's `TIME`, or the first option that cannot be
     /// used: [`ConfigError::TierSize`] (more than [`MAX_TIER`] quotas),
     /// [`ConfigError::TierNeedsGcra`] (several quotas on a window backend),
@@ -324,12 +362,18 @@ impl RedisLimiterBuilder {
     /// whole microseconds) instead of Redis's `TIME`; errors as
     /// [`build`](Self::build).
     ///
-    /// For tests (a [`ManualClock`](weir_core::ManualClock) makes every decision
-    /// reproducible), and for fleets whose clocks are known to agree: with client
+    /// For tests, and for fleets whose clocks are known to agree: with client
     /// time, an instance whose clock runs ahead refills buckets early, so skew
     /// widens the limit; Redis's time cannot be skewed between instances. Readings
     /// are taken as times since the Unix epoch; windows align to multiples of their
     /// length from the clock's origin.
+    ///
+    /// Keys are kept without an expiry unless [`expiry`](Self::expiry) says
+    /// otherwise ([`Expiry::Never`]), so with a
+    /// [`ManualClock`](weir_core::ManualClock) every decision is reproducible: it
+    /// depends on the clock's readings and the requests alone (and the keys in
+    /// Redis before the run), not on how much real time passes. A fleet on client
+    /// clocks sets [`Expiry::WhenIdle`], so idle keys expire.
     pub fn build_with_clock(self, clock: impl Clock + Send + Sync + 'static) -> Result<RedisLimiter, ConfigError> {
         self.build_with(TimeSource::Client(Arc::new(clock)))
     }
@@ -374,6 +418,10 @@ impl RedisLimiterBuilder {
             prefix: Arc::from(self.prefix),
             max_key_bytes: self.max_key_bytes,
             long_keys: self.long_keys,
+            expiry: self.expiry.unwrap_or(match time {
+                TimeSource::Server => Expiry::WhenIdle,
+                TimeSource::Client(_) => Expiry::Never,
+            }),
             time,
             tag: random_tag(),
         })
@@ -391,6 +439,7 @@ impl RedisLimiter {
             prefix: DEFAULT_PREFIX.to_owned(),
             max_key_bytes: DEFAULT_MAX_KEY_BYTES,
             long_keys: LongKeys::Hash,
+            expiry: None,
         }
     }
 
@@ -521,12 +570,19 @@ impl RedisLimiter {
         }
     }
 
-    /// The `now` argument of every script: empty for Redis's `TIME`.
+    /// The `now` argument of every script: empty for Redis's `TIME`, prefixed
+    /// with `p` for keys without an expiry (see `scripts`).
     pub(crate) fn now_arg(&self) -> String {
+        let persist = if self.expiry == Expiry::Never { "p" } else { "" };
         match &self.time {
-            TimeSource::Server => String::new(),
-            TimeSource::Client(clock) => (clock.now().as_u64() / NS).to_string(),
+            TimeSource::Server => persist.to_owned(),
+            TimeSource::Client(clock) => format!("{persist}{}", clock.now().as_u64() / NS),
         }
+    }
+
+    /// When Redis forgets a key's state ([`RedisLimiterBuilder::expiry`]).
+    pub fn expiry(&self) -> Expiry {
+        self.expiry
     }
 
     fn too_many(&self, n: u64) -> Result<(), Error> {
@@ -591,14 +647,64 @@ impl RedisLimiter {
         }
     }
 
-    async fn gcra_check(&self, keys: &[String], quotas: &[GcraMicros], n: u64, now: &str) -> Result<Decision, Error> {
+    fn gcra_invocation(keys: &[String], quotas: &[GcraMicros], n: u64, now: &str) -> redis::ScriptInvocation<'static> {
         let mut invocation = scripts::GCRA.prepare_invoke();
         invocation.arg(now).arg(if n == 0 { "0" } else { "1" });
         for (key, quota) in keys.iter().zip(quotas) {
             invocation.key(key).arg(quota.cost_us(n)).arg(quota.tolerance_us());
         }
-        let reply: Vec<u64> = self.redis.invoke(&invocation).await?;
-        let (admitted, now, used) = match reply.as_slice() {
+        invocation
+    }
+
+    async fn gcra_check(&self, keys: &[String], quotas: &[GcraMicros], n: u64, now: &str) -> Result<Decision, Error> {
+        let reply: Vec<u64> = self.redis.invoke(&Self::gcra_invocation(keys, quotas, n, now)).await?;
+        Self::gcra_decision(quotas, n, &reply)
+    }
+
+    /// A GCRA check of `key` in a transaction that also reads Redis's `TIME`
+    /// before it, the `PEXPIRETIME` (absolute expiry, Unix ms; -1: none) of each
+    /// of its keys after it, and `TIME` again. See
+    /// `__private::gcra_check_with_expiry`.
+    pub(crate) async fn gcra_check_with_expiry(
+        &self,
+        key: &[u8],
+        n: u64,
+    ) -> Result<(Decision, Vec<i64>, (u64, u64)), Error> {
+        use redis::FromRedisValue as _;
+        let Algo::Gcra(quotas) = &self.algo else {
+            return Err(Error::reply("gcra_check_with_expiry: not a GCRA limiter"));
+        };
+        self.too_many(n)?;
+        let keys = self.keys_of(key)?;
+        let now = self.now_arg();
+        // A peek first (it writes nothing), which loads the script if Redis lacks
+        // it: a transaction cannot reload a script it does not find.
+        let _: Vec<u64> = self.redis.invoke(&Self::gcra_invocation(&keys, quotas, 0, &now)).await?;
+        let invocation = Self::gcra_invocation(&keys, quotas, n, &now);
+        let mut pipe = redis::pipe();
+        pipe.atomic().cmd("TIME").invoke_script(&invocation);
+        for key in &keys {
+            pipe.cmd("PEXPIRETIME").arg(key);
+        }
+        pipe.cmd("TIME");
+        let values: Vec<redis::Value> = self.redis.pipeline(&pipe).await?;
+        let shape = |e: redis::ParsingError| Error::reply(format_args!("a check's transaction replied {e}"));
+        let ms = |v: redis::Value| -> Result<u64, Error> {
+            let (s, us) = <(u64, u64)>::from_redis_value(v).map_err(shape)?;
+            Ok(s * 1_000 + us / 1_000)
+        };
+        let mut values = values.into_iter();
+        let mut next = || values.next().ok_or_else(|| Error::reply("a check's transaction replied too little"));
+        let before = ms(next()?)?;
+        let reply = Vec::<u64>::from_redis_value(next()?).map_err(shape)?;
+        let expiries =
+            (0..keys.len()).map(|_| i64::from_redis_value(next()?).map_err(shape)).collect::<Result<Vec<_>, _>>()?;
+        let after = ms(next()?)?;
+        Ok((Self::gcra_decision(quotas, n, &reply)?, expiries, (before, after)))
+    }
+
+    fn gcra_decision(quotas: &[GcraMicros], n: u64, reply: &[u64]) -> Result<Decision, Error> {
+        let (admitted, now, used) = match reply {
             [admitted, now, used @ ..] if used.len() == quotas.len() => (*admitted == 1 || n == 0, *now, used),
             _ => return Err(Error::reply(format_args!("GCRA script replied {reply:?}"))),
         };

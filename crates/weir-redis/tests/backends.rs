@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::RedisServer;
 use weir_core::{AsyncKeyedLimiter, Decision, ManualClock, Nanos, Policy, Quota};
+use weir_redis::__private::gcra_check_with_expiry;
 use weir_redis::{
-    Backend, ConfigError, DEFAULT_MAX_KEY_BYTES, DEFAULT_PREFIX, Error, FailPolicy, HASHED_KEY_BYTES, LeaseConfig,
-    Leased, LocalFallback, LongKeys, Redis, RedisLimiter, Resilient,
+    Backend, ConfigError, DEFAULT_MAX_KEY_BYTES, DEFAULT_PREFIX, Error, Expiry, FailPolicy, HASHED_KEY_BYTES,
+    LeaseConfig, Leased, LocalFallback, LongKeys, Redis, RedisLimiter, Resilient,
 };
 
 /// A Unix time in ns (2023-11-14), a whole number of hours.
@@ -62,15 +63,73 @@ async fn server_time_decides_by_default_and_idle_keys_expire() {
     let now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
     let skew = now_ns.abs_diff(d.decided_at().as_u64());
     assert!(skew < 60_000_000_000, "decided at the server's Unix time: {:?}", d.decided_at());
-    // The key lives exactly as long as the state is not full: 10 ms here.
-    let ttl: i64 = server.cli(&["PTTL", &limiter.redis_keys("k")[0]]).trim().parse().unwrap();
-    assert!((1..=10).contains(&ttl), "PTTL {ttl}");
+    // The key lives exactly as long as the state is not full: 60 s for 10 at
+    // 10 per minute, then 2 min once 10 more are taken at once. Its expiry is
+    // read in the check's own transaction between two readings of Redis's time,
+    // so the TTL the script set is checked exactly, whatever time the test and
+    // the processes around it take.
+    assert_eq!(limiter.expiry(), Expiry::WhenIdle);
+    let slow = RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap().with_burst(20).unwrap())
+        .prefix("t:")
+        .build()
+        .unwrap();
+    for round in 0..2 {
+        let (d, expiries, (before, after)) = gcra_check_with_expiry(&slow, "j", 10).await.unwrap();
+        assert!(d.is_allowed());
+        // The TTL the script set: the time until the bucket is full, from the reply.
+        let ttl = d.reset_after().as_micros().div_ceil(1_000) as i64;
+        assert!(if round == 0 { ttl == 60_000 } else { ttl <= 120_000 }, "{d:?}");
+        let (from, to) = (before as i64 + ttl, after as i64 + ttl);
+        assert!((from..=to).contains(&expiries[0]), "expires at {expiries:?}, not in {from}..={to}");
+    }
     // A denial (and a peek) writes nothing: no key appears.
     let big = RedisLimiter::builder(&redis, Quota::per_hour(1).unwrap()).prefix("t2:").build().unwrap();
     assert!(big.check("x").await.unwrap().is_allowed());
     assert!(big.check("x").await.unwrap().is_denied());
     let _ = big.snapshot("y").await.unwrap();
     assert_eq!(server.cli(&["EXISTS", &big.redis_keys("y")[0]]).trim(), "0");
+}
+
+#[tokio::test]
+async fn with_a_test_clock_state_never_expires_in_real_time() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    // 10/s burst 1 on a clock that stands still: the second request is denied,
+    // and stays denied however much real time passes, because Redis never
+    // expires the state (its TTL would run in real time, not on this clock).
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    for backend in BACKENDS {
+        let quota = if backend == Backend::Gcra {
+            Quota::per_second(10).unwrap().with_burst(1).unwrap()
+        } else {
+            Quota::per_second(1).unwrap()
+        };
+        let limiter = limiter(&redis, backend, quota, &clock, "frozen:");
+        assert!(limiter.check("k").await.unwrap().is_allowed(), "{backend:?}");
+        assert!(limiter.check("k").await.unwrap().is_denied(), "{backend:?}");
+        for key in limiter.redis_keys("k") {
+            assert_eq!(server.cli(&["PTTL", &key]).trim(), "-1", "{backend:?}: {key} expires in real time");
+        }
+        assert_eq!(limiter.expiry(), Expiry::Never);
+    }
+    // A fleet on client clocks asks for expiry: the TTL is the time until the
+    // state is empty, here 60 s.
+    let fleet = RedisLimiter::builder(&redis, Quota::per_minute(1).unwrap())
+        .prefix("fleet:")
+        .expiry(Expiry::WhenIdle)
+        .build_with_clock(clock.clone())
+        .unwrap();
+    let (d, expiries, (before, after)) = gcra_check_with_expiry(&fleet, "k", 1).await.unwrap();
+    assert!(d.is_allowed());
+    let (from, to) = (before as i64 + 60_000, after as i64 + 60_000);
+    assert!((from..=to).contains(&expiries[0]), "expires at {expiries:?}, not in {from}..={to}");
+    // And a server-time limiter can keep its keys.
+    let kept = RedisLimiter::builder(&redis, Quota::per_second(10).unwrap())
+        .prefix("kept:")
+        .expiry(Expiry::Never)
+        .build()
+        .unwrap();
+    assert_eq!(gcra_check_with_expiry(&kept, "k", 1).await.unwrap().1, [-1]);
 }
 
 /// A deterministic request sequence: (advance in µs, cost).
