@@ -9,6 +9,12 @@
 //! timeout at the start of an outage and nothing after, and sees one probe per
 //! back-off period, not one per request.
 //!
+//! A check dropped at its await (a client that disconnects) leaves no probe
+//! behind: the probe flag is held by a guard that clears it however the check
+//! ends, so the next check after the back-off probes again (before, one dropped
+//! probe kept the limiter on its policy for good). A dropped call may still have
+//! reached Redis; whether it was admitted there is Redis's to say.
+//!
 //! Which path decided is in [`Checked::path`]; a middleware that only needs the
 //! [`Decision`] uses the [`AsyncKeyedLimiter`] impl. A decision made locally (fail
 //! open, fail closed or the fallback) has [`Decision::decided_at`] zero; one made by

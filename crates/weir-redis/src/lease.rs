@@ -20,6 +20,11 @@
 //! requests that find the lease empty while it is being renewed ask Redis for
 //! themselves alone.
 //!
+//! A check dropped while it renews a lease (a client that disconnects) clears
+//! the key's renewal mark in a guard that runs on drop and wakes the requests
+//! waiting for it, so one of them takes the renewal over; one dropped while it
+//! waits leaves nothing behind. No key is left marked with nobody renewing it.
+//!
 //! # The overshoot bound
 //!
 //! Every request served from a lease spends a permit that Redis admitted when the

@@ -63,9 +63,27 @@
 //!   between instances cannot widen a limit;
 //!   [`build_with_clock`](RedisLimiterBuilder::build_with_clock) injects a clock
 //!   (tests). A clock stepping back is treated as no time passing, as locally.
-//! - **Denials write nothing** (the sliding log drops its expired entries). Keys
-//!   expire exactly when their state is back to empty, so idle clients cost Redis
-//!   nothing.
+//! - **Denials write nothing** (the sliding log drops its expired entries). With
+//!   Redis's time, keys expire exactly when their state is back to empty
+//!   ([`Expiry::WhenIdle`]; tested by reading the expiry the script set in its
+//!   own transaction), so idle clients cost Redis nothing. With a clock of
+//!   [`build_with_clock`](RedisLimiterBuilder::build_with_clock), keys are kept
+//!   without an expiry unless [`expiry`](RedisLimiterBuilder::expiry) says
+//!   otherwise ([`Expiry::Never`]), since Redis expires in real time and a test
+//!   clock need not run at real speed: then a
+//!   [`ManualClock`](weir_core::ManualClock) makes every decision reproducible,
+//!   whatever real time passes (tested on a clock that stands still).
+//! - **Refunds** give back what an admission still holds, as the local crates:
+//!   GCRA credits the units less the time since the admission was decided
+//!   (`weir_gcra::Gcra::refund`'s rule, tested side by side), windows the window
+//!   it was counted in; [`Leased::refund`] keeps the overshoot bound.
+//! - **Cancellation-safe.** A check, probe, lease renewal or refund whose future
+//!   is dropped at any await (a client that disconnects) leaves nothing behind:
+//!   a [`Resilient`] probe flag and a [`Leased`] renewal are held by guards that
+//!   clear them on drop, and a renewal's waiters are woken to take it over. Each
+//!   script is atomic, so a dropped call is applied whole or not at all (it may
+//!   have reached Redis: a dropped check may have been admitted there). Tested by
+//!   dropping each operation at each of its awaits (`tests/cancellation.rs`).
 //! - **Never fits** (`n` above the burst or window limit) is
 //!   [`Error::InsufficientCapacity`], decided without a round trip.
 //! - **Typed errors, nothing admitted by accident**: a key of another Redis type is

@@ -205,7 +205,7 @@ fn quota_name(quota: &Quota) -> String {
         (1, "ns"),
     ];
     let ns = quota.period().as_nanos();
-    let (size, unit) = UNITS.into_iter().find(|(size, _)| ns % size == 0).unwrap_or((1, "ns"));
+    let (size, unit) = UNITS.into_iter().find(|(size, _)| ns.is_multiple_of(*size)).unwrap_or((1, "ns"));
     let mut name = format!("{}/{}{unit}", quota.count(), ns / size);
     if quota.burst() != quota.count() {
         name.push_str(&format!("b{}", quota.burst()));

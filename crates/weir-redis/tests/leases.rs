@@ -174,7 +174,8 @@ async fn a_refund_never_lifts_admissions_at_one_instant_above_the_bound() {
     let quota = Quota::per_second(10).unwrap();
     let config = LeaseConfig::builder().max_lease(10).lifetime(Duration::from_millis(100)).build().unwrap();
     let leased = client(&server, quota, config, &clock).await;
-    let bound = 10 + 10u64.min(1);
+    let (burst, n, max_lease, rate_per_s, lifetime_ms) = (10u64, 1u64, 10u64, 10u64, 100u64);
+    let bound = burst + (n * max_lease).min(rate_per_s * lifetime_ms / 1_000);
     let mut early = Vec::new();
     for _ in 0..10 {
         let d = leased.check("k").await.unwrap();
