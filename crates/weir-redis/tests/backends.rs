@@ -17,7 +17,7 @@ use weir_redis::{
 const T0: u64 = 1_699_999_200_000_000_000;
 
 async fn connect(server: &RedisServer) -> Redis {
-    Redis::connect(&server.url()).await.expect("connect to the test server")
+    Redis::connect_with(&server.url(), support::patient()).await.expect("connect to the test server")
 }
 
 fn limiter(redis: &Redis, backend: Backend, quota: Quota, clock: &ManualClock, prefix: &str) -> RedisLimiter {
@@ -526,7 +526,7 @@ async fn the_async_keyed_trait_is_the_whole_interface() {
 #[tokio::test]
 async fn a_password_is_checked_at_connection() {
     let server = RedisServer::start_with_password("s3cret-pw");
-    let ok = Redis::connect(&server.url()).await.expect("the right password");
+    let ok = Redis::connect_with(&server.url(), support::patient()).await.expect("the right password");
     assert!(
         RedisLimiter::builder(&ok, Quota::per_minute(1).unwrap())
             .build()
@@ -547,7 +547,7 @@ async fn a_password_is_checked_at_connection() {
     // An ACL user with a database number.
     server.cli(&["ACL", "SETUSER", "limiter", "on", ">user-pw", "~*", "+@all"]);
     let url = format!("redis://limiter:user-pw@127.0.0.1:{}/3", server.port());
-    let user = Redis::connect(&url).await.expect("an ACL user");
+    let user = Redis::connect_with(&url, support::patient()).await.expect("an ACL user");
     assert!(
         RedisLimiter::builder(&user, Quota::per_minute(1).unwrap())
             .build()

@@ -13,7 +13,7 @@ const T0: u64 = 1_700_000_000_000_000_000;
 
 async fn client(server: &RedisServer, quota: Quota, config: LeaseConfig, clock: &ManualClock) -> Leased<ManualClock> {
     // Each client is an instance of its own: its own connection and leases.
-    let redis = Redis::connect(&server.url()).await.unwrap();
+    let redis = Redis::connect_with(&server.url(), support::patient()).await.unwrap();
     let limiter = RedisLimiter::builder(&redis, quota).build_with_clock(clock.clone()).unwrap();
     Leased::with_clock(limiter, config, clock.clone()).unwrap()
 }
@@ -118,7 +118,7 @@ async fn leases_cut_round_trips_for_keys_below_their_limit() {
 #[tokio::test]
 async fn leases_need_a_single_gcra_quota() {
     let server = RedisServer::start();
-    let redis = Redis::connect(&server.url()).await.unwrap();
+    let redis = Redis::connect_with(&server.url(), support::patient()).await.unwrap();
     let tier = RedisLimiter::builder(&redis, Quota::per_second(1).unwrap())
         .and_quota(Quota::per_day(9).unwrap())
         .build()
@@ -144,7 +144,7 @@ fn lease_options_are_checked_by_build_which_names_the_option() {
 #[tokio::test]
 async fn concurrent_tasks_share_one_renewal_instead_of_each_asking_redis() {
     let server = RedisServer::start();
-    let redis = Redis::connect(&server.url()).await.unwrap();
+    let redis = Redis::connect_with(&server.url(), support::patient()).await.unwrap();
     let limiter = RedisLimiter::builder(&redis, Quota::per_second(1_000_000).unwrap()).build().unwrap();
     let leased = Arc::new(Leased::new(limiter, LeaseConfig::builder().max_lease(64).build().unwrap()).unwrap());
     let tasks: Vec<_> = (0..64)

@@ -27,6 +27,14 @@ fn binary(name: &str) -> PathBuf {
     }
 }
 
+/// Connection options for a test that needs Redis's answers, not its timeouts:
+/// a call timeout (10 s) that a healthy loopback server meets on any loaded
+/// machine, where the default (100 ms) may run out while the test's process or
+/// the server waits for a core. Tests of timeouts set their own.
+pub fn patient() -> weir_redis::RedisOptions {
+    weir_redis::RedisOptions::builder().call_timeout(Duration::from_secs(10)).build().expect("options")
+}
+
 /// A free loopback port (and, for cluster nodes, `port + 10000` free too).
 fn free_port(with_bus: bool) -> u16 {
     for _ in 0..100 {
