@@ -168,7 +168,7 @@ async fn run(url: String, secs: f64) {
         measure(tasks, secs, move |i| {
             let mut c = bare.clone();
             let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(&sha).arg(1).arg(format!("bench:bare:{{{}}}:g0", key_of(i, false))).arg("").arg("1");
+            cmd.arg(&sha).arg(1).arg(format!("bench:bare:{{{}}}:g:bare", key_of(i, false))).arg("").arg("1");
             cmd.arg(10_000).arg(1_000_000);
             async move {
                 let _: Vec<u64> = cmd.query_async(&mut c).await.unwrap();

@@ -285,6 +285,13 @@ impl Redis {
     }
 
     /// Runs one command within the time limit (see `__private::command`).
+    /// Runs `pipeline` within the call time limit (tests read a transaction's
+    /// replies with it).
+    pub(crate) async fn pipeline<T: FromRedisValue>(&self, pipeline: &Pipeline) -> Result<T, Error> {
+        let mut conn = self.conn.clone();
+        self.bounded(pipeline.query_async(&mut conn)).await
+    }
+
     pub(crate) async fn command<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
         let mut conn = self.conn.clone();
         self.bounded(cmd.query_async(&mut conn)).await

@@ -57,6 +57,16 @@ pub enum Error {
     },
     /// The connection could not be set up as asked (a URL that does not parse).
     Config(ConfigError),
+    /// A client key longer than the limiter's
+    /// [`max_key_bytes`](crate::RedisLimiterBuilder::max_key_bytes), which refuses
+    /// long keys ([`LongKeys::Refuse`](crate::LongKeys::Refuse)); nothing was sent
+    /// to Redis. A server answers it as a bad request.
+    KeyTooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The longest key the limiter takes.
+        max: usize,
+    },
 }
 
 impl Error {
@@ -141,6 +151,11 @@ impl fmt::Display for Error {
             ),
             Self::Reply { message } => write!(f, "unexpected reply from Redis: {message}"),
             Self::Config(e) => e.fmt(f),
+            Self::KeyTooLong { len, max } => write!(
+                f,
+                "a client key of {len} bytes is longer than the limiter's max_key_bytes ({max}), and the limiter \
+                 refuses long keys (LongKeys::Refuse; LongKeys::Hash keeps them as a hash)"
+            ),
         }
     }
 }
@@ -203,7 +218,8 @@ pub enum ConfigError {
         /// `connect_timeout` of a [`RedisOptionsBuilder`](crate::RedisOptionsBuilder);
         /// `LocalFallback::instances` or `LocalFallback::max_keys`
         /// ([`LocalFallback::new`](crate::LocalFallback::new)); `Backoff::initial`
-        /// ([`Backoff::new`](crate::Backoff::new)).
+        /// ([`Backoff::new`](crate::Backoff::new)); `max_key_bytes` of a
+        /// [`RedisLimiterBuilder`](crate::RedisLimiterBuilder).
         what: &'static str,
     },
     /// A [`Backoff`](crate::Backoff) whose longest pause is shorter than its first.

@@ -9,6 +9,12 @@
 //! timeout at the start of an outage and nothing after, and sees one probe per
 //! back-off period, not one per request.
 //!
+//! A check dropped at its await (a client that disconnects) leaves no probe
+//! behind: the probe flag is held by a guard that clears it however the check
+//! ends, so the next check after the back-off probes again (before, one dropped
+//! probe kept the limiter on its policy for good). A dropped call may still have
+//! reached Redis; whether it was admitted there is Redis's to say.
+//!
 //! Which path decided is in [`Checked::path`]; a middleware that only needs the
 //! [`Decision`] uses the [`AsyncKeyedLimiter`] impl. A decision made locally (fail
 //! open, fail closed or the fallback) has [`Decision::decided_at`] zero; one made by
@@ -337,9 +343,11 @@ impl<C: Clock> Resilient<C> {
     /// here.
     pub async fn check_traced(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64) -> Result<Checked, Error> {
         let key = key.as_ref();
-        if !self.may_call() {
+        // Held across the call: a probe is released however this future ends,
+        // dropped at the await included (a client that disconnects).
+        let Some(_call) = self.may_call() else {
             return self.decide_locally(key, n);
-        }
+        };
         let reply = self.limiter.check_n(key, n).await;
         match reply {
             Ok(decision) => {
@@ -350,10 +358,7 @@ impl<C: Clock> Resilient<C> {
                 self.failed();
                 self.decide_locally(key, n)
             }
-            Err(e) => {
-                self.release_probe();
-                Err(e)
-            }
+            Err(e) => Err(e),
         }
     }
 
@@ -381,24 +386,29 @@ impl<C: Clock> Resilient<C> {
     }
 
     /// Whether a call to Redis may be made now: Redis is healthy, or its back-off
-    /// is over and this call wins the one probe.
-    fn may_call(&self) -> bool {
+    /// is over and this call wins the one probe. The permit, held until the call
+    /// has ended, releases the probe when dropped.
+    fn may_call(&self) -> Option<CallPermit<'_>> {
         // Ordering: Relaxed; the health words are hints that publish no other data:
         // a stale read at worst sends one more call to Redis or to the policy.
         let until = self.down_until.load(Ordering::Relaxed);
         if until == 0 {
-            return true;
+            return Some(CallPermit { probing: None });
         }
         if self.clock.now().as_u64() < until {
-            return false;
+            return None;
         }
         // Ordering: Relaxed; see above. The swap only elects one prober.
-        !self.probing.swap(true, Ordering::Relaxed)
+        if self.probing.swap(true, Ordering::Relaxed) {
+            return None;
+        }
+        Some(CallPermit { probing: Some(&self.probing) })
     }
 
-    fn release_probe(&self) {
+    /// Whether a probe is in flight (see `__private::is_probing`).
+    pub(crate) fn is_probing(&self) -> bool {
         // Ordering: Relaxed; see `may_call`.
-        self.probing.store(false, Ordering::Relaxed);
+        self.probing.load(Ordering::Relaxed)
     }
 
     /// Redis answered: back to normal.
@@ -410,7 +420,6 @@ impl<C: Clock> Resilient<C> {
             // Ordering: Relaxed; see `may_call`.
             self.backoff_ns.store(0, Ordering::Relaxed);
         }
-        self.release_probe();
     }
 
     /// Redis did not answer: leave it alone for the next back-off.
@@ -426,7 +435,6 @@ impl<C: Clock> Resilient<C> {
         let until = self.clock.now().as_u64().saturating_add(pause).max(1);
         // Ordering: Relaxed; see `may_call`.
         self.down_until.store(until, Ordering::Relaxed);
-        self.release_probe();
     }
 
     /// The time until the next probe, for a fail-closed `retry_after`.
@@ -452,7 +460,11 @@ impl<C: Clock> Resilient<C> {
                 };
                 (decision, Path::FailClosed)
             }
-            FailPolicy::LocalFallback(_) => (self.fallback_check(key, n)?, Path::LocalFallback),
+            // The store keeps the key's name (at most 3 × max_key_bytes bytes, or
+            // a hash), never the key itself.
+            FailPolicy::LocalFallback(_) => {
+                (self.fallback_check(self.limiter.key_name(key)?.as_bytes(), n)?, Path::LocalFallback)
+            }
         };
         Ok(Checked { decision: decision.at(Nanos::ZERO), path })
     }
@@ -470,6 +482,27 @@ impl<C: Clock> Resilient<C> {
             decisions.push(store.check_n(key, n)?);
         }
         Ok(deciding(decisions))
+    }
+}
+
+/// Leave to call Redis, from [`Resilient::may_call`]: for a probe, it holds the
+/// probe flag and clears it when dropped, so a call that ends in any way (an
+/// answer, an error, or its future dropped at the await) leaves no probe behind,
+/// and the next check after the back-off probes again.
+struct CallPermit<'a> {
+    /// The flag this call won, if it is the probe.
+    probing: Option<&'a AtomicBool>,
+}
+
+impl Drop for CallPermit<'_> {
+    fn drop(&mut self) {
+        if let Some(probing) = self.probing {
+            // Ordering: Relaxed; see `Resilient::may_call`. The verdict of the probe
+            // (`succeeded` or `failed`) is stored before this, in program order;
+            // another check that reads the flag clear and a stale verdict at worst
+            // probes once more.
+            probing.store(false, Ordering::Relaxed);
+        }
     }
 }
 

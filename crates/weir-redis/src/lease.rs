@@ -20,6 +20,11 @@
 //! requests that find the lease empty while it is being renewed ask Redis for
 //! themselves alone.
 //!
+//! A check dropped while it renews a lease (a client that disconnects) clears
+//! the key's renewal mark in a guard that runs on drop and wakes the requests
+//! waiting for it, so one of them takes the renewal over; one dropped while it
+//! waits leaves nothing behind. No key is left marked with nobody renewing it.
+//!
 //! # The overshoot bound
 //!
 //! Every request served from a lease spends a permit that Redis admitted when the
@@ -37,8 +42,13 @@
 //! against `B + r·τ` for the exact limiter: the overshoot is at most the permits
 //! held in leases when the interval starts (`N·L`), and no more than a `lifetime`'s
 //! worth of refill. Permits left in an expired lease are dropped (the limiter then
-//! admits *less* than the quota, never more). `tests/leases.rs` asserts the bound
-//! with several clients.
+//! admits *less* than the quota, never more); so are those left in a lease when
+//! a renewal replaces it (fewer than the request that renewed it). A refund
+//! ([`Leased::refund`]) goes back into the live lease only for an admission
+//! decided no earlier than that lease was granted, and is otherwise refunded in
+//! Redis less the time since the admission (weir-gcra's rule), so refunds never
+//! lift the bound either. `tests/leases.rs` asserts the bound with several
+//! clients, and with refunds of admissions older than the live lease.
 //!
 //! # Costs
 //!
@@ -282,6 +292,20 @@ impl<C: Clock> Leased<C> {
         shard.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Whether a renewal of `key`'s lease is in flight (see
+    /// `__private::renewal_pending`).
+    pub(crate) fn renewal_pending(&self, key: &[u8]) -> bool {
+        let Ok(name) = self.limiter.key_name(key) else { return false };
+        let key = name.as_bytes();
+        Self::lock(self.shard(key)).get(key).is_some_and(|lease| lease.renewal.is_some())
+    }
+
+    /// The bytes of the keys the lease table holds (see
+    /// `__private::lease_table_key_bytes`).
+    pub(crate) fn table_key_bytes(&self) -> usize {
+        self.shards.iter().map(|shard| Self::lock(shard).keys().map(Vec::len).sum::<usize>()).sum()
+    }
+
     /// Checks one request. See [`check_n`](Self::check_n).
     pub async fn check(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> Result<Decision, Error> {
         self.check_n(key, 1).await
@@ -301,6 +325,10 @@ impl<C: Clock> Leased<C> {
         if n == 0 {
             return self.limiter.check_n(key, 0).await;
         }
+        // The table keeps the key's name (at most 3 × max_key_bytes bytes, or a
+        // hash), never the key itself.
+        let name = self.limiter.key_name(key)?;
+        let key = name.as_bytes();
         // Ordering: Relaxed; a statistic.
         self.decisions.fetch_add(1, Ordering::Relaxed);
         let shard = self.shard(key);
@@ -336,8 +364,9 @@ impl<C: Clock> Leased<C> {
                 }
                 match &lease.renewal {
                     None => {
-                        lease.renewal = Some(Arc::new(Notify::new()));
-                        break Some(lease.next_size);
+                        let renewal = Arc::new(Notify::new());
+                        lease.renewal = Some(renewal.clone());
+                        break Some((lease.next_size, renewal));
                     }
                     Some(renewal) if waited < timeout => Some(renewal.clone().notified_owned()),
                     Some(_) => break None, // waited a whole timeout already: this request alone
@@ -350,19 +379,20 @@ impl<C: Clock> Leased<C> {
             }
         };
         let renewing = lease_size.is_some();
-        let want = lease_size.unwrap_or(n).clamp(n, burst);
-        let reply = self.grant(key, want, n).await;
+        let want = lease_size.as_ref().map_or(n, |(size, _)| *size).clamp(n, burst);
+        // Held across the round trip: however this future ends (an answer, an
+        // error, or dropped at the await), the renewal mark is cleared and its
+        // waiters are woken, so one of them takes the renewal over.
+        let mut renewal = lease_size.map(|(_, notify)| Renewal { shard, key, notify: Some(notify) });
+        let reply = self.grant(&name, want, n).await;
         let now = self.clock.now().as_u64();
         let mut leases = Self::lock(shard);
         let lease = leases.get_mut(key);
         let (granted, now_us, used) = match reply {
             Ok(reply) => reply,
             Err(e) => {
-                if let Some(lease) = lease
-                    && renewing
-                    && let Some(renewal) = lease.renewal.take()
-                {
-                    renewal.notify_waiters();
+                if let (Some(lease), Some(renewal)) = (lease, renewal.as_mut()) {
+                    renewal.release(lease);
                 }
                 return Err(e);
             }
@@ -380,28 +410,32 @@ impl<C: Clock> Leased<C> {
             if renewing {
                 let extra = if granted == want { want - n } else { 0 };
                 if extra > 0 {
-                    let held = if lease.expires_ns > now { lease.permits } else { 0 };
-                    lease.permits = held.saturating_add(extra).min(self.config.max_lease);
+                    // Permits left from the lease this one replaces (fewer than the
+                    // request that renewed it) are dropped: kept, they would live a
+                    // lifetime past the new grant, beyond the overshoot bound.
+                    lease.permits = extra.min(self.config.max_lease);
                     lease.expires_ns =
                         now.saturating_add(u64::try_from(self.config.lifetime.as_nanos()).unwrap_or(u64::MAX));
                     lease.granted_at = granted_at;
                 }
                 let share = lease.headroom / (2 * u64::from(self.config.instances));
                 lease.next_size = share.clamp(1, self.config.max_lease);
-                if let Some(renewal) = lease.renewal.take() {
-                    renewal.notify_waiters();
+                if let Some(renewal) = renewal.as_mut() {
+                    renewal.release(lease);
                 }
             }
         }
+        drop(leases);
+        drop(renewal); // released above, under the lock; or the entry is gone
         Ok(decision.at(granted_at))
     }
 
     /// One round trip: `want` permits if they fit, else `n`, else none. Returns
     /// (units granted, Redis's time in µs, capacity in use in µs).
-    async fn grant(&self, key: &[u8], want: u64, n: u64) -> Result<(u64, u64, u64), Error> {
+    async fn grant(&self, name: &str, want: u64, n: u64) -> Result<(u64, u64, u64), Error> {
         // Ordering: Relaxed; a statistic.
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        let keys = self.limiter.redis_keys(key);
+        let keys = self.limiter.keys_named(name);
         let mut invocation = scripts::LEASE.prepare_invoke();
         invocation
             .key(&keys[0])
@@ -424,8 +458,19 @@ impl<C: Clock> Leased<C> {
         }
     }
 
-    /// Gives `n` back to this instance's lease for `key` (up to the largest lease);
-    /// nothing is sent to Redis. Dropped if the lease has expired.
+    /// Gives back `n` units that `admission` (a decision of this limiter for
+    /// `key`) took and the caller did not use, once per admission (`n` is
+    /// trusted).
+    ///
+    /// If the admission was decided no earlier than this instance's live lease
+    /// for `key` was granted (it was served from that lease, or charged in Redis
+    /// after it), the units go back into the lease (up to the largest lease), with
+    /// no round trip: they are spent, if at all, before the lease expires, within
+    /// a lifetime of the time they were charged, so the overshoot bound holds.
+    /// Otherwise (the lease has expired or been renewed since) they are refunded
+    /// in Redis by [`RedisLimiter::refund`]'s rule: what they are worth less the
+    /// time since the admission, so capacity that a later admission took, or a
+    /// later lease holds, is never given back.
     pub async fn refund(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64, admission: &Decision) -> Result<(), Error> {
         let burst = self.quota.burst();
         if n > burst {
@@ -436,18 +481,66 @@ impl<C: Clock> Leased<C> {
         }
         let now = self.clock.now().as_u64();
         let key = key.as_ref();
-        let mut leases = Self::lock(self.shard(key));
-        if let Some(lease) = leases.get_mut(key)
-            && lease.expires_ns > now
+        let name = self.limiter.key_name(key)?;
         {
-            lease.permits = lease.permits.saturating_add(n).min(self.config.max_lease);
+            let mut leases = Self::lock(self.shard(name.as_bytes()));
+            if let Some(lease) = leases.get_mut(name.as_bytes())
+                && lease.expires_ns > now
+                && admission.decided_at() >= lease.granted_at
+            {
+                lease.permits = lease.permits.saturating_add(n).min(self.config.max_lease);
+                return Ok(());
+            }
         }
-        Ok(())
+        self.limiter.refund(key, n, admission).await
     }
 
     /// `key`'s state in Redis (permits held in leases count as used).
     pub async fn snapshot(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> Result<Snapshot, Error> {
         self.limiter.snapshot(key).await
+    }
+}
+
+/// A renewal of one key's lease in flight, from the check that marked it
+/// (`Lease::renewal`) to the end of its round trip. [`release`](Self::release)
+/// clears the mark and wakes the waiters under the shard's lock when the reply is
+/// in; if the check's future is dropped first (at the await, a client that
+/// disconnects), `Drop` does it, so no key is left marked with nobody renewing it
+/// (its waiters asleep until their timeout, and the key never leased again).
+struct Renewal<'a> {
+    shard: &'a Shard,
+    key: &'a [u8],
+    /// The mark this renewal set; `None` once released.
+    notify: Option<Arc<Notify>>,
+}
+
+impl Renewal<'_> {
+    /// Clears `lease`'s mark if it is still this renewal's, and wakes its waiters.
+    fn release(&mut self, lease: &mut Lease) {
+        let Some(notify) = self.notify.take() else { return };
+        if lease.renewal.as_ref().is_some_and(|mark| Arc::ptr_eq(mark, &notify)) {
+            lease.renewal = None;
+        }
+        // Wakes every waiter that registered on this mark, even if the mark was
+        // replaced meanwhile.
+        notify.notify_waiters();
+    }
+}
+
+impl Drop for Renewal<'_> {
+    fn drop(&mut self) {
+        if self.notify.is_none() {
+            return;
+        }
+        let mut leases = self.shard.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match leases.get_mut(self.key) {
+            Some(lease) => self.release(lease),
+            None => {
+                if let Some(notify) = self.notify.take() {
+                    notify.notify_waiters();
+                }
+            }
+        }
     }
 }
 

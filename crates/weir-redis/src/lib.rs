@@ -63,9 +63,27 @@
 //!   between instances cannot widen a limit;
 //!   [`build_with_clock`](RedisLimiterBuilder::build_with_clock) injects a clock
 //!   (tests). A clock stepping back is treated as no time passing, as locally.
-//! - **Denials write nothing** (the sliding log drops its expired entries). Keys
-//!   expire exactly when their state is back to empty, so idle clients cost Redis
-//!   nothing.
+//! - **Denials write nothing** (the sliding log drops its expired entries). With
+//!   Redis's time, keys expire exactly when their state is back to empty
+//!   ([`Expiry::WhenIdle`]; tested by reading the expiry the script set in its
+//!   own transaction), so idle clients cost Redis nothing. With a clock of
+//!   [`build_with_clock`](RedisLimiterBuilder::build_with_clock), keys are kept
+//!   without an expiry unless [`expiry`](RedisLimiterBuilder::expiry) says
+//!   otherwise ([`Expiry::Never`]), since Redis expires in real time and a test
+//!   clock need not run at real speed: then a
+//!   [`ManualClock`](weir_core::ManualClock) makes every decision reproducible,
+//!   whatever real time passes (tested on a clock that stands still).
+//! - **Refunds** give back what an admission still holds, as the local crates:
+//!   GCRA credits the units less the time since the admission was decided
+//!   (`weir_gcra::Gcra::refund`'s rule, tested side by side), windows the window
+//!   it was counted in; [`Leased::refund`] keeps the overshoot bound.
+//! - **Cancellation-safe.** A check, probe, lease renewal or refund whose future
+//!   is dropped at any await (a client that disconnects) leaves nothing behind:
+//!   a [`Resilient`] probe flag and a [`Leased`] renewal are held by guards that
+//!   clear them on drop, and a renewal's waiters are woken to take it over. Each
+//!   script is atomic, so a dropped call is applied whole or not at all (it may
+//!   have reached Redis: a dropped check may have been admitted there). Tested by
+//!   dropping each operation at each of its awaits (`tests/cancellation.rs`).
 //! - **Never fits** (`n` above the burst or window limit) is
 //!   [`Error::InsufficientCapacity`], decided without a round trip.
 //! - **Typed errors, nothing admitted by accident**: a key of another Redis type is
@@ -77,13 +95,53 @@
 //!
 //! # Keys and Redis Cluster
 //!
-//! A client's keys are `<prefix>{<client key>}:<suffix>` (`g0`, `g1`, … per GCRA
-//! quota; `fw`, `sw`, `sl` for windows). The braces are a Redis Cluster hash tag:
-//! all keys of one client hash to one slot, so a tier's script runs on a cluster
-//! ([`Redis::connect_cluster`], feature `cluster`, on by default; tested on three
-//! masters), while clients spread over the slots. `%`, `{` and `}` in a client key
-//! are percent-encoded, and braces are refused in the prefix. Instances share a
-//! limit when they use the same Redis, prefix and quota.
+//! A client's keys are `<prefix>{<client key>}:<backend>:<quotas>`, and for GCRA
+//! one per quota of the tier, `:<i>` after that. `<backend>` is `g` (GCRA),
+//! `fw`, `sw` or `sl` (the windows); `<quotas>` spells every quota of the
+//! limiter as `<count>/<period>` (the period in `d`, `h`, `m`, `s`, `ms`, `us` or
+//! `ns`), with `b<burst>` when the burst is not the count, joined by `,`:
+//!
+//! | limiter | its keys for client `alice` |
+//! |---|---|
+//! | `builder(&redis, Quota::per_minute(100)?)` | `weir:{alice}:g:100/1m:0` |
+//! | `… .and_quota(Quota::per_day(5_000)?)` | `weir:{alice}:g:100/1m,5000/1d:0`, `…:1` |
+//! | `Quota::per_second(10)?.with_burst(20)?` | `weir:{alice}:g:10/1sb20:0` |
+//! | `.backend(Backend::SlidingWindow).prefix("rl:")` | `rl:{alice}:sw:100/1m` |
+//!
+//! So limiters that differ in backend or in any quota never share a key, under
+//! the default prefix too (a per-minute and a per-hour limit on one Redis keep
+//! separate state), and instances share a limit exactly when they use the same
+//! Redis, prefix, backend and quotas. Two limits with the same quotas that must
+//! stay apart (a login limit and a password-reset limit, say) take different
+//! prefixes. [`RedisLimiter::redis_keys`] names a client's keys.
+//!
+//! **A client key costs a bounded number of bytes.** A key of at most
+//! [`max_key_bytes`](RedisLimiterBuilder::max_key_bytes) bytes
+//! ([`DEFAULT_MAX_KEY_BYTES`], 256) is kept as it is, percent-encoded: at most
+//! 3 bytes per byte in a key name. A longer one, as [`LongKeys`] says, is named
+//! by 128 bits of its SHA-256 (`%H` and 32 hex digits, [`HASHED_KEY_BYTES`]; the
+//! same on every instance, so a fleet shares its limit; collision-resistant, so
+//! no client can choose a key that lands on another's state), or refused with
+//! [`Error::KeyTooLong`] before any round trip. A [`Leased`] table and the local
+//! fallback store of [`Resilient`] keep that name too, never the key. Encoding
+//! a kept key is linear in at most `max_key_bytes`; hashing a long one reads it
+//! once, at SHA-256's hundreds of MB/s.
+//!
+//! The braces are a Redis Cluster hash tag: all keys of one client hash to one
+//! slot, so a tier's script runs on a cluster ([`Redis::connect_cluster`],
+//! feature `cluster`, on by default; tested on three masters), while clients
+//! spread over the slots. `%`, `{` and `}` in a client key are percent-encoded
+//! (and bytes that are not UTF-8), and braces are refused in the prefix.
+//!
+//! **Migrating from `<prefix>{<client key>}:g0`** (`:g1`, …, `:fw`, `:sw`,
+//! `:sl`), the layout of earlier versions, which let two limiters
+//! with different quotas under one prefix overwrite each other's state: the new
+//! names are not read from the old ones, so after the upgrade every client starts
+//! from a full bucket (an empty window) once, and the old keys expire by
+//! themselves within a period of their quota (they carry their TTL). During a
+//! rolling upgrade, old and new instances keep separate state, so a client can
+//! get up to twice its limit until every instance runs the new version; upgrade
+//! all instances together where that matters.
 //!
 //! # Connecting
 //!
@@ -122,14 +180,18 @@ pub use connection::{Redis, RedisOptions, RedisOptionsBuilder};
 pub use error::{ConfigError, Error};
 pub use fail::{Backoff, Checked, FailPolicy, LocalFallback, Path, Resilient, ResilientBuilder};
 pub use lease::{LeaseConfig, LeaseConfigBuilder, Leased};
-pub use limiter::{Backend, DEFAULT_PREFIX, MAX_LOG_LIMIT, MAX_TIER, RedisLimiter, RedisLimiterBuilder};
+pub use limiter::{
+    Backend, DEFAULT_MAX_KEY_BYTES, DEFAULT_PREFIX, Expiry, HASHED_KEY_BYTES, LongKeys, MAX_LOG_LIMIT, MAX_TIER,
+    RedisLimiter, RedisLimiterBuilder,
+};
 
 /// Not part of the public API: what weir-redis's benchmark program needs from
 /// inside the crate. May change or go away in any release.
 #[doc(hidden)]
 pub mod __private {
-    use crate::{Error, Redis, RedisLimiter};
+    use crate::{Error, Leased, Redis, RedisLimiter, Resilient};
     use redis::{Cmd, FromRedisValue};
+    use weir_core::Clock;
 
     /// The SHA1 of the script `limiter`'s checks run (`EVALSHA`), to compare a
     /// check with a bare `EVALSHA` of the same script.
@@ -140,5 +202,36 @@ pub mod __private {
     /// Runs one command on `redis` within its call time limit.
     pub async fn command<T: FromRedisValue>(redis: &Redis, cmd: &Cmd) -> Result<T, Error> {
         redis.command(cmd).await
+    }
+
+    /// A check of `key` by a GCRA `limiter`, in one transaction with Redis's
+    /// time (Unix ms) before and after it and the absolute expiry
+    /// (`PEXPIRETIME`, Unix ms; -1 for none) of each of its Redis keys just after
+    /// it: `(decision, expiries, (before, after))`. A key that the script gave
+    /// a TTL of `t` ms expires between `before + t` and `after + t`, so a test
+    /// can check the TTL the script set however long the test itself takes.
+    pub async fn gcra_check_with_expiry(
+        limiter: &RedisLimiter,
+        key: &(impl AsRef<[u8]> + ?Sized),
+        n: u64,
+    ) -> Result<(weir_core::Decision, Vec<i64>, (u64, u64)), Error> {
+        limiter.gcra_check_with_expiry(key.as_ref(), n).await
+    }
+
+    /// Whether `limiter` has a probe of Redis in flight (cancellation tests: a
+    /// dropped probe must not leave it set).
+    pub fn is_probing<C: Clock>(limiter: &Resilient<C>) -> bool {
+        limiter.is_probing()
+    }
+
+    /// The bytes of the keys `leased`'s lease table holds (key-size tests).
+    pub fn lease_table_key_bytes<C: Clock>(leased: &Leased<C>) -> usize {
+        leased.table_key_bytes()
+    }
+
+    /// Whether `leased` has a lease renewal for `key` in flight (cancellation
+    /// tests: a dropped renewal must not leave it set).
+    pub fn renewal_pending<C: Clock>(leased: &Leased<C>, key: &[u8]) -> bool {
+        leased.renewal_pending(key)
     }
 }

@@ -17,6 +17,72 @@ pub const MAX_LOG_LIMIT: u64 = 100_000;
 /// The key prefix used unless another is set.
 pub const DEFAULT_PREFIX: &str = "weir:";
 
+/// The longest client key, in bytes, that a limiter keeps as it is unless told
+/// otherwise ([`RedisLimiterBuilder::max_key_bytes`]); longer keys are hashed or
+/// refused ([`LongKeys`]).
+pub const DEFAULT_MAX_KEY_BYTES: usize = 256;
+
+/// The bytes a hashed client key takes in a Redis key name, between the braces:
+/// `%H` and 32 hexadecimal digits (128 bits of the key's SHA-256).
+pub const HASHED_KEY_BYTES: usize = 34;
+
+/// When Redis forgets a key's state ([`RedisLimiterBuilder::expiry`]).
+///
+/// Redis expires keys in its own real time; a limiter's decisions run on its
+/// decision clock (Redis's `TIME`, or the clock of
+/// [`build_with_clock`](RedisLimiterBuilder::build_with_clock)). The two agree
+/// only for a clock that runs at real speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Expiry {
+    /// Each write sets the key's TTL (`PX`) to the time until its state is back
+    /// to empty, so idle clients cost Redis nothing. Exact when the decision
+    /// clock runs at real speed: Redis's `TIME` (the default of
+    /// [`build`](RedisLimiterBuilder::build)), or client clocks in Unix time
+    /// that agree. Under a clock that runs slower than real time (a
+    /// [`ManualClock`](weir_core::ManualClock) that stands still), Redis would
+    /// forget a state that still counts and admit too early.
+    WhenIdle,
+    /// Keys are written without an expiry and stay until deleted (a state past
+    /// its time reads as a missing key's, so decisions are the same). Decisions
+    /// then depend on the decision clock and the requests alone, whatever real
+    /// time passes: the default of
+    /// [`build_with_clock`](RedisLimiterBuilder::build_with_clock), for tests,
+    /// where keys are few. Memory grows with the number of distinct keys.
+    Never,
+}
+
+/// What a limiter does with a client key longer than its
+/// [`max_key_bytes`](RedisLimiterBuilder::max_key_bytes)
+/// ([`RedisLimiterBuilder::long_keys`]).
+///
+/// ```
+/// # fn demo(redis: &weir_redis::Redis) -> Result<(), Box<dyn std::error::Error>> {
+/// use weir_core::Quota;
+/// use weir_redis::{LongKeys, RedisLimiter};
+///
+/// // API keys are at most 64 bytes here: anything longer is a bad request.
+/// let limiter = RedisLimiter::builder(redis, Quota::per_minute(100)?)
+///     .max_key_bytes(64)
+///     .long_keys(LongKeys::Refuse)
+///     .build()?;
+/// assert!(limiter.redis_keys(&[b'x'; 65][..]).is_empty());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LongKeys {
+    /// Named by 128 bits of the key's SHA-256 (`%H` and 32 hex digits,
+    /// [`HASHED_KEY_BYTES`]): the same name on every instance, so a fleet shares
+    /// the key's limit, and no client can choose a key that lands on another
+    /// client's state (that would take a SHA-256 collision). The default.
+    #[default]
+    Hash,
+    /// Refused: checks, refunds and snapshots of the key are
+    /// [`Error::KeyTooLong`], without a round trip.
+    Refuse,
+}
+
 /// Which algorithm a [`RedisLimiter`] runs
 /// ([`RedisLimiterBuilder::backend`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,7 +117,7 @@ enum TimeSource {
 }
 
 /// Per-key rate limiting with the state in Redis: every instance of a fleet that
-/// uses the same Redis, key prefix and quota shares one limit per key.
+/// uses the same Redis, key prefix, backend and quotas shares one limit per key.
 ///
 /// Built from a [`Redis`] connection and a quota with [`RedisLimiter::builder`];
 /// the [`Backend`] picks the algorithm (GCRA unless said otherwise):
@@ -67,7 +133,7 @@ enum TimeSource {
 /// Each decision is one round trip running one Lua script, atomic on the server.
 /// Time is Redis's `TIME` unless the limiter is built with
 /// [`build_with_clock`](RedisLimiterBuilder::build_with_clock). Keys are
-/// `<prefix>{<client key>}:<suffix>`; see the crate docs.
+/// `<prefix>{<client key>}:<backend>:<quotas>[:<i>]`; see the crate docs.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -89,6 +155,14 @@ pub struct RedisLimiter {
     policies: Box<[Policy]>,
     quotas: Box<[Quota]>,
     prefix: Arc<str>,
+    /// What follows a client's hash tag in each of its Redis keys, one per
+    /// quota (GCRA) or one (windows): `:<backend>:<quotas>[:<i>]`, so limiters
+    /// that differ in backend or in any quota never share a key.
+    suffixes: Arc<[String]>,
+    /// Client keys longer than this are hashed or refused (`long_keys`).
+    max_key_bytes: usize,
+    long_keys: LongKeys,
+    expiry: Expiry,
     time: TimeSource,
     /// A random tag unique to this limiter, for sliding-log entries.
     tag: u64,
@@ -114,6 +188,41 @@ fn random_tag() -> u64 {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(std::process::id().into());
     hasher.finish()
+}
+
+/// `quota` as it appears in key names: `<count>/<period>`, then `b<burst>` if
+/// the burst is not the count; the period in the largest unit that divides it
+/// (`d`, `h`, `m`, `s`, `ms`, `us`, `ns`). One-to-one: two quotas with the same
+/// spelling are the same quota.
+fn quota_name(quota: &Quota) -> String {
+    const UNITS: [(u128, &str); 7] = [
+        (86_400_000_000_000, "d"),
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+        (1, "ns"),
+    ];
+    let ns = quota.period().as_nanos();
+    let (size, unit) = UNITS.into_iter().find(|(size, _)| ns.is_multiple_of(*size)).unwrap_or((1, "ns"));
+    let mut name = format!("{}/{}{unit}", quota.count(), ns / size);
+    if quota.burst() != quota.count() {
+        name.push_str(&format!("b{}", quota.burst()));
+    }
+    name
+}
+
+/// The key suffixes of a limiter (see `RedisLimiter::suffixes`).
+fn suffixes(backend: Backend, quotas: &[Quota]) -> Arc<[String]> {
+    let names: Vec<String> = quotas.iter().map(quota_name).collect();
+    let names = names.join(",");
+    match backend {
+        Backend::Gcra => (0..quotas.len()).map(|i| format!(":g:{names}:{i}")).collect(),
+        Backend::FixedWindow => Arc::from([format!(":fw:{names}")]),
+        Backend::SlidingWindow => Arc::from([format!(":sw:{names}")]),
+        Backend::SlidingLog => Arc::from([format!(":sl:{names}")]),
+    }
 }
 
 fn window_of(quota: &Quota) -> Result<WindowMicros, ConfigError> {
@@ -158,6 +267,11 @@ pub struct RedisLimiterBuilder {
     backend: Backend,
     quotas: Vec<Quota>,
     prefix: String,
+    max_key_bytes: usize,
+    long_keys: LongKeys,
+    /// `None`: the build's default (`WhenIdle` with Redis's time, `Never` with a
+    /// client clock).
+    expiry: Option<Expiry>,
 }
 
 impl RedisLimiterBuilder {
@@ -194,12 +308,43 @@ impl RedisLimiterBuilder {
         self
     }
 
-    /// Keys under `prefix`, so they never collide with the application's or another
-    /// limiter's. Instances that should share a limit use the same prefix. Braces are
+    /// Keys under `prefix`, so they never collide with the application's. Limiters
+    /// with other quotas or another backend never share keys whatever the prefix
+    /// (see the crate docs, "Keys"); two limits with the same quotas that must stay
+    /// apart take different prefixes. Instances that should share a limit use the
+    /// same prefix. Braces are
     /// refused by [`build`](Self::build) (they would break the per-client hash tag).
     /// Default: [`DEFAULT_PREFIX`].
     pub fn prefix(self, prefix: &str) -> Self {
         Self { prefix: prefix.to_owned(), ..self }
+    }
+
+    /// The longest client key, in bytes, kept as it is; longer ones are hashed or
+    /// refused, as [`long_keys`](Self::long_keys) says. So a client key costs at
+    /// most `3 × max_key_bytes` bytes in a Redis key name (percent-encoded: a
+    /// byte that is not UTF-8, `%`, `{` or `}` takes three), or
+    /// [`HASHED_KEY_BYTES`] hashed, however long it is; the same holds for a
+    /// [`Leased`](crate::Leased) table and a local fallback store over this
+    /// limiter. Hashing reads the whole key once (SHA-256, hundreds of MB/s), so
+    /// its cost does not matter beside a round trip for any key a server accepts.
+    /// At least 1 ([`build`](Self::build) refuses 0 with [`ConfigError::Zero`]).
+    /// Default: [`DEFAULT_MAX_KEY_BYTES`] (256).
+    pub fn max_key_bytes(self, max_key_bytes: usize) -> Self {
+        Self { max_key_bytes, ..self }
+    }
+
+    /// What to do with a client key longer than
+    /// [`max_key_bytes`](Self::max_key_bytes). Default: [`LongKeys::Hash`].
+    pub fn long_keys(self, long_keys: LongKeys) -> Self {
+        Self { long_keys, ..self }
+    }
+
+    /// When Redis forgets a key's state (see [`Expiry`]). Default:
+    /// [`Expiry::WhenIdle`] with [`build`](Self::build) (Redis's time),
+    /// [`Expiry::Never`] with [`build_with_clock`](Self::build_with_clock); a fleet
+    /// deciding by client clocks in Unix time sets [`Expiry::WhenIdle`].
+    pub fn expiry(self, expiry: Expiry) -> Self {
+        Self { expiry: Some(expiry), ..self }
     }
 
     /// The limiter, deciding at Redis's `TIME`, or the first option that cannot be
@@ -207,7 +352,8 @@ impl RedisLimiterBuilder {
     /// [`ConfigError::TierNeedsGcra`] (several quotas on a window backend),
     /// [`ConfigError::BurstIsNotCount`], [`ConfigError::WindowTooShort`] or
     /// [`ConfigError::LogTooLarge`] (a quota the backend cannot run),
-    /// [`ConfigError::BraceInPrefix`] (the prefix).
+    /// [`ConfigError::BraceInPrefix`] (the prefix), [`ConfigError::Zero`]
+    /// (`max_key_bytes`).
     pub fn build(self) -> Result<RedisLimiter, ConfigError> {
         self.build_with(TimeSource::Server)
     }
@@ -216,12 +362,18 @@ impl RedisLimiterBuilder {
     /// whole microseconds) instead of Redis's `TIME`; errors as
     /// [`build`](Self::build).
     ///
-    /// For tests (a [`ManualClock`](weir_core::ManualClock) makes every decision
-    /// reproducible), and for fleets whose clocks are known to agree: with client
+    /// For tests, and for fleets whose clocks are known to agree: with client
     /// time, an instance whose clock runs ahead refills buckets early, so skew
     /// widens the limit; Redis's time cannot be skewed between instances. Readings
     /// are taken as times since the Unix epoch; windows align to multiples of their
     /// length from the clock's origin.
+    ///
+    /// Keys are kept without an expiry unless [`expiry`](Self::expiry) says
+    /// otherwise ([`Expiry::Never`]), so with a
+    /// [`ManualClock`](weir_core::ManualClock) every decision is reproducible: it
+    /// depends on the clock's readings and the requests alone (and the keys in
+    /// Redis before the run), not on how much real time passes. A fleet on client
+    /// clocks sets [`Expiry::WhenIdle`], so idle keys expire.
     pub fn build_with_clock(self, clock: impl Clock + Send + Sync + 'static) -> Result<RedisLimiter, ConfigError> {
         self.build_with(TimeSource::Client(Arc::new(clock)))
     }
@@ -254,12 +406,22 @@ impl RedisLimiterBuilder {
         if self.prefix.contains(['{', '}']) {
             return Err(ConfigError::BraceInPrefix { prefix: self.prefix });
         }
+        if self.max_key_bytes == 0 {
+            return Err(ConfigError::Zero { what: "max_key_bytes" });
+        }
         Ok(RedisLimiter {
             redis: self.redis,
             algo,
             policies,
+            suffixes: suffixes(self.backend, &quotas),
             quotas: quotas.into(),
             prefix: Arc::from(self.prefix),
+            max_key_bytes: self.max_key_bytes,
+            long_keys: self.long_keys,
+            expiry: self.expiry.unwrap_or(match time {
+                TimeSource::Server => Expiry::WhenIdle,
+                TimeSource::Client(_) => Expiry::Never,
+            }),
             time,
             tag: random_tag(),
         })
@@ -275,6 +437,9 @@ impl RedisLimiter {
             backend: Backend::Gcra,
             quotas: vec![quota],
             prefix: DEFAULT_PREFIX.to_owned(),
+            max_key_bytes: DEFAULT_MAX_KEY_BYTES,
+            long_keys: LongKeys::Hash,
+            expiry: None,
         }
     }
 
@@ -303,6 +468,17 @@ impl RedisLimiter {
         &self.prefix
     }
 
+    /// The longest client key kept as it is
+    /// ([`RedisLimiterBuilder::max_key_bytes`]).
+    pub fn max_key_bytes(&self) -> usize {
+        self.max_key_bytes
+    }
+
+    /// What happens to longer keys ([`RedisLimiterBuilder::long_keys`]).
+    pub fn long_keys(&self) -> LongKeys {
+        self.long_keys
+    }
+
     /// The most that one call can ever be admitted (the smallest limit of a tier).
     pub fn capacity(&self) -> u64 {
         match &self.algo {
@@ -311,31 +487,55 @@ impl RedisLimiter {
         }
     }
 
-    /// The Redis keys of `key`'s state, one per quota (what `DEL` would forget).
+    /// The Redis keys of `key`'s state, one per quota (what `DEL` would forget);
+    /// none for a key this limiter refuses ([`LongKeys::Refuse`]).
     ///
     /// ```
     /// # fn demo(limiter: &weir_redis::RedisLimiter) {
-    /// // With the default prefix and a single GCRA quota:
-    /// assert_eq!(limiter.redis_keys("alice"), vec!["weir:{alice}:g0".to_owned()]);
+    /// // With the default prefix and a single GCRA quota of 100 per minute:
+    /// assert_eq!(limiter.redis_keys("alice"), vec!["weir:{alice}:g:100/1m:0".to_owned()]);
     /// # }
     /// ```
     pub fn redis_keys(&self, key: &(impl AsRef<[u8]> + ?Sized)) -> Vec<String> {
-        let base = self.base_key(key.as_ref());
-        match &self.algo {
-            Algo::Gcra(quotas) => (0..quotas.len()).map(|i| format!("{base}:g{i}")).collect(),
-            Algo::Fixed(_) => vec![format!("{base}:fw")],
-            Algo::Sliding(_) => vec![format!("{base}:sw")],
-            Algo::Log(_) => vec![format!("{base}:sl")],
-        }
+        self.key_name(key.as_ref()).map(|name| self.keys_named(&name)).unwrap_or_default()
     }
 
-    /// `<prefix>{<key>}`, with `%`, `{` and `}` in the key percent-encoded so the
-    /// hash tag is always exactly the client key (and the encoding is one-to-one).
-    /// Bytes that are not UTF-8 are percent-encoded too.
-    fn base_key(&self, key: &[u8]) -> String {
-        let mut out = String::with_capacity(self.prefix.len() + key.len() + 6);
-        out.push_str(&self.prefix);
-        out.push('{');
+    /// The Redis keys of the client key whose name is `name` (from
+    /// [`key_name`](Self::key_name)).
+    pub(crate) fn keys_named(&self, name: &str) -> Vec<String> {
+        self.suffixes.iter().map(|suffix| format!("{}{{{name}}}{suffix}", self.prefix)).collect()
+    }
+
+    /// The Redis keys of `key`, or [`Error::KeyTooLong`] for a key this limiter
+    /// refuses.
+    fn keys_of(&self, key: &[u8]) -> Result<Vec<String>, Error> {
+        Ok(self.keys_named(&self.key_name(key)?))
+    }
+
+    /// What stands for `key` between the braces of its Redis keys, at most
+    /// `3 × max_key_bytes` bytes (or [`HASHED_KEY_BYTES`]), and also what a lease
+    /// table or a fallback store over this limiter keeps for it: the key itself
+    /// with `%`, `{`, `}` and bytes that are not UTF-8 percent-encoded (so the
+    /// hash tag is always exactly the client key, and the encoding is
+    /// one-to-one); or, for a key longer than `max_key_bytes`, `%H` and the hex
+    /// of 128 bits of its SHA-256 (never the encoding of a short key: `%` is
+    /// always followed by two hex digits there), or [`Error::KeyTooLong`].
+    pub(crate) fn key_name(&self, key: &[u8]) -> Result<String, Error> {
+        use core::fmt::Write as _;
+        use sha2::{Digest, Sha256};
+        if key.len() > self.max_key_bytes {
+            if self.long_keys == LongKeys::Refuse {
+                return Err(Error::KeyTooLong { len: key.len(), max: self.max_key_bytes });
+            }
+            let digest = Sha256::digest(key);
+            let mut out = String::with_capacity(HASHED_KEY_BYTES);
+            out.push_str("%H");
+            for b in &digest[..16] {
+                let _ = write!(out, "{b:02x}");
+            }
+            return Ok(out);
+        }
+        let mut out = String::with_capacity(key.len() + 4);
         for chunk in key.utf8_chunks() {
             for c in chunk.valid().chars() {
                 match c {
@@ -346,11 +546,10 @@ impl RedisLimiter {
                 }
             }
             for b in chunk.invalid() {
-                out.push_str(&format!("%{b:02X}"));
+                let _ = write!(out, "%{b:02X}");
             }
         }
-        out.push('}');
-        out
+        Ok(out)
     }
 
     /// The SHA1 of the script a check runs (see `__private::script_sha`).
@@ -371,12 +570,19 @@ impl RedisLimiter {
         }
     }
 
-    /// The `now` argument of every script: empty for Redis's `TIME`.
+    /// The `now` argument of every script: empty for Redis's `TIME`, prefixed
+    /// with `p` for keys without an expiry (see `scripts`).
     pub(crate) fn now_arg(&self) -> String {
+        let persist = if self.expiry == Expiry::Never { "p" } else { "" };
         match &self.time {
-            TimeSource::Server => String::new(),
-            TimeSource::Client(clock) => (clock.now().as_u64() / NS).to_string(),
+            TimeSource::Server => persist.to_owned(),
+            TimeSource::Client(clock) => format!("{persist}{}", clock.now().as_u64() / NS),
         }
+    }
+
+    /// When Redis forgets a key's state ([`RedisLimiterBuilder::expiry`]).
+    pub fn expiry(&self) -> Expiry {
+        self.expiry
     }
 
     fn too_many(&self, n: u64) -> Result<(), Error> {
@@ -402,7 +608,7 @@ impl RedisLimiter {
     /// that [`refund`](Self::refund) finds the window it was counted in.
     pub async fn check_n(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64) -> Result<Decision, Error> {
         self.too_many(n)?;
-        let keys = self.redis_keys(key);
+        let keys = self.keys_of(key.as_ref())?;
         let now = self.now_arg();
         match &self.algo {
             Algo::Gcra(quotas) => self.gcra_check(&keys, quotas, n, &now).await,
@@ -441,14 +647,64 @@ impl RedisLimiter {
         }
     }
 
-    async fn gcra_check(&self, keys: &[String], quotas: &[GcraMicros], n: u64, now: &str) -> Result<Decision, Error> {
+    fn gcra_invocation(keys: &[String], quotas: &[GcraMicros], n: u64, now: &str) -> redis::ScriptInvocation<'static> {
         let mut invocation = scripts::GCRA.prepare_invoke();
         invocation.arg(now).arg(if n == 0 { "0" } else { "1" });
         for (key, quota) in keys.iter().zip(quotas) {
             invocation.key(key).arg(quota.cost_us(n)).arg(quota.tolerance_us());
         }
-        let reply: Vec<u64> = self.redis.invoke(&invocation).await?;
-        let (admitted, now, used) = match reply.as_slice() {
+        invocation
+    }
+
+    async fn gcra_check(&self, keys: &[String], quotas: &[GcraMicros], n: u64, now: &str) -> Result<Decision, Error> {
+        let reply: Vec<u64> = self.redis.invoke(&Self::gcra_invocation(keys, quotas, n, now)).await?;
+        Self::gcra_decision(quotas, n, &reply)
+    }
+
+    /// A GCRA check of `key` in a transaction that also reads Redis's `TIME`
+    /// before it, the `PEXPIRETIME` (absolute expiry, Unix ms; -1: none) of each
+    /// of its keys after it, and `TIME` again. See
+    /// `__private::gcra_check_with_expiry`.
+    pub(crate) async fn gcra_check_with_expiry(
+        &self,
+        key: &[u8],
+        n: u64,
+    ) -> Result<(Decision, Vec<i64>, (u64, u64)), Error> {
+        use redis::FromRedisValue as _;
+        let Algo::Gcra(quotas) = &self.algo else {
+            return Err(Error::reply("gcra_check_with_expiry: not a GCRA limiter"));
+        };
+        self.too_many(n)?;
+        let keys = self.keys_of(key)?;
+        let now = self.now_arg();
+        // A peek first (it writes nothing), which loads the script if Redis lacks
+        // it: a transaction cannot reload a script it does not find.
+        let _: Vec<u64> = self.redis.invoke(&Self::gcra_invocation(&keys, quotas, 0, &now)).await?;
+        let invocation = Self::gcra_invocation(&keys, quotas, n, &now);
+        let mut pipe = redis::pipe();
+        pipe.atomic().cmd("TIME").invoke_script(&invocation);
+        for key in &keys {
+            pipe.cmd("PEXPIRETIME").arg(key);
+        }
+        pipe.cmd("TIME");
+        let values: Vec<redis::Value> = self.redis.pipeline(&pipe).await?;
+        let shape = |e: redis::ParsingError| Error::reply(format_args!("a check's transaction replied {e}"));
+        let ms = |v: redis::Value| -> Result<u64, Error> {
+            let (s, us) = <(u64, u64)>::from_redis_value(v).map_err(shape)?;
+            Ok(s * 1_000 + us / 1_000)
+        };
+        let mut values = values.into_iter();
+        let mut next = || values.next().ok_or_else(|| Error::reply("a check's transaction replied too little"));
+        let before = ms(next()?)?;
+        let reply = Vec::<u64>::from_redis_value(next()?).map_err(shape)?;
+        let expiries =
+            (0..keys.len()).map(|_| i64::from_redis_value(next()?).map_err(shape)).collect::<Result<Vec<_>, _>>()?;
+        let after = ms(next()?)?;
+        Ok((Self::gcra_decision(quotas, n, &reply)?, expiries, (before, after)))
+    }
+
+    fn gcra_decision(quotas: &[GcraMicros], n: u64, reply: &[u64]) -> Result<Decision, Error> {
+        let (admitted, now, used) = match reply {
             [admitted, now, used @ ..] if used.len() == quotas.len() => (*admitted == 1 || n == 0, *now, used),
             _ => return Err(Error::reply(format_args!("GCRA script replied {reply:?}"))),
         };
@@ -457,24 +713,29 @@ impl RedisLimiter {
     }
 
     /// Gives back `n` units that `admission` (a decision of this limiter for `key`)
-    /// consumed and the caller did not use. GCRA moves the bucket back by `n` (never
-    /// beyond full); windows give `n` back to the window the admission was counted
-    /// in (found from [`Decision::decided_at`]), and nothing once it no longer counts.
+    /// consumed and the caller did not use, once per admission (`n` is trusted).
+    /// GCRA credits what `n` units are worth less the time since the admission
+    /// was decided ([`Decision::decided_at`]), never beyond full, as
+    /// `weir_gcra::Gcra::refund` does: the refill since the admission has been
+    /// repaying its debt, and crediting that time again would give back capacity
+    /// a later admission took (so a refund a whole emission interval per unit
+    /// late gives nothing back). Windows give `n` back to the window the
+    /// admission was counted in, and nothing once it no longer counts.
     pub async fn refund(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64, admission: &Decision) -> Result<(), Error> {
         self.too_many(n)?;
         if n == 0 || admission.is_denied() {
             return Ok(());
         }
-        let keys = self.redis_keys(key);
+        let keys = self.keys_of(key.as_ref())?;
         let now = self.now_arg();
         let at_us = admission.decided_at().as_u64() / NS;
         let mut invocation;
         match &self.algo {
             Algo::Gcra(quotas) => {
                 invocation = scripts::GCRA_REFUND.prepare_invoke();
-                invocation.arg(&now);
+                invocation.arg(&now).arg(at_us);
                 for (key, quota) in keys.iter().zip(quotas.iter()) {
-                    invocation.key(key).arg(quota.cost_us(n));
+                    invocation.key(key).arg(quota.credit_us(n));
                 }
             }
             Algo::Fixed(w) | Algo::Sliding(w) => {

@@ -59,6 +59,18 @@ impl GcraMicros {
         u64::try_from(charged).unwrap_or(u64::MAX)
     }
 
+    /// What giving back `n` units credits, in µs: never more than any call that
+    /// took them was charged for them (`n·period / count` rounded *down* where
+    /// [`cost_us`](Self::cost_us) rounds up), so a refund of part of a call cannot
+    /// create capacity (weir-core's `Quota::credit_ticks`, in µs).
+    pub(crate) fn credit_us(&self, n: u64) -> u64 {
+        if self.interval_us > 0 {
+            return n.saturating_mul(self.interval_us);
+        }
+        let credit = u128::from(n) * u128::from(self.period_ns) / (u128::from(self.count) * u128::from(NS));
+        u64::try_from(credit).unwrap_or(u64::MAX)
+    }
+
     /// How many units `left_us` of capacity pay for.
     fn units_in(&self, left_us: u64) -> u64 {
         if let Some(units) = left_us.checked_div(self.interval_us) {

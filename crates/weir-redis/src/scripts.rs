@@ -4,14 +4,16 @@
 //!
 //! - `ARGV[1]` is the decision time in integer microseconds, or the empty string
 //!   for the server's own clock (`TIME`, read inside the script so the decision and
-//!   its time are one atomic step).
+//!   its time are one atomic step); prefixed with `p`, the script writes its keys
+//!   without an expiry (`Expiry::Never`).
 //! - Times and costs are integers in microseconds, held in Lua's doubles: exact up
 //!   to 2⁵³ µs (the year 2255 as a Unix time). Numbers are written with
 //!   `string.format('%.0f')` so Redis stores them as plain integers.
 //! - A denial writes nothing (the sliding log removes its expired entries, which
 //!   changes no decision); every write sets the key's expiry to the instant its
 //!   state becomes indistinguishable from a missing key, so idle clients cost Redis
-//!   nothing.
+//!   nothing (unless `p`: then no expiry, and a state past its time reads as a
+//!   missing key's).
 //! - A key holding another Redis type fails inside `GET`/`ZRANGE` with Redis's own
 //!   `WRONGTYPE` error; a string this script cannot read fails with `WEIRSTATE`.
 //!   Either way nothing is admitted.
@@ -20,16 +22,24 @@
 use redis::Script;
 use std::sync::LazyLock;
 
-/// Common prologue: `now` from `ARGV[1]` or `TIME`.
+/// Common prologue: `now` from `ARGV[1]` or `TIME`; `persist` if `ARGV[1]`
+/// starts with `p`; `put(key, value, ttl_ms)` writes a state with its expiry
+/// (none if `persist`).
 macro_rules! now_prologue {
     () => {
         r#"
-local now = tonumber(ARGV[1])
+local clock = ARGV[1]
+local persist = string.sub(clock, 1, 1) == 'p'
+if persist then clock = string.sub(clock, 2) end
+local now = tonumber(clock)
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local function int(x) return string.format('%.0f', x) end
+local function put(key, value, ttl)
+  if persist then redis.call('SET', key, value) else redis.call('SET', key, value, 'PX', ttl) end
+end
 "#
     };
 }
@@ -71,7 +81,7 @@ if fits and admit then
     local debt = used[i] + tonumber(ARGV[2 * i + 1])
     used[i] = debt
     if debt > 0 then
-      redis.call('SET', KEYS[i], int(now + debt), 'PX', int(math.ceil(debt / 1000)))
+      put(KEYS[i], int(now + debt), int(math.ceil(debt / 1000)))
     end
   end
 end
@@ -81,12 +91,18 @@ return reply
     ))
 });
 
-/// GCRA refund over one or more keys: moves each TAT back by `ARGV[1 + i]` µs,
-/// never before `now`. Reply: `now`.
+/// GCRA refund over one or more keys, weir-gcra's rule: `ARGV[2]` is the time
+/// the admission was decided (µs), and each TAT moves back by `ARGV[2 + i]` µs
+/// (what the units are worth) less the time since that admission (the refill
+/// since then has been paying the admission's debt; crediting it again would
+/// give back capacity a later admission took), never before `now`.
+/// Reply: `now`.
 pub(crate) static GCRA_REFUND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         now_prologue!(),
         r#"
+local since = now - tonumber(ARGV[2])
+if since < 0 then since = 0 end
 for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
   if v then
@@ -94,12 +110,13 @@ for i = 1, #KEYS do
     if not tat then
       return redis.error_reply('WEIRSTATE ' .. KEYS[i] .. ' does not hold a GCRA state')
     end
-    if tat > now then
-      local new = tat - tonumber(ARGV[1 + i])
+    local credit = tonumber(ARGV[2 + i]) - since
+    if tat > now and credit > 0 then
+      local new = tat - credit
       if new <= now then
         redis.call('DEL', KEYS[i])
       else
-        redis.call('SET', KEYS[i], int(new), 'PX', int(math.ceil((new - now) / 1000)))
+        put(KEYS[i], int(new), int(math.ceil((new - now) / 1000)))
       end
     end
   end
@@ -146,7 +163,7 @@ if v then
 end
 if n > 0 and count + n <= limit then
   count = count + n
-  redis.call('SET', KEYS[1], int(window) .. ':' .. int(count), 'PX', int(math.ceil(((window + 1) * p - now) / 1000)))
+  put(KEYS[1], int(window) .. ':' .. int(count), int(math.ceil(((window + 1) * p - now) / 1000)))
   return {1, now, window, count}
 end
 return {0, now, window, count}
@@ -181,8 +198,7 @@ if elapsed < 0 then elapsed = 0 end
 local room = limit - curr - n
 if n > 0 and room >= 0 and prev * (p - elapsed) <= room * p then
   curr = curr + n
-  redis.call('SET', KEYS[1], int(window) .. ':' .. int(prev) .. ':' .. int(curr), 'PX',
-    int(math.ceil(((window + 2) * p - now) / 1000)))
+  put(KEYS[1], int(window) .. ':' .. int(prev) .. ':' .. int(curr), int(math.ceil(((window + 2) * p - now) / 1000)))
   return {1, now, window, prev, curr}
 end
 return {0, now, window, prev, curr}
@@ -257,7 +273,7 @@ if n > 0 and live + n <= limit then
     end
     redis.call('ZADD', KEYS[1], unpack(batch))
   end
-  redis.call('PEXPIRE', KEYS[1], int(math.ceil((at + p - now) / 1000)))
+  if not persist then redis.call('PEXPIRE', KEYS[1], int(math.ceil((at + p - now) / 1000))) end
   return {1, now, at, live + n, at, 0}
 end
 local blocking = 0
@@ -315,7 +331,7 @@ if used + lease <= tolerance then granted, cost = 2, lease
 elseif used + request <= tolerance then granted, cost = 1, request end
 if granted > 0 and cost > 0 then
   used = used + cost
-  redis.call('SET', KEYS[1], int(now + used), 'PX', int(math.ceil(used / 1000)))
+  put(KEYS[1], int(now + used), int(math.ceil(used / 1000)))
 end
 return {granted, now, used}
 "#

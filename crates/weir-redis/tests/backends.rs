@@ -7,13 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::RedisServer;
 use weir_core::{AsyncKeyedLimiter, Decision, ManualClock, Nanos, Policy, Quota};
-use weir_redis::{Backend, ConfigError, Error, Redis, RedisLimiter};
+use weir_redis::__private::gcra_check_with_expiry;
+use weir_redis::{
+    Backend, ConfigError, DEFAULT_MAX_KEY_BYTES, DEFAULT_PREFIX, Error, Expiry, FailPolicy, HASHED_KEY_BYTES,
+    LeaseConfig, Leased, LocalFallback, LongKeys, Redis, RedisLimiter, Resilient,
+};
 
 /// A Unix time in ns (2023-11-14), a whole number of hours.
 const T0: u64 = 1_699_999_200_000_000_000;
 
 async fn connect(server: &RedisServer) -> Redis {
-    Redis::connect(&server.url()).await.expect("connect to the test server")
+    Redis::connect_with(&server.url(), support::patient()).await.expect("connect to the test server")
 }
 
 fn limiter(redis: &Redis, backend: Backend, quota: Quota, clock: &ManualClock, prefix: &str) -> RedisLimiter {
@@ -59,15 +63,73 @@ async fn server_time_decides_by_default_and_idle_keys_expire() {
     let now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
     let skew = now_ns.abs_diff(d.decided_at().as_u64());
     assert!(skew < 60_000_000_000, "decided at the server's Unix time: {:?}", d.decided_at());
-    // The key lives exactly as long as the state is not full: 10 ms here.
-    let ttl: i64 = server.cli(&["PTTL", "t:{k}:g0"]).trim().parse().unwrap();
-    assert!((1..=10).contains(&ttl), "PTTL {ttl}");
+    // The key lives exactly as long as the state is not full: 60 s for 10 at
+    // 10 per minute, then 2 min once 10 more are taken at once. Its expiry is
+    // read in the check's own transaction between two readings of Redis's time,
+    // so the TTL the script set is checked exactly, whatever time the test and
+    // the processes around it take.
+    assert_eq!(limiter.expiry(), Expiry::WhenIdle);
+    let slow = RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap().with_burst(20).unwrap())
+        .prefix("t:")
+        .build()
+        .unwrap();
+    for round in 0..2 {
+        let (d, expiries, (before, after)) = gcra_check_with_expiry(&slow, "j", 10).await.unwrap();
+        assert!(d.is_allowed());
+        // The TTL the script set: the time until the bucket is full, from the reply.
+        let ttl = d.reset_after().as_micros().div_ceil(1_000) as i64;
+        assert!(if round == 0 { ttl == 60_000 } else { ttl <= 120_000 }, "{d:?}");
+        let (from, to) = (before as i64 + ttl, after as i64 + ttl);
+        assert!((from..=to).contains(&expiries[0]), "expires at {expiries:?}, not in {from}..={to}");
+    }
     // A denial (and a peek) writes nothing: no key appears.
     let big = RedisLimiter::builder(&redis, Quota::per_hour(1).unwrap()).prefix("t2:").build().unwrap();
     assert!(big.check("x").await.unwrap().is_allowed());
     assert!(big.check("x").await.unwrap().is_denied());
     let _ = big.snapshot("y").await.unwrap();
-    assert_eq!(server.cli(&["EXISTS", "t2:{y}:g0"]).trim(), "0");
+    assert_eq!(server.cli(&["EXISTS", &big.redis_keys("y")[0]]).trim(), "0");
+}
+
+#[tokio::test]
+async fn with_a_test_clock_state_never_expires_in_real_time() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    // 10/s burst 1 on a clock that stands still: the second request is denied,
+    // and stays denied however much real time passes, because Redis never
+    // expires the state (its TTL would run in real time, not on this clock).
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    for backend in BACKENDS {
+        let quota = if backend == Backend::Gcra {
+            Quota::per_second(10).unwrap().with_burst(1).unwrap()
+        } else {
+            Quota::per_second(1).unwrap()
+        };
+        let limiter = limiter(&redis, backend, quota, &clock, "frozen:");
+        assert!(limiter.check("k").await.unwrap().is_allowed(), "{backend:?}");
+        assert!(limiter.check("k").await.unwrap().is_denied(), "{backend:?}");
+        for key in limiter.redis_keys("k") {
+            assert_eq!(server.cli(&["PTTL", &key]).trim(), "-1", "{backend:?}: {key} expires in real time");
+        }
+        assert_eq!(limiter.expiry(), Expiry::Never);
+    }
+    // A fleet on client clocks asks for expiry: the TTL is the time until the
+    // state is empty, here 60 s.
+    let fleet = RedisLimiter::builder(&redis, Quota::per_minute(1).unwrap())
+        .prefix("fleet:")
+        .expiry(Expiry::WhenIdle)
+        .build_with_clock(clock.clone())
+        .unwrap();
+    let (d, expiries, (before, after)) = gcra_check_with_expiry(&fleet, "k", 1).await.unwrap();
+    assert!(d.is_allowed());
+    let (from, to) = (before as i64 + 60_000, after as i64 + 60_000);
+    assert!((from..=to).contains(&expiries[0]), "expires at {expiries:?}, not in {from}..={to}");
+    // And a server-time limiter can keep its keys.
+    let kept = RedisLimiter::builder(&redis, Quota::per_second(10).unwrap())
+        .prefix("kept:")
+        .expiry(Expiry::Never)
+        .build()
+        .unwrap();
+    assert_eq!(gcra_check_with_expiry(&kept, "k", 1).await.unwrap().1, [-1]);
 }
 
 /// A deterministic request sequence: (advance in µs, cost).
@@ -196,7 +258,8 @@ async fn a_tier_is_all_or_nothing_and_names_the_deciding_quota() {
     assert_eq!((denied.policy_index(), denied.retry_after()), (0, Some(Duration::from_millis(500))));
     // Nothing was taken from the minute or the day by the denial.
     let keys = tier.redis_keys("u");
-    assert_eq!(keys, ["weir:{u}:g0", "weir:{u}:g1", "weir:{u}:g2"]);
+    let tier_name = "2/1sb5,20/1m,30/1d";
+    assert_eq!(keys, [0, 1, 2].map(|i| format!("weir:{{u}}:g:{tier_name}:{i}")));
     clock.advance(Duration::from_secs(3)); // the burst refills 6 > 5
     let d = tier.check_n("u", 5).await.unwrap();
     assert!(d.is_allowed(), "{d:?}");
@@ -263,6 +326,54 @@ async fn refunds_give_back_to_the_window_the_admission_was_counted_in() {
 }
 
 #[tokio::test]
+async fn a_gcra_refund_gives_back_only_what_the_admission_still_holds_as_weir_gcra_does() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let quota = Quota::per_second(10).unwrap();
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    let limiter = limiter(&redis, Backend::Gcra, quota, &clock, "refund:");
+    let local = weir_gcra::Gcra::with_clock(quota, clock.clone());
+    // 10 at t = 0, 10 at t = 1 s, then the first 10 refunded: the second
+    // second's refill already paid their debt, so nothing comes back, and the
+    // next 10 at t = 1 s are denied (20 at one instant on a burst of 10 else).
+    let first = limiter.check_n("k", 10).await.unwrap();
+    let local_first = local.check_n(10).unwrap();
+    assert!(first.is_allowed() && local_first.is_allowed());
+    clock.advance(Duration::from_secs(1));
+    assert!(limiter.check_n("k", 10).await.unwrap().is_allowed());
+    assert!(local.check_n(10).unwrap().is_allowed());
+    limiter.refund("k", 10, &first).await.unwrap();
+    local.refund(10, &local_first).unwrap();
+    assert_eq!(limiter.snapshot("k").await.unwrap().remaining(), local.snapshot().remaining());
+    assert_eq!(limiter.snapshot("k").await.unwrap().remaining(), 0);
+    let mut admitted = 0;
+    for _ in 0..10 {
+        admitted += usize::from(limiter.check("k").await.unwrap().is_allowed());
+    }
+    assert_eq!(admitted, 0, "capacity a later admission took is not given back");
+    // Part of it: 4 then 6 at one instant, 200 ms later the 4 refunded: 200 ms
+    // of their 400 ms of debt is left to give back (2 units).
+    clock.advance(Duration::from_secs(5));
+    let four = limiter.check_n("j", 4).await.unwrap();
+    assert!(limiter.check_n("j", 6).await.unwrap().is_allowed());
+    clock.advance(Duration::from_millis(200));
+    assert_eq!(limiter.snapshot("j").await.unwrap().remaining(), 2);
+    limiter.refund("j", 4, &four).await.unwrap();
+    assert_eq!(limiter.snapshot("j").await.unwrap().remaining(), 4);
+    // At the instant of the admission, all of it comes back.
+    let five = limiter.check_n("i", 5).await.unwrap();
+    limiter.refund("i", 5, &five).await.unwrap();
+    assert_eq!(limiter.snapshot("i").await.unwrap().remaining(), 10);
+    // The same refunds on weir-gcra's limiter, decision for decision.
+    let local = weir_gcra::Gcra::with_clock(quota, clock.clone());
+    let four = local.check_n(4).unwrap();
+    assert!(local.check_n(6).unwrap().is_allowed());
+    clock.advance(Duration::from_millis(200));
+    local.refund(4, &four).unwrap();
+    assert_eq!(local.snapshot().remaining(), 4);
+}
+
+#[tokio::test]
 async fn a_wrong_type_or_unreadable_key_is_a_typed_error_and_admits_nothing() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
@@ -292,14 +403,111 @@ async fn keys_carry_the_client_as_a_hash_tag() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
     let limiter = RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap()).build().unwrap();
-    assert_eq!(limiter.redis_keys("a}b{c%"), ["weir:{a%7Db%7Bc%25}:g0"]);
-    assert_eq!(limiter.redis_keys(&b"\xff"[..]), ["weir:{%FF}:g0"]);
+    assert_eq!(limiter.redis_keys("a}b{c%"), ["weir:{a%7Db%7Bc%25}:g:10/1m:0"]);
+    assert_eq!(limiter.redis_keys(&b"\xff"[..]), ["weir:{%FF}:g:10/1m:0"]);
     let e = RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap()).prefix("x{").build().unwrap_err();
     assert!(matches!(e, ConfigError::BraceInPrefix { .. }), "{e}");
     assert!(e.to_string().starts_with("prefix: "), "{e}");
     // Keys with braces work and do not collide with their encoded spelling.
     assert!(limiter.check_n("a}b", 10).await.unwrap().is_allowed());
     assert!(limiter.check_n("a%7Db", 10).await.unwrap().is_allowed());
+}
+
+#[tokio::test]
+async fn limiters_of_different_quotas_or_backends_never_share_a_key() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    // Two limits on one Redis with the default prefix: a per-minute API limit and
+    // a per-second one, and windows of different limits.
+    let minute =
+        RedisLimiter::builder(&redis, Quota::per_minute(100).unwrap()).build_with_clock(clock.clone()).unwrap();
+    let second = RedisLimiter::builder(&redis, Quota::per_second(1).unwrap()).build_with_clock(clock.clone()).unwrap();
+    assert!(minute.check_n("k", 100).await.unwrap().is_allowed());
+    assert!(second.check("k").await.unwrap().is_allowed(), "the per-second limit has its own state");
+    assert_eq!(minute.snapshot("k").await.unwrap().remaining(), 0);
+    let burst = RedisLimiter::builder(&redis, Quota::per_minute(100).unwrap().with_burst(150).unwrap())
+        .build_with_clock(clock.clone())
+        .unwrap();
+    assert_eq!(burst.snapshot("k").await.unwrap().remaining(), 150, "another burst, another state");
+    let tier = RedisLimiter::builder(&redis, Quota::per_minute(100).unwrap())
+        .and_quota(Quota::per_day(1_000).unwrap())
+        .build_with_clock(clock.clone())
+        .unwrap();
+    assert_eq!(tier.snapshot("k").await.unwrap().remaining(), 100, "a tier is a limiter of its own");
+    for backend in [Backend::FixedWindow, Backend::SlidingWindow, Backend::SlidingLog] {
+        let ten = limiter(&redis, backend, Quota::per_minute(10).unwrap(), &clock, DEFAULT_PREFIX);
+        let five = limiter(&redis, backend, Quota::per_minute(5).unwrap(), &clock, DEFAULT_PREFIX);
+        assert!(ten.check_n("k", 10).await.unwrap().is_allowed(), "{backend:?}");
+        assert_eq!(five.snapshot("k").await.unwrap().remaining(), 5, "{backend:?}");
+    }
+    let mut names = std::collections::HashSet::new();
+    for limiter in [&minute, &second, &burst, &tier] {
+        for name in limiter.redis_keys("k") {
+            assert!(names.insert(name.clone()), "{name} is used twice");
+        }
+    }
+    // The layout: the backend and the quotas after the client's hash tag.
+    assert_eq!(minute.redis_keys("k"), ["weir:{k}:g:100/1m:0"]);
+    assert_eq!(burst.redis_keys("k"), ["weir:{k}:g:100/1mb150:0"]);
+    assert_eq!(tier.redis_keys("k"), ["weir:{k}:g:100/1m,1000/1d:0", "weir:{k}:g:100/1m,1000/1d:1"]);
+    let window = limiter(&redis, Backend::SlidingWindow, Quota::per_second(10).unwrap(), &clock, "rl:");
+    assert_eq!(window.redis_keys("k"), ["rl:{k}:sw:10/1s"]);
+    let odd = RedisLimiter::builder(&redis, Quota::new(7, Duration::from_micros(1_500)).unwrap()).build().unwrap();
+    assert_eq!(odd.redis_keys("k"), ["weir:{k}:g:7/1500us:0"]);
+}
+
+#[tokio::test]
+async fn a_long_key_costs_a_bounded_name_the_same_on_every_instance_or_is_refused() {
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    let quota = Quota::per_minute(10).unwrap();
+    // Two instances, each with its own connection and limiter.
+    let (one, two) = (connect(&server).await, connect(&server).await);
+    let first = RedisLimiter::builder(&one, quota).build_with_clock(clock.clone()).unwrap();
+    let second = RedisLimiter::builder(&two, quota).build_with_clock(clock.clone()).unwrap();
+    assert_eq!(first.max_key_bytes(), DEFAULT_MAX_KEY_BYTES);
+    // A 1 MB key that is not UTF-8 (3 MB percent-encoded).
+    let huge = vec![0xffu8; 1 << 20];
+    let names = first.redis_keys(&huge[..]);
+    let bound = DEFAULT_PREFIX.len() + 2 + HASHED_KEY_BYTES + ":g:10/1m:0".len();
+    assert!(names[0].len() <= bound, "a name of {} bytes for a 1 MB key", names[0].len());
+    assert_eq!(names, second.redis_keys(&huge[..]), "every instance names it alike");
+    assert!(first.check_n(&huge[..], 6).await.unwrap().is_allowed());
+    assert_eq!(second.snapshot(&huge[..]).await.unwrap().remaining(), 4, "the instances share its state");
+    let mut other = huge.clone();
+    other[12_345] = 0;
+    assert_ne!(first.redis_keys(&other[..]), names);
+    assert_eq!(first.snapshot(&other[..]).await.unwrap().remaining(), 10, "another long key, another state");
+    // A key of the bound is kept as it is; one byte more is hashed.
+    let at = vec![b'a'; DEFAULT_MAX_KEY_BYTES];
+    assert_eq!(first.redis_keys(&at[..])[0], format!("weir:{{{}}}:g:10/1m:0", "a".repeat(DEFAULT_MAX_KEY_BYTES)));
+    let over = vec![b'a'; DEFAULT_MAX_KEY_BYTES + 1];
+    assert!(first.redis_keys(&over[..])[0].len() <= bound);
+    // A short key that spells a hashed one does not collide with it.
+    let hashed = &names[0][DEFAULT_PREFIX.len() + 1..DEFAULT_PREFIX.len() + 1 + HASHED_KEY_BYTES];
+    assert_ne!(first.redis_keys(hashed), names);
+    // Refused as configured: a typed error, before any round trip.
+    let strict = RedisLimiter::builder(&one, quota)
+        .max_key_bytes(64)
+        .long_keys(LongKeys::Refuse)
+        .build_with_clock(clock.clone())
+        .unwrap();
+    let e = strict.check(&huge[..]).await.unwrap_err();
+    assert!(matches!(e, Error::KeyTooLong { len, max: 64 } if len == 1 << 20), "{e:?}");
+    assert!(!e.is_unavailable());
+    assert!(e.to_string().contains("max_key_bytes"), "{e}");
+    assert!(strict.redis_keys(&huge[..]).is_empty(), "a refused key has no Redis keys");
+    assert!(strict.check(&[b'k'; 64][..]).await.unwrap().is_allowed());
+    // A lease table and a local fallback store keep the name, not the key.
+    let leased = Leased::with_clock(first.clone(), LeaseConfig::default(), clock.clone()).unwrap();
+    assert!(leased.check(&huge[..]).await.unwrap().is_allowed());
+    assert_eq!(weir_redis::__private::lease_table_key_bytes(&leased), HASHED_KEY_BYTES);
+    let fallback = FailPolicy::LocalFallback(LocalFallback::new(1, 10).unwrap());
+    let resilient = Resilient::builder(strict.clone(), fallback).build_with_clock(clock.clone()).unwrap();
+    assert!(matches!(resilient.check(&huge[..]).await, Err(Error::KeyTooLong { .. })));
+    let e = RedisLimiter::builder(&one, quota).max_key_bytes(0).build().unwrap_err();
+    assert_eq!(e, ConfigError::Zero { what: "max_key_bytes" });
 }
 
 #[tokio::test]
@@ -318,7 +526,7 @@ async fn the_async_keyed_trait_is_the_whole_interface() {
 #[tokio::test]
 async fn a_password_is_checked_at_connection() {
     let server = RedisServer::start_with_password("s3cret-pw");
-    let ok = Redis::connect(&server.url()).await.expect("the right password");
+    let ok = Redis::connect_with(&server.url(), support::patient()).await.expect("the right password");
     assert!(
         RedisLimiter::builder(&ok, Quota::per_minute(1).unwrap())
             .build()
@@ -339,7 +547,7 @@ async fn a_password_is_checked_at_connection() {
     // An ACL user with a database number.
     server.cli(&["ACL", "SETUSER", "limiter", "on", ">user-pw", "~*", "+@all"]);
     let url = format!("redis://limiter:user-pw@127.0.0.1:{}/3", server.port());
-    let user = Redis::connect(&url).await.expect("an ACL user");
+    let user = Redis::connect_with(&url, support::patient()).await.expect("an ACL user");
     assert!(
         RedisLimiter::builder(&user, Quota::per_minute(1).unwrap())
             .build()
@@ -349,5 +557,5 @@ async fn a_password_is_checked_at_connection() {
             .unwrap()
             .is_allowed()
     );
-    assert_eq!(server.cli(&["-n", "3", "EXISTS", "weir:{k}:g0"]).trim(), "1", "database 3");
+    assert_eq!(server.cli(&["-n", "3", "EXISTS", "weir:{k}:g:1/1m:0"]).trim(), "1", "database 3");
 }

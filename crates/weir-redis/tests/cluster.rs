@@ -4,10 +4,9 @@
 mod support;
 
 use std::collections::HashSet;
-use std::time::Duration;
 use support::RedisCluster;
 use weir_core::Quota;
-use weir_redis::{Redis, RedisLimiter, RedisOptions};
+use weir_redis::{Redis, RedisLimiter};
 
 fn slot(cluster: &RedisCluster, key: &str) -> u16 {
     cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", key]).trim().parse().expect("a slot number")
@@ -18,10 +17,7 @@ async fn a_tier_runs_as_one_script_on_a_cluster() {
     let cluster = RedisCluster::start();
     let urls = cluster.urls();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let redis =
-        Redis::connect_cluster(&urls, RedisOptions::builder().call_timeout(Duration::from_secs(1)).build().unwrap())
-            .await
-            .unwrap();
+    let redis = Redis::connect_cluster(&urls, support::patient()).await.unwrap();
     let quotas = [
         Quota::per_second(5).unwrap().with_burst(10).unwrap(),
         Quota::per_minute(20).unwrap(),

@@ -13,7 +13,7 @@ const T0: u64 = 1_700_000_000_000_000_000;
 
 async fn client(server: &RedisServer, quota: Quota, config: LeaseConfig, clock: &ManualClock) -> Leased<ManualClock> {
     // Each client is an instance of its own: its own connection and leases.
-    let redis = Redis::connect(&server.url()).await.unwrap();
+    let redis = Redis::connect_with(&server.url(), support::patient()).await.unwrap();
     let limiter = RedisLimiter::builder(&redis, quota).build_with_clock(clock.clone()).unwrap();
     Leased::with_clock(limiter, config, clock.clone()).unwrap()
 }
@@ -118,7 +118,7 @@ async fn leases_cut_round_trips_for_keys_below_their_limit() {
 #[tokio::test]
 async fn leases_need_a_single_gcra_quota() {
     let server = RedisServer::start();
-    let redis = Redis::connect(&server.url()).await.unwrap();
+    let redis = Redis::connect_with(&server.url(), support::patient()).await.unwrap();
     let tier = RedisLimiter::builder(&redis, Quota::per_second(1).unwrap())
         .and_quota(Quota::per_day(9).unwrap())
         .build()
@@ -144,7 +144,7 @@ fn lease_options_are_checked_by_build_which_names_the_option() {
 #[tokio::test]
 async fn concurrent_tasks_share_one_renewal_instead_of_each_asking_redis() {
     let server = RedisServer::start();
-    let redis = Redis::connect(&server.url()).await.unwrap();
+    let redis = Redis::connect_with(&server.url(), support::patient()).await.unwrap();
     let limiter = RedisLimiter::builder(&redis, Quota::per_second(1_000_000).unwrap()).build().unwrap();
     let leased = Arc::new(Leased::new(limiter, LeaseConfig::builder().max_lease(64).build().unwrap()).unwrap());
     let tasks: Vec<_> = (0..64)
@@ -163,4 +163,49 @@ async fn concurrent_tasks_share_one_renewal_instead_of_each_asking_redis() {
     let (decisions, trips) = (leased.decisions(), leased.round_trips());
     assert_eq!(decisions, 6_400);
     assert!(trips * 10 <= decisions, "{trips} round trips for {decisions} decisions from 64 tasks");
+}
+
+#[tokio::test]
+async fn a_refund_never_lifts_admissions_at_one_instant_above_the_bound() {
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    // r = 10/s, B = 10, N = 1, L = 10, lifetime 100 ms: at one instant (τ = 0) at
+    // most B + min(N·L, r·lifetime) = 10 + min(10, 1) = 11.
+    let quota = Quota::per_second(10).unwrap();
+    let config = LeaseConfig::builder().max_lease(10).lifetime(Duration::from_millis(100)).build().unwrap();
+    let leased = client(&server, quota, config, &clock).await;
+    let (burst, n, max_lease, rate_per_s, lifetime_ms) = (10u64, 1u64, 10u64, 10u64, 100u64);
+    let bound = burst + (n * max_lease).min(rate_per_s * lifetime_ms / 1_000);
+    let mut early = Vec::new();
+    for _ in 0..10 {
+        let d = leased.check("k").await.unwrap();
+        assert!(d.is_allowed());
+        early.push(d);
+    }
+    // A second later, the bucket is full again: a lease is taken, then the early
+    // admissions are refunded (their debt is paid by the refill), then the
+    // instant's requests go on until denied.
+    clock.advance(Duration::from_secs(1));
+    let mut admitted = 0u64;
+    for _ in 0..2 {
+        admitted += u64::from(leased.check("k").await.unwrap().is_allowed());
+    }
+    for d in &early {
+        leased.refund("k", 1, d).await.unwrap();
+    }
+    for _ in 0..40 {
+        admitted += u64::from(leased.check("k").await.unwrap().is_allowed());
+    }
+    assert!(admitted <= bound, "{admitted} admitted at one instant, against the bound {bound}");
+    assert_eq!(admitted, 10, "the refunds of the early admissions give nothing back");
+    // A refund of an admission served by the live lease goes back to it: the
+    // next request is served from the lease, without a round trip.
+    clock.advance(Duration::from_secs(1));
+    assert!(leased.check("j").await.unwrap().is_allowed());
+    let d = leased.check("j").await.unwrap();
+    assert!(d.is_allowed());
+    let trips = leased.round_trips();
+    leased.refund("j", 1, &d).await.unwrap();
+    assert!(leased.check("j").await.unwrap().is_allowed());
+    assert_eq!(leased.round_trips(), trips, "served from the lease the refund went back to");
 }

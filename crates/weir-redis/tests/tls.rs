@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::time::Duration;
 use support::RedisServer;
 use weir_core::Quota;
 use weir_redis::{Error, Redis, RedisLimiter, RedisOptions};
@@ -11,9 +12,12 @@ use weir_redis::{Error, Redis, RedisLimiter, RedisOptions};
 async fn a_limiter_runs_over_tls() {
     let (server, certificate) = RedisServer::start_tls();
     let url = format!("rediss://127.0.0.1:{}", server.port());
-    let redis = Redis::connect_with(&url, RedisOptions::builder().root_certificate(certificate).build().unwrap())
-        .await
-        .unwrap();
+    let redis = Redis::connect_with(
+        &url,
+        RedisOptions::builder().root_certificate(certificate).call_timeout(Duration::from_secs(10)).build().unwrap(),
+    )
+    .await
+    .unwrap();
     let limiter = RedisLimiter::builder(&redis, Quota::per_minute(2).unwrap()).build().unwrap();
     assert!(limiter.check_n("k", 2).await.unwrap().is_allowed());
     assert!(limiter.check("k").await.unwrap().is_denied());
