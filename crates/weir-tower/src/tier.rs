@@ -670,36 +670,40 @@ mod tests {
         let calls = Arc::new(AtomicUsize::new(0));
         let tiers = counting(calls.clone()).max_entries(1_000).build_with_clock(ManualClock::new()).unwrap();
         let bound = 1_000 * ENTRY_BYTES;
+        let longest = crate::MAX_KEY_BYTES;
         assert_eq!(entry_weight(&Key::api_key(&[b'k'; 64])), ENTRY_BYTES);
-        assert_eq!(entry_weight(&Key::api_key(&[b'k'; 1_000])), ENTRY_OVERHEAD_BYTES + 1_000);
+        assert_eq!(entry_weight(&Key::api_key(&vec![b'k'; longest])), ENTRY_OVERHEAD_BYTES + longest as u64);
+        // A longer value is kept as its hash, whatever its length.
+        assert_eq!(entry_weight(&Key::api_key(&vec![b'h'; 1 << 20])), ENTRY_BYTES);
         block_on(async {
             for i in 0..5_000 {
                 tiers.resolve(&Key::api_key(format!("short-{i}").as_bytes())).await.unwrap();
                 assert!(tiers.cached_len() <= 1_000 && tiers.cached_bytes() <= bound);
             }
             assert!(tiers.cached_len() > 900, "short keys fill the cache: {}", tiers.cached_len());
-            // Asked for twice each (a key seen once is evicted first), long keys
-            // take the short ones' room.
+            // Asked for twice each (a key seen once is evicted first), the longest
+            // keys kept whole take the short ones' room.
             for i in 0..1_000 {
                 let mut key = format!("long-{i}-").into_bytes();
-                key.resize(1_000, b'x');
+                key.resize(longest, b'x');
                 for _ in 0..2 {
                     tiers.resolve(&Key::api_key(&key)).await.unwrap();
                     assert!(tiers.cached_bytes() <= bound, "{} bytes after long key #{i}", tiers.cached_bytes());
                 }
             }
         });
-        // 1 192 bytes each: at most 214 of them in 256 000 bytes.
-        assert!(tiers.cached_len() <= 214, "{}", tiers.cached_len());
+        // 320 bytes each: at most 800 of them in 256 000 bytes.
+        assert!(tiers.cached_len() <= 800, "{}", tiers.cached_len());
         assert!(tiers.cached_bytes() > bound / 2, "{}", tiers.cached_bytes());
         // A key heavier than its shard's share of the cache is answered, not cached.
-        let huge = Key::api_key(&vec![b'h'; 1 << 20]);
+        let tiny = counting(calls.clone()).max_entries(1).build_with_clock(ManualClock::new()).unwrap();
+        let heavy = Key::api_key(&vec![b'h'; longest]);
         let before = calls.load(Ordering::Relaxed);
-        assert_eq!(block_on(tiers.resolve(&huge)), Ok(0));
-        assert_eq!(block_on(tiers.resolve(&huge)), Ok(0));
+        assert_eq!(block_on(tiny.resolve(&heavy)), Ok(0));
+        assert_eq!(block_on(tiny.resolve(&heavy)), Ok(0));
         assert_eq!(calls.load(Ordering::Relaxed), before + 2);
-        assert_eq!(tiers.cached(&huge), None);
-        assert!(tiers.cached_bytes() <= bound);
+        assert_eq!(tiny.cached(&heavy), None);
+        assert!(tiny.cached_bytes() <= ENTRY_BYTES);
     }
 
     #[test]
