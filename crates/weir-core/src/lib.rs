@@ -92,6 +92,8 @@ mod all_of;
 pub mod clock;
 mod decision;
 mod limiter;
+#[cfg(feature = "long-keys")]
+mod long_key;
 mod nanos;
 mod quota;
 mod quota_cell;
@@ -144,6 +146,8 @@ pub use clock::{Clock, DefaultClock};
 pub use clock::{CoarseClockError, InstantClock, MonotonicClock};
 pub use decision::{Decision, DenyReason, InsufficientCapacity, Snapshot};
 pub use limiter::{Algorithm, Limiter, Retire};
+#[cfg(feature = "long-keys")]
+pub use long_key::{LONG_KEY_HASH_BYTES, LongKeys, long_key_hash};
 pub use nanos::Nanos;
 // Kept at the root, hidden, for crates that still name it there; weir's crates use
 // `__private::MAX_TOLERANCE_TICKS`.

@@ -69,19 +69,15 @@ pub enum Expiry {
 /// assert!(limiter.redis_keys(&[b'x'; 65][..]).is_empty());
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LongKeys {
-    /// Named by 128 bits of the key's SHA-256 (`%H` and 32 hex digits,
-    /// [`HASHED_KEY_BYTES`]): the same name on every instance, so a fleet shares
-    /// the key's limit, and no client can choose a key that lands on another
-    /// client's state (that would take a SHA-256 collision). The default.
-    #[default]
-    Hash,
-    /// Refused: checks, refunds and snapshots of the key are
-    /// [`Error::KeyTooLong`], without a round trip.
-    Refuse,
-}
+///
+/// [`LongKeys::Hash`] (the default) names such a key by its
+/// [`long_key_hash`](weir_core::long_key_hash) (`%H` and 32 hex digits,
+/// [`HASHED_KEY_BYTES`]): the same name on every instance, so a fleet shares the
+/// key's limit, and no client can choose a key that lands on another client's state
+/// (that would take a SHA-256 collision). [`LongKeys::Refuse`]: checks, refunds and
+/// snapshots of the key are [`Error::KeyTooLong`], without a round trip. weir-core's
+/// type, shared with weir-tower.
+pub use weir_core::LongKeys;
 
 /// Which algorithm a [`RedisLimiter`] runs
 /// ([`RedisLimiterBuilder::backend`]).
@@ -522,15 +518,13 @@ impl RedisLimiter {
     /// always followed by two hex digits there), or [`Error::KeyTooLong`].
     pub(crate) fn key_name(&self, key: &[u8]) -> Result<String, Error> {
         use core::fmt::Write as _;
-        use sha2::{Digest, Sha256};
         if key.len() > self.max_key_bytes {
             if self.long_keys == LongKeys::Refuse {
                 return Err(Error::KeyTooLong { len: key.len(), max: self.max_key_bytes });
             }
-            let digest = Sha256::digest(key);
             let mut out = String::with_capacity(HASHED_KEY_BYTES);
             out.push_str("%H");
-            for b in &digest[..16] {
+            for b in &weir_core::long_key_hash(key) {
                 let _ = write!(out, "{b:02x}");
             }
             return Ok(out);

@@ -20,78 +20,13 @@ pub const MAX_KEY_BYTES: usize = 128;
 /// The flag in a key's tag byte that says its payload is the hash of a long key.
 const HASHED: u8 = 0x80;
 
-/// The SipHash key of long keys' hashes: fixed, so every instance of a fleet (and
-/// every version of weir-tower) maps one long key to the same key.
-const HASH_KEY: [u8; 16] = *b"weir key hash v1";
-
-/// SipHash-2-4 with a 128-bit output (Aumasson and Bernstein, "SipHash: a fast
-/// short-input PRF", 2012; the reference implementation's `siphash` with
-/// `outlen = 16`), checked against the reference's test vectors.
-fn siphash_2_4_128(key: &[u8; 16], data: &[u8]) -> [u8; 16] {
-    #[inline]
-    fn round(v: &mut [u64; 4]) {
-        v[0] = v[0].wrapping_add(v[1]);
-        v[1] = v[1].rotate_left(13) ^ v[0];
-        v[0] = v[0].rotate_left(32);
-        v[2] = v[2].wrapping_add(v[3]);
-        v[3] = v[3].rotate_left(16) ^ v[2];
-        v[0] = v[0].wrapping_add(v[3]);
-        v[3] = v[3].rotate_left(21) ^ v[0];
-        v[2] = v[2].wrapping_add(v[1]);
-        v[1] = v[1].rotate_left(17) ^ v[2];
-        v[2] = v[2].rotate_left(32);
-    }
-    let word = |bytes: &[u8]| {
-        let mut le = [0u8; 8];
-        le[..bytes.len()].copy_from_slice(bytes);
-        u64::from_le_bytes(le)
-    };
-    let (k0, k1) = (word(&key[..8]), word(&key[8..]));
-    let mut v = [
-        0x736f_6d65_7073_6575 ^ k0,
-        0x646f_7261_6e64_6f6d ^ k1 ^ 0xee,
-        0x6c79_6765_6e65_7261 ^ k0,
-        0x7465_6462_7974_6573 ^ k1,
-    ];
-    let mut chunks = data.chunks_exact(8);
-    for chunk in &mut chunks {
-        let m = word(chunk);
-        v[3] ^= m;
-        round(&mut v);
-        round(&mut v);
-        v[0] ^= m;
-    }
-    // The length's low byte in the top byte of the last word, as the reference does.
-    let last = word(chunks.remainder()) | ((data.len() as u64) << 56);
-    v[3] ^= last;
-    round(&mut v);
-    round(&mut v);
-    v[0] ^= last;
-    v[2] ^= 0xee;
-    (0..4).for_each(|_| round(&mut v));
-    let low = v[0] ^ v[1] ^ v[2] ^ v[3];
-    v[1] ^= 0xdd;
-    (0..4).for_each(|_| round(&mut v));
-    let high = v[0] ^ v[1] ^ v[2] ^ v[3];
-    let mut out = [0u8; 16];
-    out[..8].copy_from_slice(&low.to_le_bytes());
-    out[8..].copy_from_slice(&high.to_le_bytes());
-    out
-}
-
-/// What a source does with a header value longer than [`MAX_KEY_BYTES`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum LongKeys {
-    /// Keep its 128-bit hash (the default): the client is still told apart from
-    /// every other (up to the hash), and costs no more than a short key.
-    #[default]
-    Hash,
-    /// Refuse the request: `400 Bad Request`, with a problem+json `detail` that
-    /// names the header and the size. Whatever the limit's [`MissingKey`] says: a
-    /// refused key is not a missing one.
-    Refuse,
-}
+/// What a source does with a header value longer than [`MAX_KEY_BYTES`]: keep its
+/// 128-bit hash ([`LongKeys::Hash`], the default: the client is still told apart from
+/// every other, up to the hash, and costs no more than a short key), or refuse the
+/// request ([`LongKeys::Refuse`]: `400 Bad Request`, with a problem+json `detail`
+/// that names the header and the size, whatever the limit's [`MissingKey`] says: a
+/// refused key is not a missing one). weir-core's type, shared with weir-redis.
+pub use weir_core::LongKeys;
 
 /// What a key is made of; the first byte of its encoding, so keys of different kinds
 /// never collide in one store.
@@ -135,15 +70,16 @@ impl KeyKind {
 /// the client is counted (a store, the tier cache, a throttle's map) and sent (a
 /// remote store's key name). So a key costs at most [`MAX_KEY_BYTES`] bytes of
 /// payload: an API key, user id or custom key longer than that is kept as its
-/// 128-bit SipHash-2-4 hash, under a fixed key, so every instance of a fleet that
-/// shares a Redis maps the same client to the same key. Such a key says
+/// 128-bit hash ([`weir_core::long_key_hash`]: the first 16 bytes of its SHA-256),
+/// the same on every instance of a fleet that shares a Redis, so a fleet maps the
+/// same client to the same key. Such a key says
 /// [`is_hashed`](Self::is_hashed); its [`payload`](Self::payload) is the 16 bytes
 /// of the hash; its kind is kept (a hashed API key never equals a hashed user id,
 /// nor any short key). Distinct long keys are distinct keys up to the hash: among
-/// 2³² long keys, any two share a hash with a chance below 2⁻⁶⁴. The hash's key is
-/// fixed and public, so the hash hides nothing and is no MAC: it bounds memory and
-/// keeps a fleet consistent. (To share another client's bucket on purpose, a client
-/// would need that client's key, with which it could send the key itself.) **A tier
+/// 2³² long keys, any two share a hash with a chance below 2⁻⁶⁴, and choosing a key
+/// that lands on another client's would take a SHA-256 collision. The hash has no
+/// secret, so it hides nothing and is no MAC: it bounds memory and keeps a fleet
+/// consistent. **A tier
 /// lookup sees this key**: for an API key over
 /// [`MAX_KEY_BYTES`], only its hash; a lookup that needs the whole key must then use
 /// keys no longer than that (or refuse longer ones with [`LongKeys::Refuse`]).
@@ -189,7 +125,7 @@ impl Key {
     /// heap up to [`MAX_KEY_BYTES`], else its hash (inline).
     fn encode(kind: KeyKind, payload: &[u8]) -> Self {
         if payload.len() > MAX_KEY_BYTES {
-            let hash = siphash_2_4_128(&HASH_KEY, payload);
+            let hash = weir_core::long_key_hash(payload);
             let mut encoding = [0u8; 17];
             encoding[0] = kind.tag() | HASHED;
             encoding[1..].copy_from_slice(&hash);
@@ -360,7 +296,7 @@ impl AsRef<[u8]> for Key {
 }
 
 /// One `write` of the encoding, without a length before it: a keyed store hashes a
-/// key on every check, and SipHash mixes the length in anyway. (Keys that are a
+/// key on every check, and the store's hasher mixes the length in anyway. (Keys that are a
 /// prefix of one another hash alike only under a hasher that ignores the length;
 /// they are still told apart by `Eq`.)
 impl Hash for Key {
@@ -643,28 +579,12 @@ mod tests {
         }
     }
 
-    /// The reference implementation's `vectors_sip128`: key `00..0f`, message
-    /// `00..(len - 1)`.
     #[test]
-    fn long_keys_hash_as_the_siphash_reference_does() {
-        let key: [u8; 16] = core::array::from_fn(|i| i as u8);
-        let message: Vec<u8> = (0..64).collect();
-        let vectors: [(usize, &str); 6] = [
-            (0, "a3817f04ba25a8e66df67214c7550293"),
-            (1, "da87c1d86b99af44347659119b22fc45"),
-            (7, "a1f1ebbed8dbc153c0b84aa61ff08239"),
-            (8, "3b62a9ba6258f5610f83e264f31497b4"),
-            (15, "5493e99933b0a8117e08ec0f97cfc3d9"),
-            (63, "5150d1772f50834a503e069a973fbd7c"),
-        ];
-        for (len, want) in vectors {
-            let got: String = siphash_2_4_128(&key, &message[..len]).iter().map(|b| format!("{b:02x}")).collect();
-            assert_eq!(got, want, "{len} bytes");
-        }
+    fn long_keys_are_kept_as_the_shared_long_key_hash() {
         // The same long key is the same key in every process and version.
         let long = Key::api_key(&[b'k'; 200]);
         assert_eq!(long.to_string(), "api-key:#".to_owned() + &long.to_string()[9..]);
-        assert_eq!(long.payload(), siphash_2_4_128(&HASH_KEY, &[b'k'; 200]));
+        assert_eq!(long.payload(), weir_core::long_key_hash(&[b'k'; 200]));
     }
 
     #[test]
