@@ -37,7 +37,10 @@
 //! store through weir-core's [`KeyedLimiter`](weir_core::KeyedLimiter) trait, which
 //! every store implements.
 //!
-//! **Guarantees.** Each key is decided exactly as its own limiter would decide it;
+//! **Guarantees.** Each key is decided exactly as its own limiter would decide it
+//! given the clock readings the store decided it at (each check at one reading,
+//! taken once the key's state is found or inserted, so that a state inserted after
+//! an eviction is never decided at a reading from before it);
 //! a key is dropped only when that changes no decision (idle eviction, below); at
 //! most `max_keys` keys are ever stored; hot keys (opt-in) have the leased
 //! limiter's stated over-admission bound, other keys none. A check of a stored key

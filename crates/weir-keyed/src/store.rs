@@ -340,10 +340,6 @@ where
         let shard = &self.shards[index];
         let guard = self.collector.enter();
         loop {
-            // One clock reading decides the check (read again only on the rare retry
-            // after an eviction, so that the fresh state decides at a time after the
-            // retirement it replaces).
-            let now = self.clock.now();
             let (state, inserted) = match shard.get(hash, key, &guard) {
                 Some(state) => (state, false),
                 None => {
@@ -357,6 +353,15 @@ where
                     }
                 }
             };
+            // One clock reading decides the check, taken once the state is found (or
+            // inserted). A state found was linked, so any eviction of the key's
+            // earlier state (which judged it idle at a reading of its own) happened
+            // before this reading: a fresh state is never decided at a reading from
+            // before the eviction that let it in, where it would admit a burst the
+            // key's own limiter never would. (A reading taken before the lookup
+            // could be older than the eviction.) Read again on the rare retry after
+            // an eviction, for the same reason.
+            let now = self.clock.now();
             let checked = self.hot.check_n(&self.algorithm, state, n, &now);
             if inserted {
                 // After the new key's first check: from now on a sweep of its shard
