@@ -95,6 +95,33 @@ impl<K: Eq, V> Shard<K, V> {
         Some(self.entry(linked.swap_remove(at)).1)
     }
 
+    /// Unlinks the entry whose value satisfies `matches`, comparing no key.
+    pub(crate) fn remove_value(&self, _hash: u64, mut matches: impl FnMut(&V) -> bool, _guard: &Guard<'_>) -> bool {
+        let mut linked = self.linked.lock().unwrap();
+        match linked.iter().position(|&slot| matches(self.entry(slot).1)) {
+            Some(at) => {
+                linked.swap_remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Unlinks the entry whose value is `value` (the position is the table's hint).
+    pub(crate) fn remove_at(&self, _at: usize, value: &V, guard: &Guard<'_>) -> bool {
+        self.remove_value(0, |current| std::ptr::eq(current, value), guard)
+    }
+
+    /// Whether the entry whose value satisfies `matches` is linked.
+    pub(crate) fn holds_value(&self, _hash: u64, mut matches: impl FnMut(&V) -> bool, _guard: &Guard<'_>) -> bool {
+        self.linked.lock().unwrap().iter().any(|&slot| matches(self.entry(slot).1))
+    }
+
+    /// [`iter`](Self::iter), with a position for each entry.
+    pub(crate) fn iter_at<'g>(&'g self, guard: &'g Guard<'_>) -> impl Iterator<Item = (usize, &'g K, &'g V)> + 'g {
+        self.iter(guard).enumerate().map(|(at, (key, value))| (at, key, value))
+    }
+
     /// A snapshot of the entries at one instant (which the table's weakly
     /// consistent iteration may also yield).
     pub(crate) fn iter<'g>(&'g self, _guard: &'g Guard<'_>) -> impl Iterator<Item = (&'g K, &'g V)> + 'g {

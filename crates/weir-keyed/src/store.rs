@@ -585,7 +585,10 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let removed = shard.remove_if(hash, key, |_, current| std::ptr::eq(current, state), guard).is_some();
+        // By the state's identity: no key is compared (no user code runs, so nothing
+        // unwinds between a state's retirement and its unlinking).
+        let _ = key;
+        let removed = shard.remove_value(hash, |current| std::ptr::eq(current, state), guard);
         if removed {
             // Ordering: Relaxed; see `remove`.
             self.live.fetch_sub(1, Ordering::Relaxed);

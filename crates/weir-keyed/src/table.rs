@@ -445,15 +445,27 @@ impl<K, V> Shard<K, V> {
     /// Every entry linked now (weakly consistent: entries linked or unlinked
     /// meanwhile may or may not be seen; entries linked throughout are).
     pub fn iter<'g>(&'g self, guard: &'g Guard<'_>) -> impl Iterator<Item = (&'g K, &'g V)> + 'g {
+        self.iter_at(guard).map(|(_, key, value)| (key, value))
+    }
+
+    /// [`iter`](Self::iter), with each entry's position in the index (for
+    /// `remove_at`).
+    pub fn iter_at<'g>(&'g self, guard: &'g Guard<'_>) -> impl Iterator<Item = (usize, &'g K, &'g V)> + 'g {
         let index = self.index(guard);
         (0..index.len()).filter_map(move |at| {
             // Ordering: SeqCst; see `find`.
             let word = index.word(at).load(FIND);
             (word > TOMBSTONE).then(|| {
                 let (key, value) = self.entry(slot_of(word), guard);
-                (key, value)
+                (at, key, value)
             })
         })
+    }
+
+    /// Whether the entry on `hash`'s probe path whose value satisfies `matches` is
+    /// linked. Runs no user code.
+    pub fn holds_value(&self, hash: u64, mut matches: impl FnMut(&V) -> bool, guard: &Guard<'_>) -> bool {
+        self.find(self.index(guard), hash, |_, v| matches(v), guard).is_some()
     }
 
     fn lock(&self) -> MutexGuard<'_, Writer> {
@@ -482,9 +494,16 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         guard: &'g Guard<'_>,
     ) -> Result<&'g V, Inserted<'g, V>> {
         let mut writer = self.lock();
-        let index = self.index(guard);
+        let mut index = self.index(guard);
         if let Some((_, (_, held))) = self.find(index, hash, |k, _| *k == key, guard) {
             return Err(Inserted::Held(held));
+        }
+        // Room in the index first: a rebuild hashes the shard's keys (user code,
+        // which may panic), so it runs before anything is taken for the new key (a
+        // place in the store's bound, a slot): a panic there takes nothing, and
+        // leaves the shard as it was.
+        if (writer.used + 1) * 8 > index.len() * 7 {
+            index = self.rebuild(&mut writer, index, hasher, guard);
         }
         if !admit() {
             return Err(Inserted::Refused);
@@ -492,15 +511,12 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         let Some(slot) = self.take_slot(&mut writer) else {
             return Err(Inserted::Full);
         };
+        // From here on no user code runs (the key is moved, not cloned or hashed):
+        // nothing can unwind between taking the slot and linking it.
         // SAFETY: the slot is fresh or reclaimed: no reference to its entry exists
         // (fresh: never published; reclaimed: every guard that could have found it
         // is gone), and only this thread, holding the lock, writes it.
         unsafe { self.write_entry(slot, key, value) };
-        let index = if (writer.used + 1) * 8 > index.len() * 7 {
-            self.rebuild(&mut writer, index, hasher, guard)
-        } else {
-            index
-        };
         let word = word_of(hash, slot);
         let len = index.len();
         let mut at = home(hash, len);
@@ -541,6 +557,53 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         let mut writer = self.lock();
         let index = self.index(guard);
         let (at, entry) = self.find(index, hash, |k, v| k.borrow() == key && remove(k, v), guard)?;
+        self.unlink_at(&mut writer, index, at, guard);
+        Some(&entry.1)
+    }
+
+    /// Unlinks the entry on `hash`'s probe path whose value satisfies `matches`
+    /// (the first such); returns whether one was. Runs no user code (no key is
+    /// compared or hashed): what an eviction uses once it has retired a state, when
+    /// nothing may unwind before the key is unlinked and counted.
+    pub fn remove_value(&self, hash: u64, matches: impl FnMut(&V) -> bool, guard: &Guard<'_>) -> bool {
+        let mut matches = matches;
+        let mut writer = self.lock();
+        let index = self.index(guard);
+        match self.find(index, hash, |_, v| matches(v), guard) {
+            Some((at, _)) => {
+                self.unlink_at(&mut writer, index, at, guard);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Unlinks the entry whose value is `value` (found by iteration at position
+    /// `at`, see `iter_at`); returns whether it was linked. Runs no user code: at
+    /// `at` if the index is the one iterated, else (rebuilt meanwhile, rare) by a
+    /// scan of the whole index.
+    pub fn remove_at(&self, at: usize, value: &V, guard: &Guard<'_>) -> bool {
+        let mut writer = self.lock();
+        let index = self.index(guard);
+        let holds = |at: usize| {
+            // Ordering: Relaxed; only writers change words, and this thread holds
+            // the lock.
+            let word = index.word(at).load(Ordering::Relaxed);
+            word > TOMBSTONE && ptr::eq(&self.entry(slot_of(word), guard).1, value)
+        };
+        let found = if at < index.len() && holds(at) { Some(at) } else { (0..index.len()).find(|&at| holds(at)) };
+        match found {
+            Some(at) => {
+                self.unlink_at(&mut writer, index, at, guard);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Turns word `at` of `index` (the current one, a key's word) into a tombstone
+    /// and retires its entry. The caller holds the lock.
+    fn unlink_at(&self, writer: &mut Writer, index: Index<'_>, at: usize, guard: &Guard<'_>) {
         // Ordering: Relaxed; only writers change words.
         let word = index.word(at).load(Ordering::Relaxed);
         // Ordering: Release; orders nothing that readers need, but keeps the
@@ -548,8 +611,7 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         // it visible to readers that enter after the retirement).
         index.word(at).store(TOMBSTONE, Ordering::Release);
         writer.live -= 1;
-        self.retire_slot(&mut writer, slot_of(word), guard);
-        Some(&entry.1)
+        self.retire_slot(writer, slot_of(word), guard);
     }
 
     /// Takes a slot for a new entry: a reclaimed one, or the next fresh one in the
@@ -638,6 +700,17 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         // insertions (or unlinks, which leave tombstones) away.
         let len = (keys + keys / 2).max(MIN_INDEX).next_multiple_of(MIN_INDEX);
         let address = Index::allocate(len);
+        /// Frees the new array if the rehash below unwinds (a user `Hash` that
+        /// panics): it was never published.
+        struct Unpublished(usize);
+        impl Drop for Unpublished {
+            fn drop(&mut self) {
+                // SAFETY: allocated by `Index::allocate` and never published: no
+                // other thread can reach it.
+                unsafe { Index::free(self.0) };
+            }
+        }
+        let unpublished = Unpublished(address);
         // SAFETY: just allocated; this thread initialized its length word.
         let new = unsafe { Index::<'g>::at(address) };
         let mut used = 0;
@@ -659,6 +732,7 @@ impl<K: Hash + Eq, V> Shard<K, V> {
             new.word(to).store(word, Ordering::Relaxed);
             used += 1;
         }
+        std::mem::forget(unpublished);
         writer.used = used;
         // Ordering: Release publishes the new array's words (and, through them, the
         // entries they point to) to readers that load the address (Acquire).

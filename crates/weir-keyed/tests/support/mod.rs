@@ -1,4 +1,5 @@
 //! What several of weir-keyed's test files share.
+#![allow(dead_code)] // each test file uses some of it
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
