@@ -656,7 +656,7 @@ where
         let shard = &self.shards[index];
         let state = match shard.get(hash, key, &guard) {
             Some(state) => state,
-            None => match self.insert(shard, hash, key, &guard) {
+            None => match self.insert(shard, hash, key, None, &guard) {
                 Ok((state, inserted)) => {
                     if inserted {
                         self.note_new_key(index, state, self.clock.now());

@@ -103,15 +103,34 @@ where
     pub fn sweep(&self) -> usize {
         // Ordering: Relaxed; a round-robin ticket, publishing nothing.
         let next = self.cursor.fetch_add(1, Ordering::Relaxed);
-        let guard = self.collector.enter();
-        self.sweep_shard(next & (self.shards.len() - 1), self.clock.now(), &guard, None).0
+        self.sweep_one(next & (self.shards.len() - 1))
     }
 
     /// Sweeps every shard for idle keys; returns how many were evicted. Runs
-    /// concurrently with checks (nothing is locked); O(keys).
+    /// concurrently with checks (nothing is locked); O(keys). Each shard is swept
+    /// under an epoch guard of its own (a sweep never holds reclamation back for
+    /// longer than one shard's sweep), and gives back the slab chunks it emptied.
     pub fn sweep_all(&self) -> usize {
-        let guard = self.collector.enter();
-        (0..self.shards.len()).map(|i| self.sweep_shard(i, self.clock.now(), &guard, None).0).sum()
+        (0..self.shards.len()).map(|i| self.sweep_one(i)).sum()
+    }
+
+    /// Sweeps shard `index` under a guard of its own; once the guard is gone,
+    /// frees the shard's slab chunks that the collector has emptied.
+    fn sweep_one(&self, index: usize) -> usize {
+        let evicted = {
+            let guard = self.collector.enter();
+            let evicted = self.sweep_shard(index, self.clock.now(), &guard, None).0;
+            if evicted > 0 {
+                // What it unlinked is reclaimed once the guards allow (this one
+                // first), not when this thread's batch fills.
+                crate::table::flush(&guard);
+            }
+            evicted
+        };
+        if evicted > 0 {
+            self.shards[index].compact();
+        }
+        evicted
     }
 
     /// Evicts the keys of shard `index` idle at `now`; with the right to publish,

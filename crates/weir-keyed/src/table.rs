@@ -16,7 +16,11 @@
 //!
 //! The slab is a list of chunks (8, 16, 32, … entries) allocated as the shard
 //! grows and never moved, so a reference to an entry stays valid while the epoch
-//! guard it was found under is held, however the index changes. The index is
+//! guard it was found under is held, however the index changes. The slab grows
+//! only while its slots awaiting reclamation number at most its linked keys plus a
+//! slack (a guard held for long holds reclamation back; the shard then refuses new
+//! keys rather than grow), and `compact` frees its last chunks once every slot of
+//! theirs is free again. The index is
 //! rebuilt (into a new array, sized for the keys it holds) when its words in use,
 //! tombstones included, pass 7/8 of it; the old array is retired to the epoch
 //! collector, as is each entry that is unlinked: its slot is reused only once no
@@ -85,6 +89,16 @@ mod loom_collector {
     pub struct Guard<'c>(PhantomData<&'c Collector>);
 }
 
+/// Hands what this thread has retired to the collector now, rather than when its
+/// batch fills: reclaimed once every guard entered before now (`guard` included)
+/// is gone.
+pub fn flush(guard: &Guard<'_>) {
+    #[cfg(not(loom))]
+    seize::Guard::flush(guard);
+    #[cfg(loom)]
+    let _ = guard;
+}
+
 /// An index word that was never used: a probe stops here.
 const EMPTY: u32 = 0;
 /// An index word whose key was unlinked: a probe goes on past it.
@@ -98,6 +112,8 @@ const MAX_SLOTS: usize = SLOT_MASK as usize - 1;
 const FIRST_CHUNK: usize = 8;
 /// Chunks a shard can have: enough for `MAX_SLOTS`.
 const CHUNKS: usize = 22;
+/// The default slack of a shard (see `Shard::with_slack`).
+pub const DEFAULT_SLACK: usize = 1024;
 /// The smallest index (words); under loom, 4, so that a model rebuilds the index
 /// after three insertions.
 const MIN_INDEX: usize = if cfg!(loom) { 4 } else { 16 };
@@ -300,6 +316,10 @@ struct Writer {
     fresh: usize,
     /// Reclaimed slots ready for reuse.
     free: Vec<u32>,
+    /// Slots awaiting reclamation (unlinked, not yet reclaimed) the slab may hold
+    /// beyond as many as its linked keys before it refuses to grow (see
+    /// `take_slot`).
+    slack: usize,
     /// Under loom, what was retired (kept until the shard drops).
     #[cfg(loom)]
     limbo: Vec<Retired>,
@@ -318,8 +338,9 @@ pub struct Shard<K, V> {
     /// rebuilds.
     index: AtomicUsize,
     /// The slab's chunks (the address of their first entry, 0 until allocated).
-    /// Each is written once, by a holder of the lock, before any word pointing into
-    /// it is published, and read after such a word is acquired (or under the
+    /// Each is written by a holder of the lock: when its chunk is allocated, before
+    /// any word pointing into it is published, and when `compact` frees it, once no
+    /// thread can reach it; it is read after such a word is acquired (or under the
     /// lock): no atomic needed (loom checks this). With the index address, the
     /// first seven (up to 1 016 slots) share the shard's first cache line.
     chunks: [UnsafeCell<usize>; CHUNKS],
@@ -335,8 +356,17 @@ unsafe impl<K: Send, V: Send> Send for Shard<K, V> {}
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Shard<K, V> {}
 
 impl<K, V> Shard<K, V> {
-    /// An empty shard.
+    /// An empty shard, with the default slack (see `with_slack`).
     pub fn new() -> Self {
+        Self::with_slack(DEFAULT_SLACK)
+    }
+
+    /// An empty shard whose slab grows only while its slots awaiting reclamation
+    /// number at most its linked keys plus `slack`: a reader that holds its epoch
+    /// guard for long (a paused thread) holds back the reclamation of every slot
+    /// unlinked meanwhile, and without a bound the slab would grow by one slot per
+    /// insertion for as long.
+    pub fn with_slack(slack: usize) -> Self {
         Self {
             index: AtomicUsize::new(Index::allocate(MIN_INDEX)),
             chunks: std::array::from_fn(|_| UnsafeCell::new(0)),
@@ -345,6 +375,7 @@ impl<K, V> Shard<K, V> {
                 used: 0,
                 fresh: 0,
                 free: Vec::new(),
+                slack,
                 #[cfg(loom)]
                 limbo: Vec::new(),
             }),
@@ -628,7 +659,13 @@ impl<K: Hash + Eq, V> Shard<K, V> {
             if let Some(slot) = writer.free.pop() {
                 return Some(slot as usize);
             }
-            if slot >= MAX_SLOTS {
+            // Every slot below `fresh` is now linked or awaiting reclamation (none is
+            // free): grow only while those awaiting are at most the linked keys plus
+            // the slack. Beyond, readers are holding reclamation back (a guard held
+            // for long) and the slab would grow with every insertion; the insertion
+            // is refused instead, as if the shard were full.
+            let awaiting = writer.fresh - writer.live;
+            if slot >= MAX_SLOTS || awaiting > writer.live + writer.slack {
                 return None;
             }
             let new = allocate_chunk::<K, V>(chunk);
@@ -641,6 +678,41 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         }
         writer.fresh += 1;
         Some(slot)
+    }
+
+    /// Moves every slot the collector has reclaimed into the free list, then
+    /// frees the slab's last chunks while every slot of theirs is free (the first
+    /// chunk stays): memory follows the keys stored, also after a flood. Returns
+    /// the bytes freed.
+    pub fn compact(&self) -> usize {
+        let mut writer = self.lock();
+        self.collect_reclaimed(&mut writer);
+        let mut freed = 0;
+        loop {
+            let (top, at) = chunk_of(writer.fresh.saturating_sub(1));
+            if writer.fresh == 0 || top == 0 {
+                return freed;
+            }
+            let start = writer.fresh - at - 1;
+            let used = writer.fresh - start;
+            if writer.free.iter().filter(|&&slot| slot as usize >= start).count() < used {
+                return freed;
+            }
+            writer.free.retain(|&slot| (slot as usize) < start);
+            writer.fresh = start;
+            let address = self.chunk_address(top);
+            // SAFETY: every slot of the chunk that was used is free: its entry was
+            // reclaimed (dropped after every guard that could reach it was gone) and
+            // collected, so no thread can reach the chunk, nor will one set a bit of
+            // its bitmap again; its slots above `fresh` were never used. Only holders
+            // of the lock write a chunk's address; the next `take_slot` that needs
+            // the chunk allocates it again before publishing a word into it.
+            unsafe { free_chunk::<K, V>(top, address) };
+            // SAFETY: only holders of the lock write a chunk's address; no reader
+            // reads this one (none can reach the chunk, see above).
+            self.chunks[top].with_mut(|address| unsafe { *address = 0 });
+            freed += chunk_layout::<K, V>(top).0.size();
+        }
     }
 
     /// Moves every slot the collector has reclaimed into the free list.
