@@ -1044,6 +1044,45 @@ mod tests {
     }
 
     #[test]
+    fn the_slab_stops_growing_while_reclamation_is_held_back_and_gives_chunks_back() {
+        let shard = Shard::<u64, u64>::with_slack(16);
+        let collector = Collector::new().batch_size(1);
+        let hasher = RandomState::new();
+        let pinned = collector.enter(); // holds back every reclamation
+        let (mut inserted, mut refused) = (0u64, 0);
+        for key in 0..if cfg!(miri) { 200 } else { 2_000u64 } {
+            let guard = collector.enter();
+            let hash = hasher.hash_one(key);
+            match shard.try_insert(hash, key, key, || true, &hasher, &guard) {
+                Ok(_) => inserted += 1,
+                Err(Inserted::Full) => refused += 1,
+                Err(_) => unreachable!("a new key, admitted"),
+            }
+            if key >= 8 {
+                // Eight keys linked at a time; each one unlinked awaits reclamation.
+                let old = key - 8;
+                shard.remove_if(hasher.hash_one(old), &old, |_, _| true, &guard);
+            }
+        }
+        let fresh = shard.lock().fresh;
+        assert!(refused > 0 && fresh <= 2 * (8 + 16) + 8, "{fresh} slots for 8 keys and a slack of 16");
+        drop(pinned);
+        // Reclaimed once the pin is gone: the shard takes keys again, into reused slots.
+        for key in 10_000..10_100u64 {
+            let guard = collector.enter();
+            let hash = hasher.hash_one(key);
+            assert!(shard.try_insert(hash, key, key, || true, &hasher, &guard).is_ok(), "{inserted} inserted before");
+            assert!(shard.remove_if(hash, &key, |_, _| true, &guard).is_some());
+        }
+        // Everything unlinked and reclaimed: the chunks past the first are freed.
+        drop(collector);
+        shard.compact();
+        let writer = shard.lock();
+        assert!(writer.fresh <= FIRST_CHUNK, "{} slots kept", writer.fresh);
+        assert!(shard.chunk_address(1) == 0);
+    }
+
+    #[test]
     fn a_lookup_on_a_replaced_index_stays_valid() {
         let shard = Shard::<u64, u64>::new();
         let collector = Collector::new();
