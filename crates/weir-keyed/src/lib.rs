@@ -160,12 +160,16 @@
 //! over the store, at least 64 a shard); beyond, the shard refuses new keys as a
 //! full store does ([`DenyReason::KeyCapacity`], or the overflow limiter), even
 //! under [`AtCapacity::EvictIdle`] with idle keys stored, until the guard is gone.
-//! So memory stays bounded by `max_keys` whatever arrives and whatever runs: at
-//! most about twice `max_keys` entries plus the slack (a slab's chunks double as
-//! it grows). `tests/pinned_memory.rs` floods 200 000 new keys into a store of
-//! 1 000 while a `for_each` callback is paused: 0.74 MB above the full store's
-//! 0.09 MB at the peak, where every evicted key stayed in memory before (17.5 MB).
-//! A sweep gives back a shard's slab chunks once every slot in them is free again.
+//! So whatever arrives and whatever runs, a shard's slab stays within four times
+//! the most keys it has held plus twice its slack (a slab grows by doubling), and
+//! the keys and states awaiting reclamation within its keys plus its slack.
+//! `tests/pinned_memory.rs` floods 200 000 new keys into a store of 1 000 while a
+//! `for_each` callback is paused: 0.74 MB above the full store's 0.09 MB at the
+//! peak, where every evicted key stayed in memory before (17.5 MB). [`Keyed::sweep`]
+//! and [`Keyed::sweep_all`] give back a shard's last slab chunks once every slot
+//! in them is free again (new keys take the lowest free slots, so that the last
+//! chunks drain): after that flood and a sweep, the store holds no more than
+//! before it.
 //!
 //! A user `Hash`, `Eq` or `Clone` that panics fails the call it panics in, and
 //! nothing else: no place in the bound, slot, hot slot or key is lost or leaked

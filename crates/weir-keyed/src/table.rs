@@ -739,6 +739,9 @@ impl<K: Hash + Eq, V> Shard<K, V> {
                 }
             }
         }
+        // Lowest last, so that it is taken first (`take_slot` pops): new entries
+        // fill the first chunks, and the last ones drain for `compact` to free.
+        writer.free.sort_unstable_by(|a, b| b.cmp(a));
     }
 
     /// Writes a new entry into `slot`.
