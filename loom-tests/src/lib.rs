@@ -18,7 +18,8 @@ pub use history::{Span, interleavings, linearizations};
 /// `window_eviction.rs`): the production `Keyed` (its `check_n`, sweeps, `remove`
 /// and promotion) over the small model map weir-keyed uses under loom in place of
 /// its table (the table's own protocol is modelled in `keyed_eviction.rs`'s
-/// `mod table`), on a clock frozen at 0.
+/// `mod table`), on a clock frozen at 0, and one model on a clock that moves
+/// (`keyed_moving_clock.rs`).
 #[cfg(all(loom, feature = "keyed"))]
 pub mod keyed {
     use loom::sync::Arc;
@@ -62,6 +63,49 @@ pub mod keyed {
             let admitted = checker.join().unwrap() + mine;
             sweeper.join().unwrap();
             assert_eq!(admitted, 2);
+        });
+    }
+
+    /// A check of a key racing with a sweep of the same key while the clock moves:
+    /// the key's limit is spent at 0; one thread moves the clock to `idle_at` (the key
+    /// is then idle) and sweeps; another checks the limit again, meanwhile; then the
+    /// limit is checked once more at `idle_at`. The key's own limiter, given the
+    /// readings the store decided at, admits the limit twice in every interleaving:
+    /// the racing check was decided at 0 (denied) or at `idle_at` (admitted, and the
+    /// last check denied). A store that decided a fresh state (after the eviction)
+    /// at a reading from before it would admit three times.
+    pub fn a_check_racing_an_eviction_as_the_clock_moves<A>(make: fn() -> A, idle_at: std::time::Duration)
+    where
+        A: KeyedAlgorithm + Send + Sync + 'static,
+        A::State: Send + Sync + 'static,
+    {
+        use weir_core::ManualClock;
+        loom::model(move || {
+            let clock = ManualClock::new();
+            let algorithm = make();
+            let limit = algorithm.limit();
+            let store = Arc::new(Keyed::with_hasher(
+                algorithm,
+                KeyedConfig::builder(4).build().unwrap(),
+                clock.clone(),
+                Hasher::default(),
+            ));
+            assert!(store.check_n(&1, limit).unwrap().is_allowed());
+            let sweeper = {
+                let (store, clock) = (store.clone(), clock.clone());
+                loom::thread::spawn(move || {
+                    clock.advance(idle_at);
+                    store.sweep()
+                })
+            };
+            let racing = store.check_n(&1, limit).unwrap().is_allowed();
+            sweeper.join().unwrap();
+            let last = store.check_n(&1, limit).unwrap().is_allowed();
+            let admitted = 1 + racing as u32 + last as u32;
+            assert_eq!(
+                admitted, 2,
+                "the limit admitted {admitted} times in one period (racing: {racing}, last: {last})"
+            );
         });
     }
 }

@@ -7,7 +7,9 @@
 //!
 //! At a clock frozen at 0 no state that admitted anything is ever idle, so whatever
 //! the interleaving, a key admits at most its burst; and eviction only drops idle
-//! states, so it never loses an admission either.
+//! states, so it never loses an admission either. The models in
+//! `keyed_moving_clock.rs` move the clock past a key's idle time while a check of
+//! the key races with its eviction.
 #![cfg(all(loom, feature = "keyed"))]
 
 use loom::sync::Arc;

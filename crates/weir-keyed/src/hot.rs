@@ -524,7 +524,10 @@ impl sealed::Sealed<GcraAlgorithm> for HotKeys {
     {
         // Only this state's hot stripes: a newer state of the key may have its own.
         let owner = owner_of(state);
-        if store.hot_keys.remove_if(hash, key, |_, stripes| stripes.owner() == owner, guard).is_some() {
+        // By the stripes' owner: no key is compared (the key is already unlinked and
+        // counted, so nothing may unwind here).
+        let _ = key;
+        if store.hot_keys.remove_value(hash, |stripes| stripes.owner() == owner, guard) {
             // Ordering: Relaxed; the count publishes nothing, and its bound is kept
             // by the CAS in `try_promote`.
             store.hot_count.fetch_sub(1, Ordering::Relaxed);
@@ -653,7 +656,7 @@ where
         let shard = &self.shards[index];
         let state = match shard.get(hash, key, &guard) {
             Some(state) => state,
-            None => match self.insert(shard, hash, key, &guard) {
+            None => match self.insert(shard, hash, key, None, &guard) {
                 Ok((state, inserted)) => {
                     if inserted {
                         self.note_new_key(index, state, self.clock.now());
@@ -728,7 +731,10 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if self.hot_keys.remove_if(hash, key, |_, current| std::ptr::eq(current, stripes), guard).is_some() {
+        // By identity: no key is compared (this runs after a retirement, when
+        // nothing may unwind).
+        let _ = key;
+        if self.hot_keys.remove_value(hash, |current| std::ptr::eq(current, stripes), guard) {
             // Ordering: Relaxed; see `forget`.
             self.hot_count.fetch_sub(1, Ordering::Relaxed);
         }
@@ -799,6 +805,16 @@ where
                 Err(actual) => count = actual,
             }
         }
+        /// Gives back the hot slot reserved above if the key's `Clone`, `Hash` or
+        /// `Eq` (user code, run by the insertion below) panics.
+        struct Reserved<'a>(&'a AtomicUsize);
+        impl Drop for Reserved<'_> {
+            fn drop(&mut self) {
+                // Ordering: Relaxed; see `forget`.
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        let reserved = Reserved(&self.hot_count);
         let owner = owner_of(state);
         let mut dropped_stale = false;
         let ours = loop {
@@ -826,10 +842,12 @@ where
             }
         };
         let Some(ours) = ours else {
-            // Ordering: Relaxed; give back the reservation (see `forget`).
-            self.hot_count.fetch_sub(1, Ordering::Relaxed);
+            // Gives back the reservation.
+            drop(reserved);
             return;
         };
+        // The slot is the inserted stripes' from here on (`drop_hot` gives it back).
+        std::mem::forget(reserved);
         if !promote(state, ours) {
             // Retired or promoted meanwhile: ours was never used.
             self.drop_hot(hash, key, ours, guard);
@@ -857,7 +875,10 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        shard.get(hash, key, guard).is_some_and(|current| std::ptr::eq(current, state))
+        // By identity (a state belongs to one key): no key is compared, so this runs
+        // no user code (it runs after a promotion, when nothing may unwind).
+        let _ = key;
+        shard.holds_value(hash, |current| std::ptr::eq(current, state), guard)
     }
 
     /// Evicts a hot key idle at `now` (its bucket idle, every lease expired), if

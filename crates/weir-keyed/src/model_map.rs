@@ -27,6 +27,15 @@ pub(crate) struct Shard<K, V> {
 }
 
 impl<K: Eq, V> Shard<K, V> {
+    pub(crate) fn with_slack(_slack: usize) -> Self {
+        Self::new()
+    }
+
+    /// Nothing to give back: entries are kept until the map drops.
+    pub(crate) fn compact(&self) -> usize {
+        0
+    }
+
     pub(crate) fn new() -> Self {
         Self { arena: (0..CAPACITY).map(|_| OnceLock::new()).collect(), linked: Mutex::new(Vec::new()) }
     }
@@ -93,6 +102,33 @@ impl<K: Eq, V> Shard<K, V> {
             return None;
         }
         Some(self.entry(linked.swap_remove(at)).1)
+    }
+
+    /// Unlinks the entry whose value satisfies `matches`, comparing no key.
+    pub(crate) fn remove_value(&self, _hash: u64, mut matches: impl FnMut(&V) -> bool, _guard: &Guard<'_>) -> bool {
+        let mut linked = self.linked.lock().unwrap();
+        match linked.iter().position(|&slot| matches(self.entry(slot).1)) {
+            Some(at) => {
+                linked.swap_remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Unlinks the entry whose value is `value` (the position is the table's hint).
+    pub(crate) fn remove_at(&self, _at: usize, value: &V, guard: &Guard<'_>) -> bool {
+        self.remove_value(0, |current| std::ptr::eq(current, value), guard)
+    }
+
+    /// Whether the entry whose value satisfies `matches` is linked.
+    pub(crate) fn holds_value(&self, _hash: u64, mut matches: impl FnMut(&V) -> bool, _guard: &Guard<'_>) -> bool {
+        self.linked.lock().unwrap().iter().any(|&slot| matches(self.entry(slot).1))
+    }
+
+    /// [`iter`](Self::iter), with a position for each entry.
+    pub(crate) fn iter_at<'g>(&'g self, guard: &'g Guard<'_>) -> impl Iterator<Item = (usize, &'g K, &'g V)> + 'g {
+        self.iter(guard).enumerate().map(|(at, (key, value))| (at, key, value))
     }
 
     /// A snapshot of the entries at one instant (which the table's weakly

@@ -39,13 +39,33 @@ where
     /// assert!(store.is_empty());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    ///
+    /// Each task holds one epoch guard for its shards; once every task is done, the
+    /// shards give back the slab chunks the sweep emptied, as `sweep_all`'s do.
     pub fn par_sweep_all(&self) -> usize {
         let now = self.clock.now();
-        (0..self.shards.len())
+        let evicted = (0..self.shards.len())
             .into_par_iter()
             .with_min_len(SHARDS_PER_TASK)
-            .map_init(|| self.collector.enter(), |guard, index| self.sweep_shard(index, now, guard, None).0)
-            .sum()
+            .map_init(
+                || self.collector.enter(),
+                |guard, index| {
+                    let evicted = self.sweep_shard(index, now, guard, None).0;
+                    if evicted > 0 {
+                        // Reclaimed once the guards allow, not when this worker's
+                        // batch fills.
+                        crate::table::flush(guard);
+                    }
+                    evicted
+                },
+            )
+            .sum();
+        if evicted > 0 {
+            self.shards.par_iter().with_min_len(SHARDS_PER_TASK).for_each(|shard| {
+                shard.compact();
+            });
+        }
+        evicted
     }
 
     /// [`for_each`](Self::for_each) with the shards spread over rayon's thread

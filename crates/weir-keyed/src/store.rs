@@ -28,6 +28,15 @@ const KEYS_PER_SHARD: usize = 512;
 /// The most shards a store uses.
 const MAX_SHARDS: usize = 1 << 16;
 
+/// Slots awaiting reclamation a store's slabs may hold beyond as many as its keys,
+/// spread over its shards (at least `MIN_SHARD_SLACK` each): room for what threads
+/// retire and the collector has not reclaimed yet (each thread retires in batches
+/// of `RETIRE_BATCH`), without which a store would refuse new keys in a churn; and
+/// the most a guard held for long (which holds all reclamation back) can make the
+/// slabs grow by, beyond twice the keys stored (see `Shard::with_slack`).
+const SLAB_SLACK: usize = 4096;
+const MIN_SHARD_SLACK: usize = 64;
+
 /// Entries and indexes retired by a thread before the collector looks for ones to
 /// reclaim (each look costs a process-wide memory barrier, a system call): the
 /// collector's default, 32, made a sweep that evicts millions of keys spend most
@@ -276,7 +285,8 @@ where
     /// time origin must be this clock's), hashing keys with `hasher`.
     pub fn with_hasher(algorithm: A, config: KeyedConfig, clock: C, hasher: S) -> Self {
         let shards = config.max_keys.div_ceil(KEYS_PER_SHARD).next_power_of_two().min(MAX_SHARDS);
-        let shards: Vec<_> = (0..shards).map(|_| Shard::new()).collect();
+        let slack = (SLAB_SLACK / shards).max(MIN_SHARD_SLACK);
+        let shards: Vec<_> = (0..shards).map(|_| Shard::with_slack(slack)).collect();
         let bounds = (0..shards.len()).map(|_| IdleBound::new()).collect();
         Self {
             collector: new_collector(),
@@ -338,12 +348,9 @@ where
         let hash = self.hash(key);
         let index = self.shard_index(hash);
         let shard = &self.shards[index];
-        let guard = self.collector.enter();
+        let mut guard = self.collector.enter();
+        let mut owned = None;
         loop {
-            // One clock reading decides the check (read again only on the rare retry
-            // after an eviction, so that the fresh state decides at a time after the
-            // retirement it replaces).
-            let now = self.clock.now();
             let (state, inserted) = match shard.get(hash, key, &guard) {
                 Some(state) => (state, false),
                 None => {
@@ -351,12 +358,30 @@ where
                     if n > limit {
                         return Err(InsufficientCapacity { requested: n, capacity: limit });
                     }
-                    match self.insert(shard, hash, key, &guard) {
+                    if owned.is_none() {
+                        // The key's `Clone` is user code, which may take long: run it
+                        // outside the guard, which would hold back the reclamation of
+                        // everything unlinked meanwhile; then look again.
+                        drop(guard);
+                        owned = Some(key.to_owned());
+                        guard = self.collector.enter();
+                        continue;
+                    }
+                    match self.insert(shard, hash, key, owned.take(), &guard) {
                         Ok(found) => found,
                         Err(Full) => return self.at_capacity(n),
                     }
                 }
             };
+            // One clock reading decides the check, taken once the state is found (or
+            // inserted). A state found was linked, so any eviction of the key's
+            // earlier state (which judged it idle at a reading of its own) happened
+            // before this reading: a fresh state is never decided at a reading from
+            // before the eviction that let it in, where it would admit a burst the
+            // key's own limiter never would. (A reading taken before the lookup
+            // could be older than the eviction.) Read again on the rare retry after
+            // an eviction, for the same reason.
+            let now = self.clock.now();
             let checked = self.hot.check_n(&self.algorithm, state, n, &now);
             if inserted {
                 // After the new key's first check: from now on a sweep of its shard
@@ -506,10 +531,17 @@ where
 
     /// Calls `f` with every stored key and its state now (for metrics). Weakly
     /// consistent: keys inserted or removed meanwhile may or may not be seen.
+    ///
+    /// Each shard (about 512 keys) is visited under an epoch guard of its own, which
+    /// `f` runs inside: while `f` is paused, slots unlinked anywhere in the store
+    /// are not reclaimed, and each shard's slab takes new keys only while its slots
+    /// awaiting reclamation are at most its keys plus a slack; beyond, new keys are
+    /// refused as at a full store ([`DenyReason::KeyCapacity`]) until `f` returns.
+    /// Memory stays bounded by `max_keys` either way.
     pub fn for_each(&self, mut f: impl FnMut(&K, Snapshot)) {
         let now = self.clock.now();
-        let guard = self.collector.enter();
         for shard in self.shards.iter() {
+            let guard = self.collector.enter();
             for (key, state) in shard.iter(&guard) {
                 if !self.algorithm.is_retired(state) {
                     f(key, self.snapshot_of(|| self.hash(key), key, state, now, &guard));
@@ -580,7 +612,10 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let removed = shard.remove_if(hash, key, |_, current| std::ptr::eq(current, state), guard).is_some();
+        // By the state's identity: no key is compared (no user code runs, so nothing
+        // unwinds between a state's retirement and its unlinking).
+        let _ = key;
+        let removed = shard.remove_value(hash, |current| std::ptr::eq(current, state), guard);
         if removed {
             // Ordering: Relaxed; see `remove`.
             self.live.fetch_sub(1, Ordering::Relaxed);
@@ -591,11 +626,14 @@ where
     /// Inserts a fresh state for `key` within the bound; returns the state now
     /// stored for `key` and whether this call inserted it (or another thread did
     /// first).
+    /// `owned`, if given, is `key` already cloned (outside the guard); a retry
+    /// after making room clones it again.
     pub(crate) fn insert<'g, Q>(
         &self,
         shard: &'g Shard<K, A::State>,
         hash: u64,
         key: &Q,
+        mut owned: Option<K>,
         guard: &'g Guard<'_>,
     ) -> Result<(&'g A::State, bool), Full>
     where
@@ -609,7 +647,7 @@ where
             // place taken for this very key.
             let inserted = shard.try_insert(
                 hash,
-                key.to_owned(),
+                owned.take().unwrap_or_else(|| key.to_owned()),
                 self.algorithm.new_state(),
                 || self.take_place(),
                 &self.hasher,
@@ -627,9 +665,13 @@ where
                 }
                 Err(Inserted::Full) => {
                     // Ordering: Relaxed; give back the place (see `remove`). The
-                    // shard's slab is at its limit (only for stores of more than 2⁴⁰
-                    // keys): as full as the store.
+                    // shard's slab is at its limit (its slots awaiting reclamation
+                    // are at their bound while a guard held for long holds
+                    // reclamation back, or the slab has 2²⁴ slots): as full as the
+                    // store. Hand this thread's retirements to the collector now, so
+                    // that they are reclaimed as soon as the guards allow.
                     self.live.fetch_sub(1, Ordering::Relaxed);
+                    crate::table::flush(guard);
                     return Err(Full);
                 }
             }

@@ -7,7 +7,7 @@ use crate::{HotKeyMode, Keyed, KeyedAlgorithm, SweeperError};
 use std::hash::{BuildHasher, Hash};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-use weir_core::__private::sync::{AtomicBool, AtomicU64, Ordering};
+use weir_core::__private::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use weir_core::{Clock, Nanos};
 use weir_gcra::__private::StateKind;
 
@@ -37,6 +37,35 @@ impl IdleBound {
         // Ordering: Relaxed; a bound read late is one a concurrent insertion had not
         // lowered yet: the search then comes before that insertion.
         now.as_u64() < self.no_idle_before_ns.load(Ordering::Relaxed)
+    }
+}
+
+/// Keys a sweep unlinked, given back to the store's count when it drops.
+struct Evicted<'a> {
+    live: &'a AtomicUsize,
+    count: usize,
+}
+
+impl Evicted<'_> {
+    /// Gives the places back now; returns how many.
+    fn settle(mut self) -> usize {
+        let count = std::mem::take(&mut self.count);
+        self.give_back(count);
+        count
+    }
+
+    fn give_back(&self, count: usize) {
+        if count > 0 {
+            // Ordering: Relaxed; see `Keyed::remove` (the count lags the unlinking by
+            // the shard's sweep: the store only looks fuller for that long).
+            self.live.fetch_sub(count, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Evicted<'_> {
+    fn drop(&mut self) {
+        self.give_back(self.count);
     }
 }
 
@@ -74,15 +103,34 @@ where
     pub fn sweep(&self) -> usize {
         // Ordering: Relaxed; a round-robin ticket, publishing nothing.
         let next = self.cursor.fetch_add(1, Ordering::Relaxed);
-        let guard = self.collector.enter();
-        self.sweep_shard(next & (self.shards.len() - 1), self.clock.now(), &guard, None).0
+        self.sweep_one(next & (self.shards.len() - 1))
     }
 
     /// Sweeps every shard for idle keys; returns how many were evicted. Runs
-    /// concurrently with checks (nothing is locked); O(keys).
+    /// concurrently with checks (nothing is locked); O(keys). Each shard is swept
+    /// under an epoch guard of its own (a sweep never holds reclamation back for
+    /// longer than one shard's sweep), and gives back the slab chunks it emptied.
     pub fn sweep_all(&self) -> usize {
-        let guard = self.collector.enter();
-        (0..self.shards.len()).map(|i| self.sweep_shard(i, self.clock.now(), &guard, None).0).sum()
+        (0..self.shards.len()).map(|i| self.sweep_one(i)).sum()
+    }
+
+    /// Sweeps shard `index` under a guard of its own; once the guard is gone,
+    /// frees the shard's slab chunks that the collector has emptied.
+    fn sweep_one(&self, index: usize) -> usize {
+        let evicted = {
+            let guard = self.collector.enter();
+            let evicted = self.sweep_shard(index, self.clock.now(), &guard, None).0;
+            if evicted > 0 {
+                // What it unlinked is reclaimed once the guards allow (this one
+                // first), not when this thread's batch fills.
+                crate::table::flush(&guard);
+            }
+            evicted
+        };
+        if evicted > 0 {
+            self.shards[index].compact();
+        }
+        evicted
     }
 
     /// Evicts the keys of shard `index` idle at `now`; with the right to publish,
@@ -99,16 +147,20 @@ where
         let bound = &self.bounds[index];
         // Ordering: Acquire; see `publish_bound`.
         let insertions = bound.insertions.load(Ordering::Acquire);
-        let (mut evicted, mut no_idle_before) = (0, u64::MAX);
-        for (key, state) in shard.iter(guard) {
+        // Unlinked keys are counted once for the shard (a sweep that evicts many keys
+        // writes the shared count once, not per key), when `evicted` drops: also if
+        // a user `Hash` or `Eq` panics on a later key (looking at a hot key runs
+        // them, before anything is retired).
+        let mut evicted = Evicted { live: &self.live, count: 0 };
+        let mut no_idle_before = u64::MAX;
+        for (at, key, state) in shard.iter_at(guard) {
             let retired = self.algorithm.try_retire(state, now)
                 || H::try_retire_hot(self, || self.hash(key), key, state, now, guard);
             if retired {
-                // Unlinked here and counted once for the shard below: a sweep that
-                // evicts many keys writes the shared count once, not per key.
-                let hash = self.hash(key);
-                if shard.remove_if(hash, key, |_, current| std::ptr::eq(current, state), guard).is_some() {
-                    evicted += 1;
+                // Unlinked by position and identity: no user code runs between the
+                // retirement and the unlinking, so neither can be left half done.
+                if shard.remove_at(at, state, guard) {
+                    evicted.count += 1;
                 }
             } else if publishing.is_some()
                 && self.algorithm.is_idle(state, Nanos::new(no_idle_before.saturating_sub(1)))
@@ -119,11 +171,7 @@ where
                 no_idle_before = no_idle_before.min(at.as_u64());
             }
         }
-        if evicted > 0 {
-            // Ordering: Relaxed; see `remove` (the count lags the unlinking above by
-            // this shard's sweep: the store only looks fuller for that long).
-            self.live.fetch_sub(evicted, Ordering::Relaxed);
-        }
+        let evicted = evicted.settle();
         match publishing {
             Some(_) => (evicted, self.publish_bound(bound, no_idle_before, insertions)),
             None => (evicted, UNKNOWN),

@@ -16,7 +16,11 @@
 //!
 //! The slab is a list of chunks (8, 16, 32, … entries) allocated as the shard
 //! grows and never moved, so a reference to an entry stays valid while the epoch
-//! guard it was found under is held, however the index changes. The index is
+//! guard it was found under is held, however the index changes. The slab grows
+//! only while its slots awaiting reclamation number at most its linked keys plus a
+//! slack (a guard held for long holds reclamation back; the shard then refuses new
+//! keys rather than grow), and `compact` frees its last chunks once every slot of
+//! theirs is free again. The index is
 //! rebuilt (into a new array, sized for the keys it holds) when its words in use,
 //! tombstones included, pass 7/8 of it; the old array is retired to the epoch
 //! collector, as is each entry that is unlinked: its slot is reused only once no
@@ -83,6 +87,22 @@ mod loom_collector {
 
     /// Stands for an epoch guard.
     pub struct Guard<'c>(PhantomData<&'c Collector>);
+
+    /// Stands for leaving the epoch (the store drops a guard early, so that user
+    /// code runs outside it).
+    impl Drop for Guard<'_> {
+        fn drop(&mut self) {}
+    }
+}
+
+/// Hands what this thread has retired to the collector now, rather than when its
+/// batch fills: reclaimed once every guard entered before now (`guard` included)
+/// is gone.
+pub fn flush(guard: &Guard<'_>) {
+    #[cfg(not(loom))]
+    seize::Guard::flush(guard);
+    #[cfg(loom)]
+    let _ = guard;
 }
 
 /// An index word that was never used: a probe stops here.
@@ -98,6 +118,8 @@ const MAX_SLOTS: usize = SLOT_MASK as usize - 1;
 const FIRST_CHUNK: usize = 8;
 /// Chunks a shard can have: enough for `MAX_SLOTS`.
 const CHUNKS: usize = 22;
+/// The default slack of a shard (see `Shard::with_slack`).
+pub const DEFAULT_SLACK: usize = 1024;
 /// The smallest index (words); under loom, 4, so that a model rebuilds the index
 /// after three insertions.
 const MIN_INDEX: usize = if cfg!(loom) { 4 } else { 16 };
@@ -300,6 +322,10 @@ struct Writer {
     fresh: usize,
     /// Reclaimed slots ready for reuse.
     free: Vec<u32>,
+    /// Slots awaiting reclamation (unlinked, not yet reclaimed) the slab may hold
+    /// beyond as many as its linked keys before it refuses to grow (see
+    /// `take_slot`).
+    slack: usize,
     /// Under loom, what was retired (kept until the shard drops).
     #[cfg(loom)]
     limbo: Vec<Retired>,
@@ -318,8 +344,9 @@ pub struct Shard<K, V> {
     /// rebuilds.
     index: AtomicUsize,
     /// The slab's chunks (the address of their first entry, 0 until allocated).
-    /// Each is written once, by a holder of the lock, before any word pointing into
-    /// it is published, and read after such a word is acquired (or under the
+    /// Each is written by a holder of the lock: when its chunk is allocated, before
+    /// any word pointing into it is published, and when `compact` frees it, once no
+    /// thread can reach it; it is read after such a word is acquired (or under the
     /// lock): no atomic needed (loom checks this). With the index address, the
     /// first seven (up to 1 016 slots) share the shard's first cache line.
     chunks: [UnsafeCell<usize>; CHUNKS],
@@ -335,8 +362,17 @@ unsafe impl<K: Send, V: Send> Send for Shard<K, V> {}
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Shard<K, V> {}
 
 impl<K, V> Shard<K, V> {
-    /// An empty shard.
+    /// An empty shard, with the default slack (see `with_slack`).
     pub fn new() -> Self {
+        Self::with_slack(DEFAULT_SLACK)
+    }
+
+    /// An empty shard whose slab grows only while its slots awaiting reclamation
+    /// number at most its linked keys plus `slack`: a reader that holds its epoch
+    /// guard for long (a paused thread) holds back the reclamation of every slot
+    /// unlinked meanwhile, and without a bound the slab would grow by one slot per
+    /// insertion for as long.
+    pub fn with_slack(slack: usize) -> Self {
         Self {
             index: AtomicUsize::new(Index::allocate(MIN_INDEX)),
             chunks: std::array::from_fn(|_| UnsafeCell::new(0)),
@@ -345,6 +381,7 @@ impl<K, V> Shard<K, V> {
                 used: 0,
                 fresh: 0,
                 free: Vec::new(),
+                slack,
                 #[cfg(loom)]
                 limbo: Vec::new(),
             }),
@@ -445,15 +482,27 @@ impl<K, V> Shard<K, V> {
     /// Every entry linked now (weakly consistent: entries linked or unlinked
     /// meanwhile may or may not be seen; entries linked throughout are).
     pub fn iter<'g>(&'g self, guard: &'g Guard<'_>) -> impl Iterator<Item = (&'g K, &'g V)> + 'g {
+        self.iter_at(guard).map(|(_, key, value)| (key, value))
+    }
+
+    /// [`iter`](Self::iter), with each entry's position in the index (for
+    /// `remove_at`).
+    pub fn iter_at<'g>(&'g self, guard: &'g Guard<'_>) -> impl Iterator<Item = (usize, &'g K, &'g V)> + 'g {
         let index = self.index(guard);
         (0..index.len()).filter_map(move |at| {
             // Ordering: SeqCst; see `find`.
             let word = index.word(at).load(FIND);
             (word > TOMBSTONE).then(|| {
                 let (key, value) = self.entry(slot_of(word), guard);
-                (key, value)
+                (at, key, value)
             })
         })
+    }
+
+    /// Whether the entry on `hash`'s probe path whose value satisfies `matches` is
+    /// linked. Runs no user code.
+    pub fn holds_value(&self, hash: u64, mut matches: impl FnMut(&V) -> bool, guard: &Guard<'_>) -> bool {
+        self.find(self.index(guard), hash, |_, v| matches(v), guard).is_some()
     }
 
     fn lock(&self) -> MutexGuard<'_, Writer> {
@@ -482,9 +531,16 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         guard: &'g Guard<'_>,
     ) -> Result<&'g V, Inserted<'g, V>> {
         let mut writer = self.lock();
-        let index = self.index(guard);
+        let mut index = self.index(guard);
         if let Some((_, (_, held))) = self.find(index, hash, |k, _| *k == key, guard) {
             return Err(Inserted::Held(held));
+        }
+        // Room in the index first: a rebuild hashes the shard's keys (user code,
+        // which may panic), so it runs before anything is taken for the new key (a
+        // place in the store's bound, a slot): a panic there takes nothing, and
+        // leaves the shard as it was.
+        if (writer.used + 1) * 8 > index.len() * 7 {
+            index = self.rebuild(&mut writer, index, hasher, guard);
         }
         if !admit() {
             return Err(Inserted::Refused);
@@ -492,15 +548,12 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         let Some(slot) = self.take_slot(&mut writer) else {
             return Err(Inserted::Full);
         };
+        // From here on no user code runs (the key is moved, not cloned or hashed):
+        // nothing can unwind between taking the slot and linking it.
         // SAFETY: the slot is fresh or reclaimed: no reference to its entry exists
         // (fresh: never published; reclaimed: every guard that could have found it
         // is gone), and only this thread, holding the lock, writes it.
         unsafe { self.write_entry(slot, key, value) };
-        let index = if (writer.used + 1) * 8 > index.len() * 7 {
-            self.rebuild(&mut writer, index, hasher, guard)
-        } else {
-            index
-        };
         let word = word_of(hash, slot);
         let len = index.len();
         let mut at = home(hash, len);
@@ -541,6 +594,53 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         let mut writer = self.lock();
         let index = self.index(guard);
         let (at, entry) = self.find(index, hash, |k, v| k.borrow() == key && remove(k, v), guard)?;
+        self.unlink_at(&mut writer, index, at, guard);
+        Some(&entry.1)
+    }
+
+    /// Unlinks the entry on `hash`'s probe path whose value satisfies `matches`
+    /// (the first such); returns whether one was. Runs no user code (no key is
+    /// compared or hashed): what an eviction uses once it has retired a state, when
+    /// nothing may unwind before the key is unlinked and counted.
+    pub fn remove_value(&self, hash: u64, matches: impl FnMut(&V) -> bool, guard: &Guard<'_>) -> bool {
+        let mut matches = matches;
+        let mut writer = self.lock();
+        let index = self.index(guard);
+        match self.find(index, hash, |_, v| matches(v), guard) {
+            Some((at, _)) => {
+                self.unlink_at(&mut writer, index, at, guard);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Unlinks the entry whose value is `value` (found by iteration at position
+    /// `at`, see `iter_at`); returns whether it was linked. Runs no user code: at
+    /// `at` if the index is the one iterated, else (rebuilt meanwhile, rare) by a
+    /// scan of the whole index.
+    pub fn remove_at(&self, at: usize, value: &V, guard: &Guard<'_>) -> bool {
+        let mut writer = self.lock();
+        let index = self.index(guard);
+        let holds = |at: usize| {
+            // Ordering: Relaxed; only writers change words, and this thread holds
+            // the lock.
+            let word = index.word(at).load(Ordering::Relaxed);
+            word > TOMBSTONE && ptr::eq(&self.entry(slot_of(word), guard).1, value)
+        };
+        let found = if at < index.len() && holds(at) { Some(at) } else { (0..index.len()).find(|&at| holds(at)) };
+        match found {
+            Some(at) => {
+                self.unlink_at(&mut writer, index, at, guard);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Turns word `at` of `index` (the current one, a key's word) into a tombstone
+    /// and retires its entry. The caller holds the lock.
+    fn unlink_at(&self, writer: &mut Writer, index: Index<'_>, at: usize, guard: &Guard<'_>) {
         // Ordering: Relaxed; only writers change words.
         let word = index.word(at).load(Ordering::Relaxed);
         // Ordering: Release; orders nothing that readers need, but keeps the
@@ -548,8 +648,7 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         // it visible to readers that enter after the retirement).
         index.word(at).store(TOMBSTONE, Ordering::Release);
         writer.live -= 1;
-        self.retire_slot(&mut writer, slot_of(word), guard);
-        Some(&entry.1)
+        self.retire_slot(writer, slot_of(word), guard);
     }
 
     /// Takes a slot for a new entry: a reclaimed one, or the next fresh one in the
@@ -566,7 +665,13 @@ impl<K: Hash + Eq, V> Shard<K, V> {
             if let Some(slot) = writer.free.pop() {
                 return Some(slot as usize);
             }
-            if slot >= MAX_SLOTS {
+            // Every slot below `fresh` is now linked or awaiting reclamation (none is
+            // free): grow only while those awaiting are at most the linked keys plus
+            // the slack. Beyond, readers are holding reclamation back (a guard held
+            // for long) and the slab would grow with every insertion; the insertion
+            // is refused instead, as if the shard were full.
+            let awaiting = writer.fresh - writer.live;
+            if slot >= MAX_SLOTS || awaiting > writer.live + writer.slack {
                 return None;
             }
             let new = allocate_chunk::<K, V>(chunk);
@@ -579,6 +684,41 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         }
         writer.fresh += 1;
         Some(slot)
+    }
+
+    /// Moves every slot the collector has reclaimed into the free list, then
+    /// frees the slab's last chunks while every slot of theirs is free (the first
+    /// chunk stays): memory follows the keys stored, also after a flood. Returns
+    /// the bytes freed.
+    pub fn compact(&self) -> usize {
+        let mut writer = self.lock();
+        self.collect_reclaimed(&mut writer);
+        let mut freed = 0;
+        loop {
+            let (top, at) = chunk_of(writer.fresh.saturating_sub(1));
+            if writer.fresh == 0 || top == 0 {
+                return freed;
+            }
+            let start = writer.fresh - at - 1;
+            let used = writer.fresh - start;
+            if writer.free.iter().filter(|&&slot| slot as usize >= start).count() < used {
+                return freed;
+            }
+            writer.free.retain(|&slot| (slot as usize) < start);
+            writer.fresh = start;
+            let address = self.chunk_address(top);
+            // SAFETY: every slot of the chunk that was used is free: its entry was
+            // reclaimed (dropped after every guard that could reach it was gone) and
+            // collected, so no thread can reach the chunk, nor will one set a bit of
+            // its bitmap again; its slots above `fresh` were never used. Only holders
+            // of the lock write a chunk's address; the next `take_slot` that needs
+            // the chunk allocates it again before publishing a word into it.
+            unsafe { free_chunk::<K, V>(top, address) };
+            // SAFETY: only holders of the lock write a chunk's address; no reader
+            // reads this one (none can reach the chunk, see above).
+            self.chunks[top].with_mut(|address| unsafe { *address = 0 });
+            freed += chunk_layout::<K, V>(top).0.size();
+        }
     }
 
     /// Moves every slot the collector has reclaimed into the free list.
@@ -605,6 +745,9 @@ impl<K: Hash + Eq, V> Shard<K, V> {
                 }
             }
         }
+        // Lowest last, so that it is taken first (`take_slot` pops): new entries
+        // fill the first chunks, and the last ones drain for `compact` to free.
+        writer.free.sort_unstable_by(|a, b| b.cmp(a));
     }
 
     /// Writes a new entry into `slot`.
@@ -638,6 +781,17 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         // insertions (or unlinks, which leave tombstones) away.
         let len = (keys + keys / 2).max(MIN_INDEX).next_multiple_of(MIN_INDEX);
         let address = Index::allocate(len);
+        /// Frees the new array if the rehash below unwinds (a user `Hash` that
+        /// panics): it was never published.
+        struct Unpublished(usize);
+        impl Drop for Unpublished {
+            fn drop(&mut self) {
+                // SAFETY: allocated by `Index::allocate` and never published: no
+                // other thread can reach it.
+                unsafe { Index::free(self.0) };
+            }
+        }
+        let unpublished = Unpublished(address);
         // SAFETY: just allocated; this thread initialized its length word.
         let new = unsafe { Index::<'g>::at(address) };
         let mut used = 0;
@@ -659,6 +813,7 @@ impl<K: Hash + Eq, V> Shard<K, V> {
             new.word(to).store(word, Ordering::Relaxed);
             used += 1;
         }
+        std::mem::forget(unpublished);
         writer.used = used;
         // Ordering: Release publishes the new array's words (and, through them, the
         // entries they point to) to readers that load the address (Acquire).
@@ -895,6 +1050,45 @@ mod tests {
         }
         let writer = shard.lock();
         assert!(writer.fresh < 256, "{} slots used for 32 keys at a time", writer.fresh);
+    }
+
+    #[test]
+    fn the_slab_stops_growing_while_reclamation_is_held_back_and_gives_chunks_back() {
+        let shard = Shard::<u64, u64>::with_slack(16);
+        let collector = Collector::new().batch_size(1);
+        let hasher = RandomState::new();
+        let pinned = collector.enter(); // holds back every reclamation
+        let (mut inserted, mut refused) = (0u64, 0);
+        for key in 0..if cfg!(miri) { 200 } else { 2_000u64 } {
+            let guard = collector.enter();
+            let hash = hasher.hash_one(key);
+            match shard.try_insert(hash, key, key, || true, &hasher, &guard) {
+                Ok(_) => inserted += 1,
+                Err(Inserted::Full) => refused += 1,
+                Err(_) => unreachable!("a new key, admitted"),
+            }
+            if key >= 8 {
+                // Eight keys linked at a time; each one unlinked awaits reclamation.
+                let old = key - 8;
+                shard.remove_if(hasher.hash_one(old), &old, |_, _| true, &guard);
+            }
+        }
+        let fresh = shard.lock().fresh;
+        assert!(refused > 0 && fresh <= 2 * (8 + 16) + 8, "{fresh} slots for 8 keys and a slack of 16");
+        drop(pinned);
+        // Reclaimed once the pin is gone: the shard takes keys again, into reused slots.
+        for key in 10_000..10_100u64 {
+            let guard = collector.enter();
+            let hash = hasher.hash_one(key);
+            assert!(shard.try_insert(hash, key, key, || true, &hasher, &guard).is_ok(), "{inserted} inserted before");
+            assert!(shard.remove_if(hash, &key, |_, _| true, &guard).is_some());
+        }
+        // Everything unlinked and reclaimed: the chunks past the first are freed.
+        drop(collector);
+        shard.compact();
+        let writer = shard.lock();
+        assert!(writer.fresh <= FIRST_CHUNK, "{} slots kept", writer.fresh);
+        assert!(shard.chunk_address(1) == 0);
     }
 
     #[test]

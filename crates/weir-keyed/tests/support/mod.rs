@@ -1,6 +1,7 @@
 //! What several of weir-keyed's test files share.
+#![allow(dead_code)] // each test file uses some of it
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use weir_core::{Clock, ManualClock, Nanos};
 
@@ -14,16 +15,35 @@ pub struct HookClock {
     pub inner: ManualClock,
     countdown: Arc<AtomicI64>,
     hook: Hook,
+    /// Whether the armed reading is taken before its hook runs (and so is stale
+    /// once the hook has moved the time): a caller that read the clock and then
+    /// stalled.
+    stale: Arc<AtomicBool>,
 }
 
 impl HookClock {
     pub fn new() -> Self {
-        Self { inner: ManualClock::new(), countdown: Default::default(), hook: Default::default() }
+        Self {
+            inner: ManualClock::new(),
+            countdown: Default::default(),
+            hook: Default::default(),
+            stale: Default::default(),
+        }
     }
 
     /// Runs `hook` inside the `nth` reading from now (1: the next one).
     pub fn arm(&self, nth: i64, hook: impl FnOnce() + Send + 'static) {
         *self.hook.lock().unwrap() = Some(Box::new(hook));
+        self.stale.store(false, Ordering::SeqCst);
+        self.countdown.store(nth, Ordering::SeqCst);
+    }
+
+    /// Runs `hook` just after the `nth` reading from now is taken, and returns that
+    /// reading: the caller reads the clock, stalls while `hook` runs (and may move
+    /// the time), then goes on with the reading it took.
+    pub fn arm_stale(&self, nth: i64, hook: impl FnOnce() + Send + 'static) {
+        *self.hook.lock().unwrap() = Some(Box::new(hook));
+        self.stale.store(true, Ordering::SeqCst);
         self.countdown.store(nth, Ordering::SeqCst);
     }
 }
@@ -31,9 +51,13 @@ impl HookClock {
 impl Clock for HookClock {
     fn now(&self) -> Nanos {
         if self.countdown.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let reading = self.inner.now();
             let hook = self.hook.lock().unwrap().take();
             if let Some(hook) = hook {
                 hook();
+            }
+            if self.stale.load(Ordering::SeqCst) {
+                return reading;
             }
         }
         self.inner.now()
