@@ -380,13 +380,18 @@ impl RateLimitLayerBuilder {
     /// `.skip_methods([Method::OPTIONS])` lets CORS preflights through, which
     /// otherwise count as any request does. Adds to the methods given before.
     ///
+    /// **Do not exempt `HEAD`** (nor any method a handler serves): axum answers a
+    /// `HEAD` request with the route's `GET` handler (it runs; its body is dropped),
+    /// so an exempt `HEAD` runs the `GET` handler without limit. Methods compare
+    /// exactly, as HTTP's are case-sensitive: `OPTIONS`, not `options`.
+    ///
     /// ```
     /// use http::Method;
     /// use weir_tower::{Policy, RateLimitLayer};
     ///
     /// let layer = RateLimitLayer::builder()
     ///     .policy(Policy::builder("api").build()?)
-    ///     .skip_methods([Method::OPTIONS, Method::HEAD])
+    ///     .skip_methods([Method::OPTIONS])
     ///     .build()?;
     /// # let _ = layer;
     /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -50,7 +50,8 @@
 //! ["OPTIONS"]` in the file), paths with
 //! [`skip_path`](RateLimitLayerBuilder::skip_path), anything with
 //! [`skip`](RateLimitLayerBuilder::skip); an exempted request carries no
-//! `RateLimit` headers.
+//! `RateLimit` headers. Do not exempt `HEAD`: axum answers it with the `GET`
+//! handler, which would then run unlimited.
 //!
 //! # Keys: who the client is
 //!
