@@ -134,9 +134,10 @@
 //! called, the request is
 //! admitted for good. [`until_ready`](wait::until_ready),
 //! [`until_key_ready`](wait::until_key_ready) and [`FifoWait`](wait::FifoWait)
-//! dropped consume nothing (an admitting check ends the wait in the same poll) and
-//! leave no line. Each is dropped at every await in the tests
-//! (`weir_testkit::each_cancellation`).
+//! dropped leave no line; over an in-memory limiter they consume nothing (an
+//! admitting check ends the wait in the same poll), over a remote store at most
+//! what a check already sent admits (see [`wait`], "Cancellation"). Each is dropped
+//! at every await in the tests (`weir_testkit::each_cancellation`).
 //!
 //! # Configuration
 //!

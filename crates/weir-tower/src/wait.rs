@@ -26,6 +26,14 @@
 //! with the line. For a line that also paces, use weir-leaky's `Throttle` (the
 //! middleware's throttle mode).
 //!
+//! **Cancellation.** A wait dropped at any await (its client went away) leaves no
+//! place in a line. Over an in-memory limiter ([`until_ready`], or
+//! [`until_key_ready`] over an in-memory store) it consumed nothing: a check that
+//! admits ends the wait in the same poll. Over a store whose check awaits (a remote
+//! store, such as Redis, charges a check when it arrives), a wait dropped while a
+//! check is in flight may have consumed what that check admits (at most `n`, one
+//! check's worth): the reply that would say so, and end the wait, never comes.
+//!
 //! ```
 //! use std::time::Duration;
 //! use weir_core::{Limiter, Quota, TokioClock};
