@@ -97,9 +97,14 @@
 //! the least remaining is what the headers report. A refusal reports, of every limit
 //! and quota that refuses the request, the one with the longest wait: a per-second
 //! and a per-minute limit both spent say the minute's wait, not the second's after
-//! which the retry would be refused again. The limits after the first that refuses
-//! are asked for their wait without consuming anything (one whose snapshot has room
-//! is passed over; a remote store is checked, and an admission given back at once).
+//! which the retry would be refused again. The in-memory limits after the first
+//! that refuses are asked for their wait without consuming anything (one whose
+//! snapshot has room is passed over; another is checked, and an admission given
+//! back at once). What would cost more than a read of memory is not asked, so that
+//! a refused request makes no work a refusal did not make before: a later remote
+//! store (a round trip per refusal, and an admission there may not be given back)
+//! and a tier not in the cache (a lookup) say nothing, and `Retry-After` is the
+//! longest wait of the limits asked.
 //!
 //! **Tiers.** [`Tiers`] map a client to a plan (free / pro / enterprise) with your
 //! async lookup, cached (300 s by default, bounded, with a failure policy).

@@ -586,7 +586,7 @@ impl CompiledPolicy {
                 }
                 Ok(decision) => {
                     held.give_back().await;
-                    let (i, decision) = self.longest_wait(i, decision, &held.keys, &mut held.tiers).await;
+                    let (i, decision) = self.longest_wait(i, decision, &held.keys, &mut held.tiers);
                     return self.denied(i, decision, &mut held.keys, &held.tiers, legacy);
                 }
                 Err(error) => {
@@ -620,8 +620,9 @@ impl CompiledPolicy {
                 }
                 Ok(decision) => {
                     self.refund_now(keys, tiers, &mut admitted);
-                    let (i, decision) = self.longest_wait_now(i, decision, keys, tiers);
-                    return self.denied(i, decision, keys, tiers, legacy);
+                    let mut tiers = *tiers;
+                    let (i, decision) = self.longest_wait(i, decision, keys, &mut tiers);
+                    return self.denied(i, decision, keys, &tiers, legacy);
                 }
                 Err(error) => {
                     self.refund_now(keys, tiers, &mut admitted);
@@ -635,11 +636,16 @@ impl CompiledPolicy {
 
     /// Of limit `denier`'s denial and the denials of the limits after it, the one
     /// with the longest wait, and its limit: a request retried after the first
-    /// denial's wait would be refused again by a later limit with a longer one. Each
-    /// later limit is asked as [`wait_of`] says (consuming nothing); a tiered limit
-    /// whose tier is not cached is looked up (the lookup the retry would make), and
-    /// one whose lookup fails, or a throttle, says nothing.
-    async fn longest_wait(
+    /// denial's wait would be refused again by a later limit with a longer one.
+    ///
+    /// Only what costs nothing but a read of memory is asked, so that a refused
+    /// request cannot make more work than it did before it was refused: each later
+    /// in-memory store as [`local_wait_of`](Self::local_wait_of) says (consuming nothing). A remote store
+    /// is not asked (each refusal would cost it a round trip, and a check admitted
+    /// there may not be given back), nor is a tier looked up: a tiered limit is
+    /// asked only if the client's tier is cached (then written to `tiers`). A
+    /// throttle says nothing.
+    fn longest_wait(
         &self,
         denier: usize,
         denial: Decision,
@@ -652,10 +658,10 @@ impl CompiledPolicy {
             if let LimitKind::Tiered(t) = &self.limits[i].limit.kind
                 && tiers[i].is_none()
             {
-                tiers[i] = t.resolve(key).await.ok();
+                tiers[i] = t.cached(key);
             }
-            let Some(store) = self.store_of(i, tiers) else { continue };
-            if let Some(decision) = wait_of(store, key, self.cost).await
+            let Some(store) = self.store_of(i, tiers).and_then(Store::as_local) else { continue };
+            if let Some(decision) = self.local_wait_of(store, key)
                 && decision.retry_after() > longest.1.retry_after()
             {
                 longest = (i, decision);
@@ -664,27 +670,26 @@ impl CompiledPolicy {
         longest
     }
 
-    /// [`longest_wait`](Self::longest_wait) for a request whose stores are all in
-    /// memory and whose tiers are known: asked here and now.
-    fn longest_wait_now(
-        &self,
-        denier: usize,
-        denial: Decision,
-        keys: &Keys,
-        tiers: &[Option<usize>; MAX_LIMITS],
-    ) -> (usize, Decision) {
-        let mut longest = (denier, denial);
-        for (i, key) in keys.iter().enumerate().take(self.limits.len()).skip(denier + 1) {
-            let (Some(key), Some(store)) = (key, self.store_of(i, tiers).and_then(Store::as_local)) else {
-                continue;
-            };
-            if let Some(decision) = local_wait_of(store, key, self.cost)
-                && decision.retry_after() > longest.1.retry_after()
-            {
-                longest = (i, decision);
-            }
+    /// The denial `store` would give this policy's request for `key`, consuming
+    /// nothing: `None` if it would admit it (its snapshot has room, or a check
+    /// admitted it and was given back at once) or fails. A refund that fails is
+    /// logged (the admission then stays spent).
+    fn local_wait_of(&self, store: &(dyn KeyedLimiter<Key> + Send + Sync), key: &Key) -> Option<Decision> {
+        let n = self.cost;
+        if store.snapshot(key).remaining() >= n {
+            return None;
         }
-        longest
+        let decision = store.check_n(key, n).ok()?;
+        if decision.is_allowed() {
+            if let Err(error) = store.refund(key, n, &decision) {
+                tracing::warn!(
+                    target: "weir_tower", policy = %self.name, key = %key, %error,
+                    "refund failed: a check made only to learn a wait stays spent"
+                );
+            }
+            return None;
+        }
+        Some(decision)
     }
 
     /// The refusal for limit `i`'s denial.
@@ -778,37 +783,6 @@ impl CompiledPolicy {
             .collect();
         HeaderValue::from_str(&items.join(", ")).unwrap_or(HeaderValue::from_static(""))
     }
-}
-
-/// The denial `store` would give a request of cost `n` for `key`, consuming
-/// nothing: `None` if it would admit it (its snapshot has room, or a check admitted
-/// it and was given back at once) or fails.
-fn local_wait_of(store: &(dyn KeyedLimiter<Key> + Send + Sync), key: &Key, n: u64) -> Option<Decision> {
-    if store.snapshot(key).remaining() >= n {
-        return None;
-    }
-    let decision = store.check_n(key, n).ok()?;
-    if decision.is_allowed() {
-        let _ = store.refund(key, n, &decision);
-        return None;
-    }
-    Some(decision)
-}
-
-/// [`local_wait_of`] for any store: a remote store is checked (it has no snapshot
-/// without waiting), and an admission given back at once. Dropped while that refund
-/// waits, the admission stays spent, as a remote admission of a dropped request
-/// does (see [`Held`]).
-async fn wait_of(store: &Store, key: &Key, n: u64) -> Option<Decision> {
-    if let Some(local) = store.as_local() {
-        return local_wait_of(local, key, n);
-    }
-    let decision = store.check_n(key, n).await.ok()?;
-    if decision.is_allowed() {
-        let _ = store.refund(key, n, &decision).await;
-        return None;
-    }
-    Some(decision)
 }
 
 #[cfg(test)]
