@@ -151,6 +151,20 @@ impl Shared {
                     None,
                 )
             }
+            Refusal::ThrottleFull { retry_after, key } => {
+                // As a store full of other keys: no line of this client's to describe.
+                tracing::debug!(
+                    target: "weir_tower", policy, key = %key, path,
+                    retry_after_s = retry_after_secs(retry_after), "refused: the throttle is full of other keys"
+                );
+                self.respond(
+                    parts,
+                    policy,
+                    (Cause::KeyCapacity, "throttle", Some(&key), None, Some(retry_after)),
+                    None,
+                    None,
+                )
+            }
             Refusal::Unavailable { error, key } => {
                 tracing::warn!(target: "weir_tower", policy, key = %key, path, %error, "rate limiter unavailable");
                 self.respond(parts, policy, (Cause::Unavailable, "", Some(&key), None, None), None, None)

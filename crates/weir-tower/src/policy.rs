@@ -5,11 +5,11 @@ use crate::ip::ClientIp;
 use crate::key::{Key, KeySource, MissingKey};
 use crate::response::{RateLimitHeaders, policy_item, problem_tail, sf_string};
 use crate::store::{Store, StoreError};
-use crate::throttle::KeyedThrottle;
+use crate::throttle::{Away, KeyedThrottle, Line, Turn};
 use crate::tier::Tiers;
 use core::fmt;
 use http::HeaderValue;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use weir_core::{Decision, KeyedLimiter};
 
@@ -462,6 +462,28 @@ impl Drop for Held<'_> {
     }
 }
 
+/// The turns a request took in its throttles' lines, one per limit. Dropped before
+/// the request is admitted (refused by a later throttle, or dropped while it waits
+/// in a later line), it gives each back, the latest first (see [`Turn`]).
+struct Turns<'a>([Option<Turn<'a>>; MAX_LIMITS]);
+
+impl Turns<'_> {
+    /// Spends every turn: the request is admitted.
+    fn keep(&mut self) {
+        for turn in self.0.iter_mut().filter_map(Option::take) {
+            turn.keep();
+        }
+    }
+}
+
+impl Drop for Turns<'_> {
+    fn drop(&mut self) {
+        for turn in self.0.iter_mut().rev() {
+            drop(turn.take());
+        }
+    }
+}
+
 /// A request's keys, one per limit (`None`: skipped).
 pub(crate) type Keys = [Option<Key>; MAX_LIMITS];
 
@@ -475,6 +497,8 @@ pub(crate) enum Refusal {
     Denied { decision: Decision, limit: usize, tier: Option<usize>, key: Key, headers: RateLimitHeaders },
     /// A throttle turned the request away.
     TurnedAway { retry_after: Duration, key: Key },
+    /// A throttle's map was full of other keys' throttles in use.
+    ThrottleFull { retry_after: Duration, key: Key },
     /// A store or a tier lookup failed.
     Unavailable { error: StoreError, key: Key },
 }
@@ -544,6 +568,11 @@ impl CompiledPolicy {
     /// waits (the client went away), it gives back what in-memory stores admitted.
     pub(crate) async fn decide(&self, keys: Keys, tiers: [Option<usize>; MAX_LIMITS], legacy: bool) -> Verdict {
         let n = self.cost;
+        // The lines of the throttles waited in, then the turns taken in them: a turn
+        // borrows its line, and is given back unless the request is admitted (see
+        // `Turns`). Declared in this order so that the turns are dropped first.
+        let lines: [OnceLock<Arc<Line>>; MAX_LIMITS] = Default::default();
+        let mut turns = Turns(Default::default());
         let mut held = Held { policy: self, keys, tiers, admitted: [None; MAX_LIMITS] };
         let mut best: Option<(usize, Decision)> = None;
         for (i, limit) in self.limits.iter().enumerate() {
@@ -568,14 +597,27 @@ impl CompiledPolicy {
                         None => continue,
                     }
                 }
-                LimitKind::Throttle(throttle) => match throttle.acquire(key).await {
-                    Ok(()) => continue,
-                    Err(away) => {
-                        held.give_back().await;
-                        let key = held.keys[i].take().unwrap_or_else(Key::global);
-                        return Verdict::Refused(Refusal::TurnedAway { retry_after: away.retry_after, key });
+                LimitKind::Throttle(throttle) => {
+                    let turn = match throttle.line_of(key) {
+                        Ok(line) => lines[i].get_or_init(|| line).turn(throttle.max_wait()).await,
+                        Err(away) => Err(away),
+                    };
+                    match turn {
+                        Ok(turn) => {
+                            turns.0[i] = Some(turn);
+                            continue;
+                        }
+                        Err(away) => {
+                            // The turns taken are given back when `turns` is dropped.
+                            held.give_back().await;
+                            let key = held.keys[i].take().unwrap_or_else(Key::global);
+                            return Verdict::Refused(match away {
+                                Away::Turned { retry_after } => Refusal::TurnedAway { retry_after, key },
+                                Away::Keys { retry_after } => Refusal::ThrottleFull { retry_after, key },
+                            });
+                        }
                     }
-                },
+                }
             };
             match store.check_n(key, n).await {
                 Ok(decision) if decision.is_allowed() => {
@@ -597,6 +639,7 @@ impl CompiledPolicy {
             }
         }
         held.admitted = [None; MAX_LIMITS]; // admitted for good
+        turns.keep();
         self.allowed(best, &held.keys, &held.tiers, legacy)
     }
 

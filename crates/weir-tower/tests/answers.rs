@@ -10,7 +10,7 @@ use std::time::Duration;
 use tower::{ServiceExt, service_fn};
 use weir_core::{AllOf, ManualClock, Quota};
 use weir_keyed::{AtCapacity, KeyedConfig, KeyedFixedWindow, KeyedGcra};
-use weir_tower::{Key, KeySource, Limit, PeerAddr, Policy, RateLimitLayer, Store};
+use weir_tower::{Key, KeySource, KeyedThrottle, Limit, PeerAddr, Policy, RateLimitLayer, Store};
 
 /// Sends `request` through `layer` around a service that answers `ok`.
 async fn send(layer: &RateLimitLayer, request: Request<()>) -> Response<Bytes> {
@@ -199,4 +199,22 @@ async fn exempted_methods_do_not_count() {
         assert_eq!(header(&response, "x-ratelimit-remaining"), Some(remaining.to_string().as_str()));
     }
     assert_eq!(send(&layer, get("/", &[])).await.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// A throttled request whose turn would come after its `max_wait` is told the wait
+/// until its turn, not a whole emission interval: one per minute, the next turn 10 s
+/// away, says `Retry-After: 10` (it said 60).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_throttle_timeout_says_the_wait_until_the_turn() {
+    let throttle = KeyedThrottle::builder(Quota::per_minute(1).unwrap(), 4).max_wait(Duration::from_secs(1)).build();
+    let policy = Policy::builder("api").limit(Limit::throttle(KeySource::global(), throttle.unwrap())).build();
+    let layer = RateLimitLayer::new(policy.unwrap());
+    assert_eq!(send(&layer, get("/", &[])).await.status(), StatusCode::OK);
+    tokio::time::advance(Duration::from_secs(50)).await;
+    let refused = send(&layer, get("/", &[])).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&refused, "retry-after"), Some("10"));
+    // And it is true: 9 s later the turn is 1 s away, within `max_wait`.
+    tokio::time::advance(Duration::from_secs(9)).await;
+    assert_eq!(send(&layer, get("/", &[])).await.status(), StatusCode::OK);
 }

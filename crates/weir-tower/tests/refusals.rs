@@ -1,6 +1,8 @@
 //! What a refused request costs, called in process (tower's `oneshot`): nothing
-//! taken from the other limits of its policy, no round trip to a later remote
-//! store, no tier lookup.
+//! taken from the other limits of its policy (a throttle's slot included, whether
+//! a later throttle turns the request away or the request is dropped in its line),
+//! no round trip to a later remote store, no tier lookup; and a full throttle map is
+//! answered as a full store is.
 
 use bytes::Bytes;
 use core::convert::Infallible;
@@ -15,7 +17,8 @@ use weir_core::{
     Snapshot,
 };
 use weir_keyed::{KeyedConfig, KeyedFixedWindow};
-use weir_tower::{Key, KeySource, Limit, PeerAddr, Policy, RateLimitLayer, Store, Tiers};
+use weir_testkit::poll_times;
+use weir_tower::{Key, KeySource, KeyedThrottle, Limit, PeerAddr, Policy, RateLimitLayer, Store, Tiers};
 
 fn service(
     layer: &RateLimitLayer,
@@ -58,6 +61,63 @@ fn fixed(limit: u64, clock: &ManualClock) -> Arc<KeyedFixedWindow<Key, ManualClo
         )
         .unwrap(),
     )
+}
+
+// ---------------------------------------------------------------------------
+// Two throttles in one policy: a slot taken for a request that is then refused or
+// dropped is given back.
+// ---------------------------------------------------------------------------
+
+/// Throttle A (per client, 1/min) admits client `two`'s request at once; throttle B
+/// (global, 1/s, no wait) turns it away. Once B has room, client `two` is admitted
+/// at once: A's slot was given back. (It stayed spent: A refused `two` for 60 s.)
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_throttles_slot_is_given_back_when_a_later_throttle_turns_the_request_away() {
+    let a =
+        Arc::new(KeyedThrottle::builder(Quota::per_minute(1).unwrap(), 4).max_wait(Duration::ZERO).build().unwrap());
+    let b = KeyedThrottle::builder(Quota::per_second(1).unwrap(), 1).max_wait(Duration::ZERO).build().unwrap();
+    let policy = Policy::builder("api")
+        .limit(Limit::throttle_shared(KeySource::header("x-c"), Arc::clone(&a)))
+        .limit(Limit::throttle(KeySource::global(), b))
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(policy);
+    assert_eq!(send(&layer, get_req(&[("x-c", b"one")])).await.status(), StatusCode::OK);
+    let refused = send(&layer, get_req(&[("x-c", b"two")])).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS, "B (global) turns request 2 away");
+    assert_eq!(header(&refused, "retry-after"), Some("1"), "B's wait");
+    tokio::time::advance(Duration::from_secs(1)).await; // B has room again
+    let retry = send(&layer, get_req(&[("x-c", b"two")])).await;
+    assert_eq!(retry.status(), StatusCode::OK, "A refused (Retry-After {:?})", header(&retry, "retry-after"));
+    // And A paces `two` from the admitted request on.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(send(&layer, get_req(&[("x-c", b"two")])).await.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// Request 2 passes throttle A at once, then waits its turn in B (1 s) and is
+/// dropped there (its client went away): it leaves no place in B's line, and A's
+/// slot is given back. (It stayed spent: A refused `two` for 60 s.)
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_throttles_slot_is_given_back_when_the_request_is_dropped_in_a_later_throttles_line() {
+    let a = Arc::new(
+        KeyedThrottle::builder(Quota::per_minute(1).unwrap(), 4).max_wait(Duration::from_secs(5)).build().unwrap(),
+    );
+    let b = Arc::new(
+        KeyedThrottle::builder(Quota::per_second(1).unwrap(), 4).max_wait(Duration::from_secs(5)).build().unwrap(),
+    );
+    let policy = Policy::builder("api")
+        .limit(Limit::throttle_shared(KeySource::header("x-c"), Arc::clone(&a)))
+        .limit(Limit::throttle_shared(KeySource::global(), Arc::clone(&b)))
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(policy);
+    assert_eq!(send(&layer, get_req(&[("x-c", b"one")])).await.status(), StatusCode::OK);
+    let dropped = poll_times(send(&layer, get_req(&[("x-c", b"two")])), 1).await;
+    assert!(dropped.is_none(), "parked in B's line, then dropped");
+    assert_eq!(b.waiting(&Key::global()), 0);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let next = send(&layer, get_req(&[("x-c", b"two")])).await;
+    assert_eq!(next.status(), StatusCode::OK, "A refused (Retry-After {:?})", header(&next, "retry-after"));
 }
 
 // ---------------------------------------------------------------------------
@@ -262,3 +322,28 @@ async fn refusals_leave_later_in_memory_limits_as_they_were() {
     assert_eq!(KeyedLimiter::snapshot(&*later, &Key::global()).remaining(), 4);
 }
 
+// ---------------------------------------------------------------------------
+// A full throttle map.
+// ---------------------------------------------------------------------------
+
+/// A keyed throttle whose map is full of keys in use turns a new key away as a
+/// full store does: `503 Too Many Clients`, a Retry-After, no RateLimit fields.
+/// (It was a 429 "rate limit exhausted" for a client never seen.)
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_full_throttle_map_answers_503_too_many_clients() {
+    let throttle =
+        KeyedThrottle::builder(Quota::per_minute(1).unwrap(), 1).max_wait(Duration::ZERO).max_keys(1).build().unwrap();
+    let policy = Policy::builder("api").limit(Limit::throttle(KeySource::header("x-c"), throttle)).build().unwrap();
+    let layer = RateLimitLayer::new(policy);
+    assert_eq!(send(&layer, get_req(&[("x-c", b"a")])).await.status(), StatusCode::OK);
+    let b = send(&layer, get_req(&[("x-c", b"b")])).await;
+    assert_eq!(b.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(json(&b)["title"], "Too Many Clients", "{}", json(&b));
+    assert!(header(&b, "retry-after").is_some());
+    for name in ["ratelimit", "ratelimit-policy", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"] {
+        assert!(header(&b, name).is_none(), "{name}");
+    }
+    // Once `a`'s throttle is idle, `b` gets one.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    assert_eq!(send(&layer, get_req(&[("x-c", b"b")])).await.status(), StatusCode::OK);
+}
