@@ -125,18 +125,20 @@
 //! ([`DenyReason::KeyCapacity`](weir_core::DenyReason::KeyCapacity)) is not this
 //! client's rate: it is answered `503 Too Many Clients` ([`Rejection::KeyCapacity`]),
 //! with the store's `Retry-After` and no `RateLimit` fields (the client has no
-//! bucket they could describe).
+//! bucket they could describe); so is a new client of a [`KeyedThrottle`] whose map
+//! is full of throttles in use.
 //!
 //! # Cancellation
 //!
 //! A request's future may be dropped at any await (its client went away). What it
 //! leaves: no place in a throttle's line (a waiter at the head gives its slot
-//! back); nothing in an in-memory store, whose admissions made before the decision
-//! are given back by the drop; in a remote store, the admissions it already made
-//! for the request (a dropped request reached the server, and cost it a round
-//! trip: a client that always disconnects before its decision is still counted;
-//! a check sent and not yet answered may be counted too). Once the service is
-//! called, the request is
+//! back), no turn in an earlier throttle of its policy (given back, as is the turn
+//! of a request a later throttle turns away; see [`KeyedThrottle`]); nothing in an
+//! in-memory store, whose admissions made before the decision are given back by
+//! the drop; in a remote store, the admissions it already made for the request (a
+//! dropped request reached the server, and cost it a round trip: a client that
+//! always disconnects before its decision is still counted; a check sent and not
+//! yet answered may be counted too). Once the service is called, the request is
 //! admitted for good. [`until_ready`](wait::until_ready),
 //! [`until_key_ready`](wait::until_key_ready) and [`FifoWait`](wait::FifoWait)
 //! dropped leave no line; over an in-memory limiter they consume nothing (an
