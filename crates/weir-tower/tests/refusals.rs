@@ -1,8 +1,9 @@
 //! What a refused request costs, called in process (tower's `oneshot`): nothing
 //! taken from the other limits of its policy (a throttle's slot included, whether
 //! a later throttle turns the request away or the request is dropped in its line),
-//! no round trip to a later remote store, no tier lookup; and a full throttle map is
-//! answered as a full store is.
+//! no round trip to a later remote store, no tier lookup; a full throttle map is
+//! answered as a full store is; and, for every in-memory algorithm, the snapshot
+//! gate that lets a later limit be asked for its wait without consuming anything.
 
 use bytes::Bytes;
 use core::convert::Infallible;
@@ -346,4 +347,73 @@ async fn a_full_throttle_map_answers_503_too_many_clients() {
     // Once `a`'s throttle is idle, `b` gets one.
     tokio::time::advance(Duration::from_secs(60)).await;
     assert_eq!(send(&layer, get_req(&[("x-c", b"b")])).await.status(), StatusCode::OK);
+}
+
+// ---------------------------------------------------------------------------
+// The snapshot gate of "ask without consuming": a snapshot with room for `n` must
+// mean the check admits `n` (else a later limit's denial is passed over and the
+// Retry-After is too short); a check-and-refund must leave the state as it was.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn snapshot_room_matches_check_and_check_refund_is_exact_for_every_algorithm() {
+    use weir_keyed::{KeyedGcra, KeyedSlidingLog, KeyedSlidingWindow};
+    let quotas = [
+        Quota::per_second(5).unwrap(),
+        Quota::per_minute(7).unwrap().with_burst(3).unwrap(),
+        Quota::new(4, Duration::from_millis(1500)).unwrap(),
+    ];
+    for quota in quotas {
+        let clock = ManualClock::new();
+        let config = || KeyedConfig::builder(100).build().unwrap();
+        let mut stores: Vec<(&str, Box<dyn KeyedLimiter<Key>>)> =
+            vec![("gcra", Box::new(KeyedGcra::gcra_with_clock(quota, config(), clock.clone())))];
+        if quota.burst() == quota.count() {
+            stores.push((
+                "fixed",
+                Box::new(KeyedFixedWindow::fixed_window_with_clock(quota, config(), clock.clone()).unwrap()),
+            ));
+            stores.push((
+                "sliding",
+                Box::new(KeyedSlidingWindow::sliding_window_with_clock(quota, config(), clock.clone()).unwrap()),
+            ));
+            stores.push((
+                "log",
+                Box::new(KeyedSlidingLog::sliding_log_with_clock(quota, config(), clock.clone()).unwrap()),
+            ));
+        }
+        let key = Key::global();
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut rnd = move |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for _ in 0..4000 {
+            clock.advance(Duration::from_nanos(rnd(400_000_000)));
+            for (name, store) in &stores {
+                let limit = store.policies()[0].limit();
+                let n = 1 + rnd(limit);
+                let before = store.snapshot(&key);
+                let decision = store.check_n(&key, n).unwrap();
+                assert_eq!(
+                    before.remaining() >= n,
+                    decision.is_allowed(),
+                    "{name} {quota:?}: snapshot {} vs check of {n}",
+                    before.remaining()
+                );
+                if decision.is_allowed() {
+                    store.refund(&key, n, &decision).unwrap();
+                    let after = store.snapshot(&key);
+                    assert_eq!(after.remaining(), before.remaining(), "{name}: check+refund changed the state");
+                    // Keep it busy: spend a random part for real.
+                    let spend = rnd(limit + 1);
+                    if spend > 0 {
+                        let _ = store.check_n(&key, spend).unwrap();
+                    }
+                }
+            }
+        }
+    }
 }
