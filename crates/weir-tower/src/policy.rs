@@ -476,11 +476,19 @@ impl Turns<'_> {
     }
 }
 
-impl Drop for Turns<'_> {
-    fn drop(&mut self) {
+impl Turns<'_> {
+    /// Gives every turn back, the latest first (a turn given back after a later
+    /// claim of its line would be lost).
+    fn give_back(&mut self) {
         for turn in self.0.iter_mut().rev() {
             drop(turn.take());
         }
+    }
+}
+
+impl Drop for Turns<'_> {
+    fn drop(&mut self) {
+        self.give_back();
     }
 }
 
@@ -564,8 +572,9 @@ impl CompiledPolicy {
 
     /// Decides a request: checks every limit in order, refunds the admissions made
     /// before a denial, and picks the admission with the least remaining for the
-    /// headers. Waits on remote stores, tier lookups and throttles; dropped while it
-    /// waits (the client went away), it gives back what in-memory stores admitted.
+    /// headers. Waits on remote stores, tier lookups and throttles; refused, or
+    /// dropped while it waits (the client went away), it gives back what in-memory
+    /// stores admitted and the turns it took in throttles.
     pub(crate) async fn decide(&self, keys: Keys, tiers: [Option<usize>; MAX_LIMITS], legacy: bool) -> Verdict {
         let n = self.cost;
         // The lines of the throttles waited in, then the turns taken in them: a turn
@@ -608,7 +617,9 @@ impl CompiledPolicy {
                             continue;
                         }
                         Err(away) => {
-                            // The turns taken are given back when `turns` is dropped.
+                            // The turns first: they are given back exactly only while
+                            // nobody has claimed after them.
+                            turns.give_back();
                             held.give_back().await;
                             let key = held.keys[i].take().unwrap_or_else(Key::global);
                             return Verdict::Refused(match away {
@@ -683,11 +694,11 @@ impl CompiledPolicy {
     ///
     /// Only what costs nothing but a read of memory is asked, so that a refused
     /// request cannot make more work than it did before it was refused: each later
-    /// in-memory store as [`local_wait_of`](Self::local_wait_of) says (consuming nothing). A remote store
-    /// is not asked (each refusal would cost it a round trip, and a check admitted
-    /// there may not be given back), nor is a tier looked up: a tiered limit is
-    /// asked only if the client's tier is cached (then written to `tiers`). A
-    /// throttle says nothing.
+    /// in-memory store as [`local_wait_of`](Self::local_wait_of) says (consuming
+    /// nothing). A remote store is not asked (each refusal would cost it a round
+    /// trip, and a check admitted there may not be given back), nor is a tier
+    /// looked up: a tiered limit is asked only if the client's tier is cached (then
+    /// written to `tiers`). A throttle says nothing.
     fn longest_wait(
         &self,
         denier: usize,
