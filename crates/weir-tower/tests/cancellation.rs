@@ -12,7 +12,7 @@ use bytes::Bytes;
 use core::convert::Infallible;
 use core::future::Future;
 use http::{Request, Response, StatusCode};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -110,12 +110,15 @@ fn used(store: &KeyedFixedWindow<Key, ManualClock>) -> u64 {
     KeyedLimiter::<Key>::policies(store)[0].limit() - KeyedLimiter::<Key>::snapshot(store, &Key::global()).remaining()
 }
 
-/// How many requests reached the service.
-static SERVED: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    /// How many requests reached the service on this thread: each test runs on its
+    /// own thread (current-thread runtimes), so tests run at once do not count each
+    /// other's requests.
+    static SERVED: Cell<u64> = const { Cell::new(0) };
+}
 
 fn served() -> u64 {
-    // Ordering: Relaxed; read on the thread that served (current-thread runtimes).
-    SERVED.load(Ordering::Relaxed)
+    SERVED.with(Cell::get)
 }
 
 /// A request through `layer` around a service that yields twice before it answers
@@ -126,8 +129,7 @@ fn request(layer: &RateLimitLayer) -> impl Future<Output = Response<Bytes>> + us
     let service = tower::Layer::layer(
         layer,
         service_fn(|_: Request<()>| {
-            // Ordering: Relaxed; see `served`.
-            SERVED.fetch_add(1, Ordering::Relaxed);
+            SERVED.with(|served| served.set(served.get() + 1));
             async {
                 tokio::task::yield_now().await;
                 tokio::task::yield_now().await;
