@@ -2,7 +2,7 @@
 //!
 //! ```toml
 //! skip = ["/health"]                # paths never limited
-//! skip_methods = ["OPTIONS"]        # methods never limited (CORS preflights)
+//! skip_methods = ["OPTIONS"]        # methods never limited (CORS preflights): exact case; not HEAD
 //! legacy_headers = true             # X-RateLimit-* besides RateLimit / RateLimit-Policy
 //! problem_type = "about:blank"      # the `type` of the problem+json bodies
 //!
@@ -503,7 +503,7 @@ impl Config {
                 let field = format!("policy[{p}].limit[{l}]");
                 key_source(&ctx, &limit.key, &format!("{field}.key"), &ClientIp::default())?;
                 missing_key(&ctx, limit.on_missing_key.as_ref(), &format!("{field}.on_missing_key"))?;
-                long_keys(&ctx, limit.long_keys.as_ref(), &format!("{field}.long_keys"))?;
+                long_keys(&ctx, limit.long_keys.as_ref(), &limit.key, &format!("{field}.long_keys"))?;
                 let kinds = usize::from(!limit.quotas.is_empty())
                     + usize::from(limit.is_tiered())
                     + usize::from(limit.throttle.is_some());
@@ -692,6 +692,7 @@ impl Config {
         let key = key_source(ctx, &spec.key, &format!("{field}.key"), client)?.long_keys(long_keys(
             ctx,
             spec.long_keys.as_ref(),
+            &spec.key,
             &format!("{field}.long_keys"),
         )?);
         let missing = missing_key(ctx, spec.on_missing_key.as_ref(), &format!("{field}.on_missing_key"))?;
@@ -719,13 +720,25 @@ fn max_keys(ctx: &Ctx<'_>, spec: Option<&Spanned<u64>>, field: &str) -> Result<u
     }
 }
 
-/// `skip_methods[i]`: an HTTP method, as written (`OPTIONS`, `HEAD`; methods are
-/// case-sensitive).
+/// The methods of RFC 9110 (and `PATCH`, RFC 5789), as they are spelled.
+const STANDARD_METHODS: [&str; 9] = ["GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"];
+
+/// `skip_methods[i]`: an HTTP method, as written (`OPTIONS`). Methods are
+/// case-sensitive (RFC 9110), so `options` would be an extension method no client
+/// sends, exempting nothing: a standard method's name in another case is refused.
 fn skip_method(ctx: &Ctx<'_>, spec: &Spanned<String>, i: usize) -> Result<http::Method, ConfigError> {
     let name = spec.get_ref();
+    let field = format!("skip_methods[{i}]");
+    if let Some(standard) = STANDARD_METHODS.iter().find(|m| m.eq_ignore_ascii_case(name) && **m != name.as_str()) {
+        return Err(ctx.at(
+            spec,
+            field,
+            format!("`{name}` is not `{standard}`: HTTP methods are case-sensitive; did you mean `{standard}`?"),
+        ));
+    }
     match http::Method::from_bytes(name.as_bytes()) {
         Ok(method) if !name.is_empty() => Ok(method),
-        _ => Err(ctx.at(spec, format!("skip_methods[{i}]"), format!("`{name}` is not an HTTP method"))),
+        _ => Err(ctx.at(spec, field, format!("`{name}` is not an HTTP method"))),
     }
 }
 
@@ -761,11 +774,35 @@ fn key_source(
     }
 }
 
-fn long_keys(ctx: &Ctx<'_>, spec: Option<&Spanned<String>>, field: &str) -> Result<LongKeys, ConfigError> {
+/// `long_keys`: `hash` or `refuse`; `refuse` only on a key read from a header (or a
+/// list with one), the only source it applies to: an `ip` key is bounded anyway,
+/// and a `user` id longer than 128 bytes is always kept as its hash.
+fn long_keys(
+    ctx: &Ctx<'_>,
+    spec: Option<&Spanned<String>>,
+    key: &Spanned<KeyList>,
+    field: &str,
+) -> Result<LongKeys, ConfigError> {
     let Some(spec) = spec else { return Ok(LongKeys::Hash) };
     match spec.get_ref().as_str() {
         "hash" => Ok(LongKeys::Hash),
-        "refuse" => Ok(LongKeys::Refuse),
+        "refuse" => {
+            let is_header = |name: &String| name.starts_with("header:");
+            let has_header = match key.get_ref() {
+                KeyList::One(name) => is_header(name),
+                KeyList::Many(names) => names.iter().any(is_header),
+            };
+            if has_header {
+                Ok(LongKeys::Refuse)
+            } else {
+                Err(ctx.at(
+                    spec,
+                    field,
+                    "`refuse` applies to a key read from a header (`header:<name>`) only; this limit's key has none \
+                     (an `ip` key is bounded anyway; a `user` id over 128 bytes is kept as its hash)",
+                ))
+            }
+        }
         other => Err(ctx.at(spec, field, format!("`{other}` is not `hash` or `refuse`"))),
     }
 }
@@ -873,6 +910,39 @@ quotas = [{ algorithm = "gcra", limit = 100, window = "1m" }]
     #[test]
     fn a_valid_file_parses() {
         Config::from_toml(OK).unwrap();
+    }
+
+    /// `options` would be an extension method no client sends: accepted, it exempted
+    /// nothing (CORS preflights stayed limited). A standard method in another case
+    /// is refused; an extension method is taken as written.
+    #[test]
+    fn a_standard_method_in_another_case_is_refused() {
+        for (name, standard) in [("options", "OPTIONS"), ("Options", "OPTIONS"), ("get", "GET"), ("patch", "PATCH")] {
+            let e = error(&format!("skip_methods = [\"OPTIONS\", \"{name}\"]\n{OK}"));
+            assert_eq!((e.line, e.field.as_deref()), (Some(1), Some("skip_methods[1]")), "{e}");
+            assert!(e.message.contains(&format!("did you mean `{standard}`?")), "{e}");
+        }
+        let layer = Config::from_toml(&format!("skip_methods = [\"OPTIONS\", \"PROPFIND\", \"x-purge\"]\n{OK}"))
+            .unwrap()
+            .layer()
+            .unwrap();
+        assert!(format!("{layer:?}").contains("PROPFIND"));
+    }
+
+    /// `long_keys = "refuse"` on a key that reads no header was accepted and did
+    /// nothing (a 200-byte user id was hashed and admitted): refused, naming it.
+    #[test]
+    fn long_keys_refuse_on_a_key_without_a_header_is_refused() {
+        for key in ["\"user\"", "\"ip\"", "\"global\"", "[\"user\", \"ip\"]"] {
+            let text = OK.replace("key = \"ip\"", &format!("key = {key}\nlong_keys = \"refuse\""));
+            let e = error(&text);
+            assert_eq!((e.line, e.field.as_deref()), (Some(8), Some("policy[0].limit[0].long_keys")), "{key}: {e}");
+            assert!(e.message.contains("`header:<name>`"), "{e}");
+        }
+        for key in ["\"header:x-api-key\"", "[\"header:x-api-key\", \"ip\"]"] {
+            let text = OK.replace("key = \"ip\"", &format!("key = {key}\nlong_keys = \"refuse\""));
+            Config::from_toml(&text).unwrap().layer().unwrap();
+        }
     }
 
     #[test]

@@ -151,6 +151,20 @@ impl Shared {
                     None,
                 )
             }
+            Refusal::ThrottleFull { retry_after, key } => {
+                // As a store full of other keys: no line of this client's to describe.
+                tracing::debug!(
+                    target: "weir_tower", policy, key = %key, path,
+                    retry_after_s = retry_after_secs(retry_after), "refused: the throttle is full of other keys"
+                );
+                self.respond(
+                    parts,
+                    policy,
+                    (Cause::KeyCapacity, "throttle", Some(&key), None, Some(retry_after)),
+                    None,
+                    None,
+                )
+            }
             Refusal::Unavailable { error, key } => {
                 tracing::warn!(target: "weir_tower", policy, key = %key, path, %error, "rate limiter unavailable");
                 self.respond(parts, policy, (Cause::Unavailable, "", Some(&key), None, None), None, None)
@@ -380,13 +394,18 @@ impl RateLimitLayerBuilder {
     /// `.skip_methods([Method::OPTIONS])` lets CORS preflights through, which
     /// otherwise count as any request does. Adds to the methods given before.
     ///
+    /// **Do not exempt `HEAD`** (nor any method a handler serves): axum answers a
+    /// `HEAD` request with the route's `GET` handler (it runs; its body is dropped),
+    /// so an exempt `HEAD` runs the `GET` handler without limit. Methods compare
+    /// exactly, as HTTP's are case-sensitive: `OPTIONS`, not `options`.
+    ///
     /// ```
     /// use http::Method;
     /// use weir_tower::{Policy, RateLimitLayer};
     ///
     /// let layer = RateLimitLayer::builder()
     ///     .policy(Policy::builder("api").build()?)
-    ///     .skip_methods([Method::OPTIONS, Method::HEAD])
+    ///     .skip_methods([Method::OPTIONS])
     ///     .build()?;
     /// # let _ = layer;
     /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -50,7 +50,8 @@
 //! ["OPTIONS"]` in the file), paths with
 //! [`skip_path`](RateLimitLayerBuilder::skip_path), anything with
 //! [`skip`](RateLimitLayerBuilder::skip); an exempted request carries no
-//! `RateLimit` headers.
+//! `RateLimit` headers. Do not exempt `HEAD`: axum answers it with the `GET`
+//! handler, which would then run unlimited.
 //!
 //! # Keys: who the client is
 //!
@@ -96,9 +97,14 @@
 //! the least remaining is what the headers report. A refusal reports, of every limit
 //! and quota that refuses the request, the one with the longest wait: a per-second
 //! and a per-minute limit both spent say the minute's wait, not the second's after
-//! which the retry would be refused again. The limits after the first that refuses
-//! are asked for their wait without consuming anything (one whose snapshot has room
-//! is passed over; a remote store is checked, and an admission given back at once).
+//! which the retry would be refused again. The in-memory limits after the first
+//! that refuses are asked for their wait without consuming anything (one whose
+//! snapshot has room is passed over; another is checked, and an admission given
+//! back at once). What would cost more than a read of memory is not asked, so that
+//! a refused request makes no work a refusal did not make before: a later remote
+//! store (a round trip per refusal, and an admission there may not be given back)
+//! and a tier not in the cache (a lookup) say nothing, and `Retry-After` is the
+//! longest wait of the limits asked.
 //!
 //! **Tiers.** [`Tiers`] map a client to a plan (free / pro / enterprise) with your
 //! async lookup, cached (300 s by default, bounded, with a failure policy).
@@ -119,23 +125,26 @@
 //! ([`DenyReason::KeyCapacity`](weir_core::DenyReason::KeyCapacity)) is not this
 //! client's rate: it is answered `503 Too Many Clients` ([`Rejection::KeyCapacity`]),
 //! with the store's `Retry-After` and no `RateLimit` fields (the client has no
-//! bucket they could describe).
+//! bucket they could describe); so is a new client of a [`KeyedThrottle`] whose map
+//! is full of throttles in use.
 //!
 //! # Cancellation
 //!
 //! A request's future may be dropped at any await (its client went away). What it
 //! leaves: no place in a throttle's line (a waiter at the head gives its slot
-//! back); nothing in an in-memory store, whose admissions made before the decision
-//! are given back by the drop; in a remote store, the admissions it already made
-//! for the request (a dropped request reached the server, and cost it a round
-//! trip: a client that always disconnects before its decision is still counted;
-//! a check sent and not yet answered may be counted too). Once the service is
-//! called, the request is
+//! back), no turn in an earlier throttle of its policy (given back, as is the turn
+//! of a request a later throttle turns away; see [`KeyedThrottle`]); nothing in an
+//! in-memory store, whose admissions made before the decision are given back by
+//! the drop; in a remote store, the admissions it already made for the request (a
+//! dropped request reached the server, and cost it a round trip: a client that
+//! always disconnects before its decision is still counted; a check sent and not
+//! yet answered may be counted too). Once the service is called, the request is
 //! admitted for good. [`until_ready`](wait::until_ready),
 //! [`until_key_ready`](wait::until_key_ready) and [`FifoWait`](wait::FifoWait)
-//! dropped consume nothing (an admitting check ends the wait in the same poll) and
-//! leave no line. Each is dropped at every await in the tests
-//! (`weir_testkit::each_cancellation`).
+//! dropped leave no line; over an in-memory limiter they consume nothing (an
+//! admitting check ends the wait in the same poll), over a remote store at most
+//! what a check already sent admits (see [`wait`], "Cancellation"). Each is dropped
+//! at every await in the tests (`weir_testkit::each_cancellation`).
 //!
 //! # Configuration
 //!

@@ -5,11 +5,11 @@ use crate::ip::ClientIp;
 use crate::key::{Key, KeySource, MissingKey};
 use crate::response::{RateLimitHeaders, policy_item, problem_tail, sf_string};
 use crate::store::{Store, StoreError};
-use crate::throttle::KeyedThrottle;
+use crate::throttle::{Away, KeyedThrottle, Line, Turn};
 use crate::tier::Tiers;
 use core::fmt;
 use http::HeaderValue;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use weir_core::{Decision, KeyedLimiter};
 
@@ -462,6 +462,36 @@ impl Drop for Held<'_> {
     }
 }
 
+/// The turns a request took in its throttles' lines, one per limit. Dropped before
+/// the request is admitted (refused by a later throttle, or dropped while it waits
+/// in a later line), it gives each back, the latest first (see [`Turn`]).
+struct Turns<'a>([Option<Turn<'a>>; MAX_LIMITS]);
+
+impl Turns<'_> {
+    /// Spends every turn: the request is admitted.
+    fn keep(&mut self) {
+        for turn in self.0.iter_mut().filter_map(Option::take) {
+            turn.keep();
+        }
+    }
+}
+
+impl Turns<'_> {
+    /// Gives every turn back, the latest first (a turn given back after a later
+    /// claim of its line would be lost).
+    fn give_back(&mut self) {
+        for turn in self.0.iter_mut().rev() {
+            drop(turn.take());
+        }
+    }
+}
+
+impl Drop for Turns<'_> {
+    fn drop(&mut self) {
+        self.give_back();
+    }
+}
+
 /// A request's keys, one per limit (`None`: skipped).
 pub(crate) type Keys = [Option<Key>; MAX_LIMITS];
 
@@ -475,6 +505,8 @@ pub(crate) enum Refusal {
     Denied { decision: Decision, limit: usize, tier: Option<usize>, key: Key, headers: RateLimitHeaders },
     /// A throttle turned the request away.
     TurnedAway { retry_after: Duration, key: Key },
+    /// A throttle's map was full of other keys' throttles in use.
+    ThrottleFull { retry_after: Duration, key: Key },
     /// A store or a tier lookup failed.
     Unavailable { error: StoreError, key: Key },
 }
@@ -540,10 +572,16 @@ impl CompiledPolicy {
 
     /// Decides a request: checks every limit in order, refunds the admissions made
     /// before a denial, and picks the admission with the least remaining for the
-    /// headers. Waits on remote stores, tier lookups and throttles; dropped while it
-    /// waits (the client went away), it gives back what in-memory stores admitted.
+    /// headers. Waits on remote stores, tier lookups and throttles; refused, or
+    /// dropped while it waits (the client went away), it gives back what in-memory
+    /// stores admitted and the turns it took in throttles.
     pub(crate) async fn decide(&self, keys: Keys, tiers: [Option<usize>; MAX_LIMITS], legacy: bool) -> Verdict {
         let n = self.cost;
+        // The lines of the throttles waited in, then the turns taken in them: a turn
+        // borrows its line, and is given back unless the request is admitted (see
+        // `Turns`). Declared in this order so that the turns are dropped first.
+        let lines: [OnceLock<Arc<Line>>; MAX_LIMITS] = Default::default();
+        let mut turns = Turns(Default::default());
         let mut held = Held { policy: self, keys, tiers, admitted: [None; MAX_LIMITS] };
         let mut best: Option<(usize, Decision)> = None;
         for (i, limit) in self.limits.iter().enumerate() {
@@ -568,14 +606,29 @@ impl CompiledPolicy {
                         None => continue,
                     }
                 }
-                LimitKind::Throttle(throttle) => match throttle.acquire(key).await {
-                    Ok(()) => continue,
-                    Err(away) => {
-                        held.give_back().await;
-                        let key = held.keys[i].take().unwrap_or_else(Key::global);
-                        return Verdict::Refused(Refusal::TurnedAway { retry_after: away.retry_after, key });
+                LimitKind::Throttle(throttle) => {
+                    let turn = match throttle.line_of(key) {
+                        Ok(line) => lines[i].get_or_init(|| line).turn(throttle.max_wait()).await,
+                        Err(away) => Err(away),
+                    };
+                    match turn {
+                        Ok(turn) => {
+                            turns.0[i] = Some(turn);
+                            continue;
+                        }
+                        Err(away) => {
+                            // The turns first: they are given back exactly only while
+                            // nobody has claimed after them.
+                            turns.give_back();
+                            held.give_back().await;
+                            let key = held.keys[i].take().unwrap_or_else(Key::global);
+                            return Verdict::Refused(match away {
+                                Away::Turned { retry_after } => Refusal::TurnedAway { retry_after, key },
+                                Away::Keys { retry_after } => Refusal::ThrottleFull { retry_after, key },
+                            });
+                        }
                     }
-                },
+                }
             };
             match store.check_n(key, n).await {
                 Ok(decision) if decision.is_allowed() => {
@@ -586,7 +639,7 @@ impl CompiledPolicy {
                 }
                 Ok(decision) => {
                     held.give_back().await;
-                    let (i, decision) = self.longest_wait(i, decision, &held.keys, &mut held.tiers).await;
+                    let (i, decision) = self.longest_wait(i, decision, &held.keys, &mut held.tiers);
                     return self.denied(i, decision, &mut held.keys, &held.tiers, legacy);
                 }
                 Err(error) => {
@@ -597,6 +650,7 @@ impl CompiledPolicy {
             }
         }
         held.admitted = [None; MAX_LIMITS]; // admitted for good
+        turns.keep();
         self.allowed(best, &held.keys, &held.tiers, legacy)
     }
 
@@ -620,8 +674,9 @@ impl CompiledPolicy {
                 }
                 Ok(decision) => {
                     self.refund_now(keys, tiers, &mut admitted);
-                    let (i, decision) = self.longest_wait_now(i, decision, keys, tiers);
-                    return self.denied(i, decision, keys, tiers, legacy);
+                    let mut tiers = *tiers;
+                    let (i, decision) = self.longest_wait(i, decision, keys, &mut tiers);
+                    return self.denied(i, decision, keys, &tiers, legacy);
                 }
                 Err(error) => {
                     self.refund_now(keys, tiers, &mut admitted);
@@ -635,11 +690,16 @@ impl CompiledPolicy {
 
     /// Of limit `denier`'s denial and the denials of the limits after it, the one
     /// with the longest wait, and its limit: a request retried after the first
-    /// denial's wait would be refused again by a later limit with a longer one. Each
-    /// later limit is asked as [`wait_of`] says (consuming nothing); a tiered limit
-    /// whose tier is not cached is looked up (the lookup the retry would make), and
-    /// one whose lookup fails, or a throttle, says nothing.
-    async fn longest_wait(
+    /// denial's wait would be refused again by a later limit with a longer one.
+    ///
+    /// Only what costs nothing but a read of memory is asked, so that a refused
+    /// request cannot make more work than it did before it was refused: each later
+    /// in-memory store as [`local_wait_of`](Self::local_wait_of) says (consuming
+    /// nothing). A remote store is not asked (each refusal would cost it a round
+    /// trip, and a check admitted there may not be given back), nor is a tier
+    /// looked up: a tiered limit is asked only if the client's tier is cached (then
+    /// written to `tiers`). A throttle says nothing.
+    fn longest_wait(
         &self,
         denier: usize,
         denial: Decision,
@@ -652,10 +712,10 @@ impl CompiledPolicy {
             if let LimitKind::Tiered(t) = &self.limits[i].limit.kind
                 && tiers[i].is_none()
             {
-                tiers[i] = t.resolve(key).await.ok();
+                tiers[i] = t.cached(key);
             }
-            let Some(store) = self.store_of(i, tiers) else { continue };
-            if let Some(decision) = wait_of(store, key, self.cost).await
+            let Some(store) = self.store_of(i, tiers).and_then(Store::as_local) else { continue };
+            if let Some(decision) = self.local_wait_of(store, key)
                 && decision.retry_after() > longest.1.retry_after()
             {
                 longest = (i, decision);
@@ -664,27 +724,26 @@ impl CompiledPolicy {
         longest
     }
 
-    /// [`longest_wait`](Self::longest_wait) for a request whose stores are all in
-    /// memory and whose tiers are known: asked here and now.
-    fn longest_wait_now(
-        &self,
-        denier: usize,
-        denial: Decision,
-        keys: &Keys,
-        tiers: &[Option<usize>; MAX_LIMITS],
-    ) -> (usize, Decision) {
-        let mut longest = (denier, denial);
-        for (i, key) in keys.iter().enumerate().take(self.limits.len()).skip(denier + 1) {
-            let (Some(key), Some(store)) = (key, self.store_of(i, tiers).and_then(Store::as_local)) else {
-                continue;
-            };
-            if let Some(decision) = local_wait_of(store, key, self.cost)
-                && decision.retry_after() > longest.1.retry_after()
-            {
-                longest = (i, decision);
-            }
+    /// The denial `store` would give this policy's request for `key`, consuming
+    /// nothing: `None` if it would admit it (its snapshot has room, or a check
+    /// admitted it and was given back at once) or fails. A refund that fails is
+    /// logged (the admission then stays spent).
+    fn local_wait_of(&self, store: &(dyn KeyedLimiter<Key> + Send + Sync), key: &Key) -> Option<Decision> {
+        let n = self.cost;
+        if store.snapshot(key).remaining() >= n {
+            return None;
         }
-        longest
+        let decision = store.check_n(key, n).ok()?;
+        if decision.is_allowed() {
+            if let Err(error) = store.refund(key, n, &decision) {
+                tracing::warn!(
+                    target: "weir_tower", policy = %self.name, key = %key, %error,
+                    "refund failed: a check made only to learn a wait stays spent"
+                );
+            }
+            return None;
+        }
+        Some(decision)
     }
 
     /// The refusal for limit `i`'s denial.
@@ -778,37 +837,6 @@ impl CompiledPolicy {
             .collect();
         HeaderValue::from_str(&items.join(", ")).unwrap_or(HeaderValue::from_static(""))
     }
-}
-
-/// The denial `store` would give a request of cost `n` for `key`, consuming
-/// nothing: `None` if it would admit it (its snapshot has room, or a check admitted
-/// it and was given back at once) or fails.
-fn local_wait_of(store: &(dyn KeyedLimiter<Key> + Send + Sync), key: &Key, n: u64) -> Option<Decision> {
-    if store.snapshot(key).remaining() >= n {
-        return None;
-    }
-    let decision = store.check_n(key, n).ok()?;
-    if decision.is_allowed() {
-        let _ = store.refund(key, n, &decision);
-        return None;
-    }
-    Some(decision)
-}
-
-/// [`local_wait_of`] for any store: a remote store is checked (it has no snapshot
-/// without waiting), and an admission given back at once. Dropped while that refund
-/// waits, the admission stays spent, as a remote admission of a dropped request
-/// does (see [`Held`]).
-async fn wait_of(store: &Store, key: &Key, n: u64) -> Option<Decision> {
-    if let Some(local) = store.as_local() {
-        return local_wait_of(local, key, n);
-    }
-    let decision = store.check_n(key, n).await.ok()?;
-    if decision.is_allowed() {
-        let _ = store.refund(key, n, &decision).await;
-        return None;
-    }
-    Some(decision)
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@ use core::fmt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use weir_core::{Clock, Quota, TokioClock};
-use weir_leaky::{BuildError, Throttle, ThrottleError};
+use weir_core::__private::sync::{AtomicU64, Ordering};
+use weir_core::{Clock, Nanos, Quota, TokioClock};
+use weir_leaky::{BuildError, LeakSchedule, LeakSlot};
 
 /// Throttle mode for a [`Limit`](crate::Limit): each key gets a
 /// [`weir_leaky::Throttle`], so its requests proceed one per emission interval of
@@ -18,16 +19,24 @@ use weir_leaky::{BuildError, Throttle, ThrottleError};
 ///
 /// A client that disconnects while waiting frees its place: the server drops the
 /// request's future, which leaves the line (and gives back its slot, if it was at
-/// the head).
+/// the head). A request that has its turn and is then refused, or dropped, before
+/// its decision (by a later throttle of its policy: one that turns it away, or in
+/// whose line it waits) gives its turn back: the key's next request may go as if
+/// it had never come. (Exactly so unless another request of the key has claimed the
+/// next turn meanwhile: that one keeps its turn, and the turn given back is lost,
+/// which slows the key by one turn, never speeds it up.)
 ///
 /// Throttles live in a map of at most `max_keys` keys (default 10 000), under one
 /// mutex taken once per request (waiting is not the hot path). When the map is full,
 /// throttles nobody is using (no request waiting or holding one, and no slot claimed
 /// ahead of now) are dropped, which changes no pacing; if none can be, a new key is
-/// turned away.
+/// refused as a store full of other keys refuses one: `503 Too Many Clients`, with
+/// a `Retry-After` of when the first throttle in use has no slot claimed ahead
+/// (one emission interval if that is now), and no `RateLimit` fields.
 ///
-/// Built by [`KeyedThrottle::builder`]. Throttles wait on tokio's timer and read
-/// [`TokioClock`], as [`weir_leaky::Throttle`] does by default.
+/// Built by [`KeyedThrottle::builder`]. Each key's line is weir-leaky's throttle
+/// design ([`weir_leaky::Throttle`]: a [`LeakSchedule`] whose slots only the head of
+/// a fair tokio mutex claims), waiting on tokio's timer and reading [`TokioClock`].
 ///
 /// ```
 /// use std::time::Duration;
@@ -44,14 +53,192 @@ pub struct KeyedThrottle {
     capacity: usize,
     max_wait: Option<Duration>,
     max_keys: usize,
-    throttles: Mutex<HashMap<Key, Arc<Throttle>>>,
+    throttles: Mutex<HashMap<Key, Arc<Line>>>,
 }
 
-/// Why a throttled request was turned away.
+/// Why a throttled request was not let through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TurnedAway {
-    /// When to try again.
-    pub(crate) retry_after: Duration,
+pub(crate) enum Away {
+    /// Its key's line was full, or its turn would come after `max_wait`: a 429.
+    Turned {
+        /// When to try again.
+        retry_after: Duration,
+    },
+    /// The map was full of throttles in use by other keys: a 503, as a full store.
+    Keys {
+        /// When a throttle may have become free.
+        retry_after: Duration,
+    },
+}
+
+/// One key's line: weir-leaky's throttle design ([`weir_leaky::Throttle`], whose
+/// module docs say why each property holds), with the slot of a request handed to
+/// it as a [`Turn`] that can still be given back.
+///
+/// - The line is tokio's fair mutex: its holder is the head, the only claimer of
+///   slots from `schedule`; a waiter dropped in line leaves it.
+/// - The head claims the next slot (within its deadline), sleeps until it still
+///   holding the line, then releases the line and returns its slot as a `Turn`.
+///   Dropped while it sleeps, it gives the slot back exactly (it is the latest
+///   claim: nobody else claims while it holds the line).
+/// - `waiting` counts the requests admitted to the line and not yet through: at
+///   most `capacity`.
+pub(crate) struct Line {
+    schedule: LeakSchedule,
+    line: tokio::sync::Mutex<()>,
+    /// Requests admitted and not yet through: at most `capacity`.
+    waiting: AtomicU64,
+    capacity: u64,
+    clock: TokioClock,
+}
+
+/// A request's place among the `waiting`; counted out on drop.
+struct Place<'a>(&'a AtomicU64);
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        // Ordering: Relaxed; a count of places publishing no other memory (see
+        // `Line::admit`).
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A request's turn in a key's line: its slot, given back on drop unless
+/// [`keep`](Self::keep) spends it (the request is admitted for good).
+pub(crate) struct Turn<'a> {
+    schedule: &'a LeakSchedule,
+    slot: Option<LeakSlot<'a>>,
+}
+
+impl Turn<'_> {
+    /// Spends the turn: the request was admitted.
+    pub(crate) fn keep(mut self) {
+        // A slot dropped is spent.
+        let _spent = self.slot.take();
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            // The latest claim is given back exactly; a slot claimed before another
+            // comes back in the `Err` and is dropped, spent: the key is slowed by one
+            // turn, never sped up.
+            let _lost = self.schedule.give_back(slot);
+        }
+    }
+}
+
+impl Line {
+    fn new(quota: Quota, capacity: usize) -> Result<Self, BuildError> {
+        if capacity == 0 {
+            return Err(BuildError::ZeroCapacity);
+        }
+        let clock = TokioClock::new();
+        Ok(Self {
+            schedule: LeakSchedule::new(quota, clock.now())?,
+            line: tokio::sync::Mutex::new(()),
+            waiting: AtomicU64::new(0),
+            capacity: capacity as u64,
+            clock,
+        })
+    }
+
+    /// Requests waiting now.
+    fn waiting(&self) -> usize {
+        // Ordering: Relaxed; a reading.
+        self.waiting.load(Ordering::Relaxed) as usize
+    }
+
+    /// Whether a slot is claimed ahead of now.
+    fn claimed_ahead(&self) -> bool {
+        self.schedule.next_slot(&self.clock) > self.clock.now()
+    }
+
+    /// Waits for this request's turn (FIFO), up to `max_wait`.
+    pub(crate) async fn turn(&self, max_wait: Option<Duration>) -> Result<Turn<'_>, Away> {
+        let _place = self.admit()?;
+        let deadline = max_wait.map(|wait| self.clock.now() + wait);
+        let head = match deadline {
+            None => self.line.lock().await,
+            Some(deadline) => match self.lock_by(deadline).await {
+                Some(head) => head,
+                None => return Err(self.timed_out(self.schedule.next_slot(&self.clock))),
+            },
+        };
+        // At the head of the line: the only claimer of slots.
+        let slot = match deadline {
+            None => self.schedule.claim(&self.clock),
+            Some(deadline) => match self.schedule.claim_by(&self.clock, deadline) {
+                Ok(slot) => slot,
+                Err(at) => return Err(self.timed_out(at)),
+            },
+        };
+        let at = slot.at();
+        // Declared after `head`, so dropped (and given back) while the line is still
+        // held: the slot is then the latest claim.
+        let turn = Turn { schedule: &self.schedule, slot: Some(slot) };
+        loop {
+            let now = self.clock.now();
+            if now >= at {
+                break;
+            }
+            tokio::time::sleep(at.saturating_duration_since(now)).await;
+        }
+        drop(head);
+        Ok(turn)
+    }
+
+    /// Counts a request in, unless `capacity` already wait.
+    fn admit(&self) -> Result<Place<'_>, Away> {
+        // Ordering: Relaxed; a count of places, publishing no other memory; the CAS
+        // keeps it at most `capacity`.
+        let mut waiting = self.waiting.load(Ordering::Relaxed);
+        loop {
+            if waiting >= self.capacity {
+                return Err(Away::Turned { retry_after: self.until_next_leak() });
+            }
+            // Ordering: Relaxed on success and failure; see the load above.
+            match self.waiting.compare_exchange_weak(waiting, waiting + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(Place(&self.waiting)),
+                Err(actual) => waiting = actual,
+            }
+        }
+    }
+
+    /// Waits in line until `deadline`; `None` if the head was not reached by then.
+    async fn lock_by(&self, deadline: Nanos) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        let lock = self.line.lock();
+        let mut lock = core::pin::pin!(lock);
+        loop {
+            let remaining = deadline.saturating_duration_since(self.clock.now());
+            // `timeout` polls the lock before the timer, so a free line is taken even
+            // with no time left.
+            match tokio::time::timeout(remaining, lock.as_mut()).await {
+                Ok(guard) => return Some(guard),
+                Err(_) if self.clock.now() >= deadline => return None,
+                Err(_) => continue,
+            }
+        }
+    }
+
+    /// A request whose turn (at `at`, or later) would come after its deadline: told
+    /// to come back then.
+    fn timed_out(&self, at: Nanos) -> Away {
+        Away::Turned { retry_after: at.saturating_duration_since(self.clock.now()) }
+    }
+
+    /// How long until the next slot boundary, in `(0, T]`: when a place in a full
+    /// line frees, while requests keep leaving.
+    fn until_next_leak(&self) -> Duration {
+        let interval = self.schedule.interval();
+        let wait = self.schedule.next_slot(&self.clock).saturating_duration_since(self.clock.now());
+        if wait.is_zero() || interval.is_zero() {
+            return interval;
+        }
+        let (wait, interval) = (wait.as_nanos(), interval.as_nanos());
+        Duration::from_nanos(u64::try_from((wait - 1) % interval + 1).unwrap_or(u64::MAX))
+    }
 }
 
 /// Which [`KeyedThrottleBuilder`] option was refused, and why.
@@ -138,7 +325,7 @@ impl KeyedThrottleBuilder {
     pub fn build(self) -> Result<KeyedThrottle, KeyedThrottleError> {
         let Self { quota, capacity, max_wait, max_keys } = self;
         // Validates the quota and capacity once, as every key's throttle will.
-        Throttle::with_clock(quota, capacity, weir_core::Nanos::ZERO).map_err(|e| match e {
+        weir_leaky::Throttle::with_clock(quota, capacity, Nanos::ZERO).map_err(|e| match e {
             BuildError::BurstNotUsed { .. } | BuildError::FractionalInterval { .. } => KeyedThrottleError::Quota(e),
             _ => KeyedThrottleError::Capacity(e),
         })?;
@@ -193,47 +380,40 @@ impl KeyedThrottle {
         self.len() == 0
     }
 
-    /// `key`'s throttle, made if needed; `None` if the map is full of throttles in use.
-    fn throttle_of(&self, key: &Key) -> Result<Arc<Throttle>, TurnedAway> {
+    /// `key`'s line, made if needed; [`Away::Keys`] if the map is full of lines in
+    /// use.
+    pub(crate) fn line_of(&self, key: &Key) -> Result<Arc<Line>, Away> {
         let mut throttles = self.throttles.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(throttle) = throttles.get(key) {
-            return Ok(Arc::clone(throttle));
+        if let Some(line) = throttles.get(key) {
+            return Ok(Arc::clone(line));
         }
+        let interval = self.quota.emission_interval();
         if throttles.len() >= self.max_keys {
             // Clones are only made under this lock, so a count of one is exact: nobody
-            // holds the throttle or can get it before it is dropped.
-            throttles.retain(|_, t| {
-                Arc::strong_count(t) > 1 || t.waiting() > 0 || t.schedule().next_slot(t.clock()) > t.clock().now()
-            });
+            // holds the line (waits in it, or holds a turn of it) or can get it before
+            // it is dropped.
+            throttles.retain(|_, t| Arc::strong_count(t) > 1 || t.waiting() > 0 || t.claimed_ahead());
             if throttles.len() >= self.max_keys {
-                return Err(TurnedAway { retry_after: self.quota.emission_interval() });
+                // The soonest a line in use has no slot claimed ahead of now.
+                let soonest = throttles
+                    .values()
+                    .map(|t| t.schedule.next_slot(&t.clock).saturating_duration_since(t.clock.now()))
+                    .filter(|wait| !wait.is_zero())
+                    .min();
+                return Err(Away::Keys { retry_after: soonest.unwrap_or(interval) });
             }
         }
-        let throttle = Throttle::with_clock(self.quota, self.capacity, TokioClock::new())
-            .map_err(|_| TurnedAway { retry_after: self.quota.emission_interval() })?;
-        let throttle = Arc::new(throttle);
-        throttles.insert(key.clone(), Arc::clone(&throttle));
-        Ok(throttle)
+        let line = Line::new(self.quota, self.capacity).map_err(|_| Away::Turned { retry_after: interval })?;
+        let line = Arc::new(line);
+        throttles.insert(key.clone(), Arc::clone(&line));
+        Ok(line)
     }
 
-    /// Waits for `key`'s turn, up to `max_wait`.
-    pub(crate) async fn acquire(&self, key: &Key) -> Result<(), TurnedAway> {
-        let throttle = self.throttle_of(key)?;
-        let acquired = match self.max_wait {
-            Some(max_wait) => throttle.acquire_timeout(max_wait).await,
-            None => throttle.acquire().await,
-        };
-        match acquired {
-            Ok(()) => Ok(()),
-            Err(ThrottleError::Full { retry_after }) => Err(TurnedAway { retry_after }),
-            Err(_) => {
-                // Timed out: its turn would come after the deadline. The next free
-                // slot is a fair hint.
-                let clock = throttle.clock();
-                let wait = throttle.schedule().next_slot(clock).saturating_duration_since(clock.now());
-                Err(TurnedAway { retry_after: wait.max(self.quota.emission_interval()) })
-            }
-        }
+    /// Waits for `key`'s turn, up to `max_wait`, and spends it.
+    #[cfg(test)]
+    async fn acquire(&self, key: &Key) -> Result<(), Away> {
+        let line = self.line_of(key)?;
+        line.turn(self.max_wait).await.map(Turn::keep)
     }
 }
 

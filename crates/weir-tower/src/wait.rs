@@ -26,6 +26,14 @@
 //! with the line. For a line that also paces, use weir-leaky's `Throttle` (the
 //! middleware's throttle mode).
 //!
+//! **Cancellation.** A wait dropped at any await (its client went away) leaves no
+//! place in a line. Over an in-memory limiter ([`until_ready`], or
+//! [`until_key_ready`] over an in-memory store) it consumed nothing: a check that
+//! admits ends the wait in the same poll. Over a store whose check awaits (a remote
+//! store, such as Redis, charges a check when it arrives), a wait dropped while a
+//! check is in flight may have consumed what that check admits (at most `n`, one
+//! check's worth): the reply that would say so, and end the wait, never comes.
+//!
 //! ```
 //! use std::time::Duration;
 //! use weir_core::{Limiter, Quota, TokioClock};
@@ -477,6 +485,54 @@ mod tests {
             .await;
             assert!(cuts >= 2, "wait {wait}: {cuts}");
         }
+    }
+
+    /// A store whose check is charged when it is sent and answered a yield later,
+    /// as a remote store's is: a wait dropped with its check in flight consumed what
+    /// that check admitted (one unit), no more, and leaves no line.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_wait_over_a_remote_store_dropped_mid_check_consumes_at_most_that_check() {
+        #[derive(Clone)]
+        struct Charged(Arc<Mutex<u64>>, [weir_core::Policy; 1]);
+        impl AsyncKeyedLimiter<str> for Charged {
+            type Error = InsufficientCapacity;
+            async fn check_n(&self, _: &str, n: u64) -> Result<Decision, InsufficientCapacity> {
+                let decision = {
+                    let mut used = self.0.lock().unwrap();
+                    *used += n;
+                    Decision::allowed(weir_core::Snapshot::new(10, 10 - *used, 1_000_000_000))
+                };
+                tokio::task::yield_now().await;
+                Ok(decision)
+            }
+            async fn refund(&self, _: &str, n: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
+                *self.0.lock().unwrap() -= n;
+                Ok(())
+            }
+            fn snapshot(
+                &self,
+                _: &str,
+            ) -> impl core::future::Future<Output = Result<weir_core::Snapshot, InsufficientCapacity>> + Send
+            {
+                let used = *self.0.lock().unwrap();
+                async move { Ok(weir_core::Snapshot::new(10, 10 - used, 0)) }
+            }
+            fn policies(&self) -> &[weir_core::Policy] {
+                &self.1
+            }
+        }
+        let store = Charged(Arc::new(Mutex::new(0)), [weir_core::Policy::new(10, Duration::from_secs(60))]);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut plain = Box::pin(until_key_ready(&store, "k", 1, deadline));
+        assert!(futures_poll(&mut plain).await.is_none(), "its check is in flight");
+        drop(plain);
+        assert_eq!(*store.0.lock().unwrap(), 1, "the check sent");
+        let lines: FifoWait<String> = FifoWait::new();
+        let mut lined = Box::pin(lines.until_key_ready(&store, "k", 1, deadline));
+        assert!(futures_poll(&mut lined).await.is_none());
+        drop(lined);
+        assert!(lines.is_empty(), "no line left");
+        assert_eq!(*store.0.lock().unwrap(), 2, "one check each, no more");
     }
 
     async fn futures_poll<F: core::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {

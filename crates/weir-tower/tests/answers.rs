@@ -1,16 +1,21 @@
 //! What the middleware answers, called in process (tower's `oneshot`) on stores of a
-//! manual clock: the longest wait among the limits that refuse, a full store, a
-//! request without its key, a long key, and the methods a layer exempts.
+//! manual clock: the longest wait among the limits that refuse, a throttle's wait
+//! until a turn, a full store, a request without its key, a long key (refused under
+//! every missing-key mode), and the methods a layer exempts.
 
 use bytes::Bytes;
 use core::convert::Infallible;
 use http::{Method, Request, Response, StatusCode};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tower::{ServiceExt, service_fn};
+use weir_core::KeyedLimiter;
 use weir_core::{AllOf, ManualClock, Quota};
 use weir_keyed::{AtCapacity, KeyedConfig, KeyedFixedWindow, KeyedGcra};
-use weir_tower::{Key, KeySource, Limit, PeerAddr, Policy, RateLimitLayer, Store};
+use weir_tower::{
+    Key, KeySource, KeyedThrottle, Limit, LongKeys, MAX_KEY_BYTES, MissingKey, PeerAddr, Policy, RateLimitLayer, Store,
+};
 
 /// Sends `request` through `layer` around a service that answers `ok`.
 async fn send(layer: &RateLimitLayer, request: Request<()>) -> Response<Bytes> {
@@ -172,15 +177,20 @@ async fn a_long_key_is_hashed_or_refused_as_the_source_says() {
     assert_eq!(send(&layer, get("/", &[("x-api-key", &short)])).await.status(), StatusCode::OK);
 }
 
-/// CORS preflights (`OPTIONS`) and `HEAD`s exempted in one line do not count.
+/// CORS preflights (`OPTIONS`) exempted do not count; a `HEAD`, which axum serves
+/// with the `GET` handler, still does.
 #[tokio::test(flavor = "current_thread")]
 async fn exempted_methods_do_not_count() {
-    let store = KeyedGcra::gcra_with_clock(Quota::per_minute(5).unwrap(), config(), ManualClock::new());
+    let store = KeyedGcra::gcra_with_clock(Quota::per_minute(6).unwrap(), config(), ManualClock::new());
     let layer = RateLimitLayer::builder()
         .policy(Policy::builder("api").limit(Limit::new(KeySource::global(), Store::local(store))).build().unwrap())
-        .skip_methods([Method::OPTIONS, Method::HEAD])
+        .skip_methods([Method::OPTIONS])
         .build()
         .unwrap();
+    let mut head = get("/", &[]);
+    *head.method_mut() = Method::HEAD;
+    let response = send(&layer, head).await;
+    assert_eq!(header(&response, "x-ratelimit-remaining"), Some("5"), "a HEAD counts");
     for _ in 0..10 {
         let mut preflight = get("/", &[]);
         *preflight.method_mut() = Method::OPTIONS;
@@ -194,4 +204,86 @@ async fn exempted_methods_do_not_count() {
         assert_eq!(header(&response, "x-ratelimit-remaining"), Some(remaining.to_string().as_str()));
     }
     assert_eq!(send(&layer, get("/", &[])).await.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// A throttled request whose turn would come after its `max_wait` is told the wait
+/// until its turn, not a whole emission interval: one per minute, the next turn 10 s
+/// away, says `Retry-After: 10` (it said 60).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_throttle_timeout_says_the_wait_until_the_turn() {
+    let throttle = KeyedThrottle::builder(Quota::per_minute(1).unwrap(), 4).max_wait(Duration::from_secs(1)).build();
+    let policy = Policy::builder("api").limit(Limit::throttle(KeySource::global(), throttle.unwrap())).build();
+    let layer = RateLimitLayer::new(policy.unwrap());
+    assert_eq!(send(&layer, get("/", &[])).await.status(), StatusCode::OK);
+    tokio::time::advance(Duration::from_secs(50)).await;
+    let refused = send(&layer, get("/", &[])).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&refused, "retry-after"), Some("10"));
+    // And it is true: 9 s later the turn is 1 s away, within `max_wait`.
+    tokio::time::advance(Duration::from_secs(9)).await;
+    assert_eq!(send(&layer, get("/", &[])).await.status(), StatusCode::OK);
+}
+
+/// A full store (`AtCapacity::Deny`, a `capacity_retry_after` of zero) answers 503
+/// Too Many Clients with `Retry-After: 1` (never 0) and no RateLimit / X-RateLimit
+/// fields; the full store consumed nothing of a later limit.
+#[tokio::test(flavor = "current_thread")]
+async fn a_full_store_answers_503_with_retry_after_at_least_1_and_takes_nothing_from_a_later_limit() {
+    let clock = ManualClock::new();
+    let one =
+        KeyedConfig::builder(1).at_capacity(AtCapacity::Deny).capacity_retry_after(Duration::ZERO).build().unwrap();
+    let full: KeyedFixedWindow<Key, ManualClock> =
+        KeyedFixedWindow::fixed_window_with_clock(Quota::per_minute(5).unwrap(), one, clock.clone()).unwrap();
+    let later = Arc::new(
+        KeyedFixedWindow::fixed_window_with_clock(Quota::per_minute(5).unwrap(), config(), clock.clone()).unwrap(),
+    );
+    let policy = Policy::builder("api")
+        .limit(Limit::new(KeySource::header("x-c"), Store::local(full)))
+        .limit(Limit::new(KeySource::global(), Store::local(Arc::clone(&later))))
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(policy);
+    assert_eq!(send(&layer, get("/", &[("x-c", b"a")])).await.status(), StatusCode::OK);
+    let r = send(&layer, get("/", &[("x-c", b"b")])).await;
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(json(&r)["title"], "Too Many Clients");
+    assert_eq!(header(&r, "retry-after"), Some("1"));
+    for name in ["ratelimit", "ratelimit-policy", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"] {
+        assert!(header(&r, name).is_none(), "{name}");
+    }
+    assert_eq!(KeyedLimiter::snapshot(&*later, &Key::global()).remaining(), 4);
+}
+
+/// Under `LongKeys::Refuse`, a header value over 128 bytes is a 400 under every
+/// `MissingKey` mode, also inside `first_of` (before a fallback source); the
+/// length is that of the trimmed value. No mode lets it through unlimited.
+#[tokio::test(flavor = "current_thread")]
+async fn refuse_refuses_long_keys_under_every_missing_key_mode() {
+    let clock = ManualClock::new();
+    let long = vec![b'k'; MAX_KEY_BYTES + 1];
+    let mut padded = b"   ".to_vec();
+    padded.extend_from_slice(&long[1..]);
+    padded.extend_from_slice(b"\t ");
+    for missing in [MissingKey::Deny, MissingKey::Skip, MissingKey::Shared(Key::custom(b"anon"))] {
+        for first_of in [false, true] {
+            let source = if first_of {
+                KeySource::first_of([KeySource::header("x-api-key"), KeySource::global()]).long_keys(LongKeys::Refuse)
+            } else {
+                KeySource::header("x-api-key").long_keys(LongKeys::Refuse)
+            };
+            let store = Arc::new(
+                KeyedFixedWindow::fixed_window_with_clock(Quota::per_minute(1).unwrap(), config(), clock.clone())
+                    .unwrap(),
+            );
+            let limit = Limit::new(source, Store::local(Arc::clone(&store))).on_missing_key(missing.clone());
+            let layer = RateLimitLayer::new(Policy::builder("api").limit(limit).build().unwrap());
+            let r = send(&layer, get("/", &[("x-api-key", &long)])).await;
+            assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{missing:?} first_of={first_of}");
+            assert!(header(&r, "ratelimit").is_none());
+            assert!(json(&r)["detail"].as_str().unwrap().contains("x-api-key"), "{}", json(&r));
+            // 128 bytes after trimming: a key, counted.
+            assert_eq!(send(&layer, get("/", &[("x-api-key", &padded)])).await.status(), StatusCode::OK);
+            assert_eq!(send(&layer, get("/", &[("x-api-key", &padded)])).await.status(), StatusCode::TOO_MANY_REQUESTS);
+        }
+    }
 }

@@ -2,7 +2,8 @@
 //! (`weir_testkit::each_cancellation`), as a server drops it when its client goes
 //! away: with an in-memory store, with layered limits over remote (async) stores
 //! and an in-memory one, on the admitted and on the refused path, and with a
-//! throttle wait. After each drop: no place left in a throttle's line, nothing held
+//! throttle wait (and a wait in a second throttle). After each drop: no place left
+//! in a throttle's line, no turn kept in an earlier throttle, nothing held
 //! in an in-memory store, at most the one charge a remote store took for a check
 //! already sent (the documented rule: a remote admission of a dropped request stays
 //! spent), and the next request decided as those say.
@@ -11,7 +12,7 @@ use bytes::Bytes;
 use core::convert::Infallible;
 use core::future::Future;
 use http::{Request, Response, StatusCode};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -109,12 +110,15 @@ fn used(store: &KeyedFixedWindow<Key, ManualClock>) -> u64 {
     KeyedLimiter::<Key>::policies(store)[0].limit() - KeyedLimiter::<Key>::snapshot(store, &Key::global()).remaining()
 }
 
-/// How many requests reached the service.
-static SERVED: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    /// How many requests reached the service on this thread: each test runs on its
+    /// own thread (current-thread runtimes), so tests run at once do not count each
+    /// other's requests.
+    static SERVED: Cell<u64> = const { Cell::new(0) };
+}
 
 fn served() -> u64 {
-    // Ordering: Relaxed; read on the thread that served (current-thread runtimes).
-    SERVED.load(Ordering::Relaxed)
+    SERVED.with(Cell::get)
 }
 
 /// A request through `layer` around a service that yields twice before it answers
@@ -125,8 +129,7 @@ fn request(layer: &RateLimitLayer) -> impl Future<Output = Response<Bytes>> + us
     let service = tower::Layer::layer(
         layer,
         service_fn(|_: Request<()>| {
-            // Ordering: Relaxed; see `served`.
-            SERVED.fetch_add(1, Ordering::Relaxed);
+            SERVED.with(|served| served.set(served.get() + 1));
             async {
                 tokio::task::yield_now().await;
                 tokio::task::yield_now().await;
@@ -353,4 +356,60 @@ async fn a_tier_lookup_dropped_gives_back_what_the_earlier_limits_took() {
     )
     .await;
     assert!(cuts >= 4, "{cuts}");
+}
+
+/// Two throttles: the request passes throttle A (1 per minute, idle) at once, then
+/// waits its turn in throttle B (1 per second, whose turn another layer's request
+/// has just taken). Dropped at any await before its decision, it leaves no waiter
+/// in either line and gives A's turn back: the next request through A goes within
+/// B's one interval, not a minute later. (Once the service is called, the request
+/// is admitted for good, and A's turn spent.)
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_request_dropped_in_a_second_throttle_gives_back_its_turn_in_the_first() {
+    struct Run {
+        layer: RateLimitLayer,
+        a: Arc<KeyedThrottle>,
+        b: Arc<KeyedThrottle>,
+        served: u64,
+    }
+    let fresh = || {
+        let a = Arc::new(KeyedThrottle::builder(Quota::per_minute(1).unwrap(), 4).build().unwrap());
+        let b = Arc::new(KeyedThrottle::builder(Quota::per_second(1).unwrap(), 4).build().unwrap());
+        let policy = Policy::builder("api")
+            .limit(Limit::throttle_shared(KeySource::global(), Arc::clone(&a)))
+            .limit(Limit::throttle_shared(KeySource::global(), Arc::clone(&b)))
+            .build()
+            .unwrap();
+        let only_b = Policy::builder("b").limit(Limit::throttle_shared(KeySource::global(), Arc::clone(&b)));
+        (
+            Run { layer: RateLimitLayer::new(policy), a, b, served: served() },
+            RateLimitLayer::new(only_b.build().unwrap()),
+        )
+    };
+    let current: Rc<RefCell<Option<Run>>> = Rc::new(RefCell::new(None));
+    let cuts = each_cancellation(
+        || {
+            let (run, only_b) = fresh();
+            let first = request(&only_b);
+            let next = request(&run.layer);
+            *current.borrow_mut() = Some(run);
+            async move {
+                assert_eq!(first.await.status(), StatusCode::OK);
+                next.await
+            }
+        },
+        async |k, finished| {
+            let run = current.borrow_mut().take().unwrap();
+            assert_eq!((run.a.waiting(&Key::global()), run.b.waiting(&Key::global())), (0, 0), "poll {k}");
+            if finished || served() - run.served == 2 {
+                return; // admitted (the service was called): A's turn is spent, as it should be
+            }
+            let start = tokio::time::Instant::now();
+            assert_eq!(request(&run.layer).await.status(), StatusCode::OK);
+            assert!(start.elapsed() <= Duration::from_secs(1), "waited {:?} after poll {k}", start.elapsed());
+            tokio::time::advance(Duration::from_secs(120)).await;
+        },
+    )
+    .await;
+    assert!(cuts >= 3, "{cuts}");
 }
