@@ -67,9 +67,9 @@
 //!
 //! **A key costs at most [`MAX_KEY_BYTES`] of payload**, wherever it is kept (a
 //! store, the tier cache, a throttle's map) or sent (a remote store): an API key,
-//! user id or custom key longer than 128 bytes is kept as its 128-bit SipHash-2-4
-//! hash under a fixed key, the same on every instance of a fleet ([`Key`], "Long
-//! keys"), so a store's `max_keys` bounds its memory whatever its clients send. A
+//! user id or custom key longer than 128 bytes is kept as its 128-bit hash
+//! ([`weir_core::long_key_hash`], from SHA-256), the same on every instance of a
+//! fleet and in weir-redis ([`Key`], "Long keys"), so a store's `max_keys` bounds its memory whatever its clients send. A
 //! tier lookup receives that hashed key for such a client.
 //! [`KeySource::long_keys`]`(`[`LongKeys::Refuse`]`)` (`long_keys = "refuse"` in
 //! the file) refuses such a header with a 400 instead. A remote store names a key
