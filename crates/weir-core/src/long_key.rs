@@ -35,7 +35,11 @@ pub enum LongKeys {
 pub const LONG_KEY_HASH_BYTES: usize = 16;
 
 /// The 128-bit hash a long key is kept as: the first [`LONG_KEY_HASH_BYTES`] bytes of
-/// its SHA-256 (see the [module docs](self)).
+/// its SHA-256. The same on every instance of a fleet and in every version of weir,
+/// so instances that share a remote store name one client's state alike; and
+/// collision-resistant without a secret, so no client can choose a key that lands on
+/// another client's state (that would take a SHA-256 collision on 128 bits, about
+/// 2⁶⁴ work). Hashing reads the key once; a store hashes only keys above its bound.
 ///
 /// ```
 /// use weir_core::long_key_hash;
