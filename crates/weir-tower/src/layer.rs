@@ -247,6 +247,12 @@ impl Shared {
         }
         let denied =
             Denied { rejection, policy, quota, retry_after_secs: retry_after.map(retry_after_secs), decision, detail };
+        // A gRPC call is refused as gRPC: a client reads `grpc-status`, not the
+        // HTTP status.
+        #[cfg(feature = "grpc")]
+        if crate::grpc::is_grpc(parts) {
+            return crate::grpc::refusal(cause, &denied, retry_after, headers);
+        }
         self.body.response(cause, &denied, headers, tail)
     }
 }

@@ -180,7 +180,12 @@
 //! arrival order). With the `weir` facade, their errors convert into `weir::Error`
 //! with `?`.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod config;
+#[cfg(feature = "grpc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+pub mod grpc;
 mod ip;
 mod key;
 mod layer;
