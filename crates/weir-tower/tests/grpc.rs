@@ -19,7 +19,7 @@ use tonic::codegen::tokio_stream;
 use tonic::transport::{Channel, Server};
 use tonic::{Code, Request, Response, Status};
 use tonic_types::StatusExt as _;
-use weir_core::Quota;
+use weir_core::{ManualClock, Quota};
 use weir_keyed::{KeyedConfig, KeyedGcra};
 use weir_tower::{Config, Key, KeySource, Limit, Policy, RateLimitLayer, Store};
 
@@ -232,4 +232,86 @@ async fn keys_from_metadata() {
     client.say(keyed("bob")).await.expect("bob has his own quota");
     // Ordering: Relaxed: the calls have returned.
     assert_eq!(calls.load(Ordering::Relaxed), 2);
+}
+
+/// What a gRPC client with a retry policy does with a refusal (gRFC A6): waits the
+/// pushback, then retries. The wait is the manual clock moved forward, as far.
+async fn say_honouring_pushback(
+    client: &mut EchoClient<Channel>,
+    clock: &ManualClock,
+    attempts: usize,
+) -> (Result<Response<SayReply>, Status>, Vec<u64>) {
+    let mut waited = Vec::new();
+    loop {
+        let result = client.say(say("again")).await;
+        let pushback = match &result {
+            Err(status) if status.code() == Code::ResourceExhausted && waited.len() + 1 < attempts => {
+                metadata(status.metadata(), "grpc-retry-pushback-ms").and_then(|v| v.parse().ok())
+            }
+            _ => None,
+        };
+        let Some(ms) = pushback else { return (result, waited) };
+        clock.advance(Duration::from_millis(ms));
+        waited.push(ms);
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_waits_the_pushback_is_admitted_and_one_that_waits_less_is_not() {
+    let clock = ManualClock::new();
+    let toml = r#"
+        [[policy]]
+        name = "api"
+        default = true
+        [[policy.limit]]
+        key = "ip"
+        quotas = [{ name = "minute", algorithm = "gcra", limit = 2, window = "1m" }]
+    "#;
+    let limits = Config::from_toml(toml).unwrap().clock(clock.clone()).layer().unwrap();
+    let (addr, calls) = serve(limits).await;
+    let mut client = client(addr).await;
+    client.say(say("one")).await.expect("admitted");
+    client.say(say("two")).await.expect("admitted");
+    let status = client.say(say("three")).await.expect_err("refused");
+    let delay = retry_delay(&status);
+    assert_eq!(delay, Duration::from_secs(30), "one call comes back every 30 s");
+    // A client that retries a millisecond early is refused again, told to wait that
+    // millisecond.
+    clock.advance(delay - Duration::from_millis(1));
+    let status = client.say(say("early")).await.expect_err("a millisecond early");
+    assert_eq!(retry_delay(&status), Duration::from_millis(1));
+    // A client that waits the pushback is admitted on its retry.
+    let (result, waited) = say_honouring_pushback(&mut client, &clock, 3).await;
+    assert_eq!(waited, [1], "one wait of the pushback, then admitted");
+    result.expect("admitted after the pushback");
+    // Ordering: Relaxed: the calls have returned.
+    assert_eq!(calls.load(Ordering::Relaxed), 3);
+}
+
+/// The same layer answers HTTP and gRPC, each in its own words, chosen by the
+/// request's `content-type`.
+#[tokio::test]
+async fn one_layer_refuses_http_as_http_and_grpc_as_grpc() {
+    use tower::{Service as _, ServiceExt as _};
+    let layer = RateLimitLayer::per_ip(per_hour(1));
+    let mut service = tower::ServiceBuilder::new().layer(layer).service(tower::service_fn(|_| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(bytes::Bytes::from_static(b"ok")))
+    }));
+    let request = |content_type: &'static str| {
+        let mut request = http::Request::post("/weir.echo.v1.Echo/Say").header("content-type", content_type);
+        request.extensions_mut().unwrap().insert(weir_tower::PeerAddr("192.0.2.1:5000".parse().unwrap()));
+        request.body(()).unwrap()
+    };
+    let admitted = service.ready().await.unwrap().call(request("application/grpc")).await.unwrap();
+    assert_eq!(admitted.status(), http::StatusCode::OK);
+    assert!(admitted.headers().get("grpc-status").is_none());
+    let http = service.ready().await.unwrap().call(request("application/json")).await.unwrap();
+    assert_eq!(http.status(), http::StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(http.headers()["content-type"], "application/problem+json");
+    let grpc = service.ready().await.unwrap().call(request("application/grpc+proto")).await.unwrap();
+    assert_eq!(grpc.status(), http::StatusCode::OK);
+    assert_eq!(grpc.headers()["grpc-status"], "8");
+    assert_eq!(grpc.headers()["content-type"], "application/grpc");
+    assert!(grpc.headers().contains_key("grpc-retry-pushback-ms"));
+    assert!(grpc.body().is_empty(), "trailers-only: no body");
 }
