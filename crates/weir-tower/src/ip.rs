@@ -189,7 +189,8 @@ pub enum ForwardedHeader {
 /// a plain [`SocketAddr`]) into each request's extensions. axum's
 /// `ConnectInfo<SocketAddr>` is read directly with the `axum` feature (on by
 /// default); without it, axum's type cannot be named, and an axum server's requests
-/// carry no peer address this crate can read.
+/// carry no peer address this crate can read. tonic's `TcpConnectInfo` is read
+/// directly with the `grpc` feature.
 ///
 /// ```
 /// use std::net::SocketAddr;

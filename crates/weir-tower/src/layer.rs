@@ -378,7 +378,8 @@ impl RateLimitLayerBuilder {
 
     /// The policy for requests whose path is `prefix` or under it (`/auth` matches
     /// `/auth` and `/auth/login`, not `/authors`). The longest matching prefix wins.
-    /// Paths are as the layer sees them: inside an axum `nest`, without the nest's
+    /// A prefix ending in `/` matches every path under it: a gRPC service is
+    /// `/package.Service/`, one of its methods `/package.Service/Method`. Paths are as the layer sees them: inside an axum `nest`, without the nest's
     /// prefix.
     pub fn route(mut self, prefix: &str, policy: Policy) -> Self {
         if !prefix.starts_with('/') {
@@ -446,7 +447,8 @@ impl RateLimitLayerBuilder {
         Self { body: BodyStyle::problem(uri), ..self }
     }
 
-    /// Writes rejection bodies with `body` instead of problem+json.
+    /// Writes rejection bodies with `body` instead of problem+json. (A refused gRPC
+    /// call, with the `grpc` feature, has no body: its status is in its headers.)
     pub fn deny_body(self, body: impl Fn(&Denied<'_>) -> DenyBody + Send + Sync + 'static) -> Self {
         Self { body: BodyStyle::custom(body), ..self }
     }

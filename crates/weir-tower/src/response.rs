@@ -272,7 +272,9 @@ pub enum Rejection {
 }
 
 impl Rejection {
-    /// The status the middleware answers with.
+    /// The status the middleware answers an HTTP request with. (A gRPC call, with
+    /// the `grpc` feature, is answered HTTP 200 with a `grpc-status`: see the
+    /// `grpc` module.)
     pub fn status(self) -> StatusCode {
         match self {
             Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
