@@ -35,7 +35,8 @@ impl Echo for EchoService {
     type CountStream = Iter<std::vec::IntoIter<Result<SayReply, Status>>>;
 
     async fn count(&self, request: Request<CountRequest>) -> Result<Response<Self::CountStream>, Status> {
-        let replies: Vec<_> = (0..request.into_inner().n.min(100)).map(|i| Ok(SayReply { text: i.to_string() })).collect();
+        let replies: Vec<_> =
+            (0..request.into_inner().n.min(100)).map(|i| Ok(SayReply { text: i.to_string() })).collect();
         Ok(Response::new(tokio_stream::iter(replies)))
     }
 }

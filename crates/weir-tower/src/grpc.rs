@@ -83,8 +83,7 @@ pub(crate) fn code(cause: Cause) -> Code {
 /// Whole milliseconds, rounded up, and at least 1 (a pushback of 0 is a retry at
 /// once, which is denied again).
 pub(crate) fn pushback_ms(d: Duration) -> u64 {
-    let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 > 0);
-    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX).max(1)
 }
 
 /// The `grpc-message`: the title, the detail, when to retry, and the policy and
@@ -302,7 +301,7 @@ mod tests {
         assert_eq!(pushback_ms(Duration::from_nanos(1)), 1);
         assert_eq!(pushback_ms(Duration::ZERO), 1);
         assert_eq!(pushback_ms(Duration::from_millis(1500)), 1500);
-        assert_eq!(pushback_ms(Duration::from_micros(1500_001)), 1501);
+        assert_eq!(pushback_ms(Duration::from_micros(1_500_001)), 1501);
         assert_eq!(pushback_ms(Duration::MAX), u64::MAX);
     }
 

@@ -212,7 +212,8 @@ async fn policies_per_method_and_per_service_in_code() {
 #[tokio::test]
 async fn keys_from_metadata() {
     let limit = Limit::new(KeySource::header("x-api-key"), Store::local(per_hour(1)));
-    let limits = RateLimitLayer::builder().policy(Policy::builder("api").limit(limit).build().unwrap()).build().unwrap();
+    let limits =
+        RateLimitLayer::builder().policy(Policy::builder("api").limit(limit).build().unwrap()).build().unwrap();
     let (addr, calls) = serve(limits).await;
     let mut client = client(addr).await;
     let keyed = |key: &'static str| {
