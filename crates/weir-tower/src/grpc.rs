@@ -5,7 +5,8 @@
 //! A request is gRPC when its `content-type` is `application/grpc` or starts with
 //! `application/grpc+`, `application/grpc;` or `application/grpc-` (gRPC-Web too).
 //! The layer answers such a request it refuses with a *trailers-only* gRPC
-//! response: HTTP 200, an empty body, and in its one header block
+//! response: HTTP 200, an empty body, the request's own `content-type`, and in its
+//! one header block
 //!
 //! | refusal ([`Rejection`]) | `grpc-status` |
 //! | --- | --- |
@@ -57,12 +58,11 @@ use crate::Rejection;
 pub const GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
 
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
-const APPLICATION_GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
 
-/// Whether the request is a gRPC call: its `content-type` is `application/grpc`,
-/// or that followed by `+`, `;` or `-`.
-pub(crate) fn is_grpc(parts: &Parts) -> bool {
-    parts.headers.get(CONTENT_TYPE).is_some_and(|value| {
+/// The request's `content-type` if it is a gRPC call's: `application/grpc`, or
+/// that followed by `+`, `;` or `-`.
+pub(crate) fn grpc_content_type(parts: &Parts) -> Option<&HeaderValue> {
+    parts.headers.get(CONTENT_TYPE).filter(|value| {
         let value = value.as_bytes();
         value.len() >= 16
             && value[..16].eq_ignore_ascii_case(b"application/grpc")
@@ -103,8 +103,11 @@ fn message(cause: Cause, denied: &Denied<'_>, retry_after: Option<Duration>) -> 
     out
 }
 
-/// The trailers-only gRPC response refusing a call for `cause`.
+/// The trailers-only gRPC response refusing a call for `cause`, of the call's own
+/// `content_type` (`application/grpc+proto`, `application/grpc-web`: the client
+/// reads the framing it asked for).
 pub(crate) fn refusal(
+    content_type: HeaderValue,
     cause: Cause,
     denied: &Denied<'_>,
     retry_after: Option<Duration>,
@@ -117,7 +120,7 @@ pub(crate) fn refusal(
         None => tonic::Status::new(code, message),
     };
     let mut map = HeaderMap::with_capacity(6 + headers.as_ref().map_or(0, RateLimitHeaders::len));
-    map.insert(CONTENT_TYPE, APPLICATION_GRPC);
+    map.insert(CONTENT_TYPE, content_type);
     if status.add_header(&mut map).is_err() {
         // Only a header value tonic could not write (it percent-encodes the message
         // and base64-encodes the details, so this is not expected): the code alone
@@ -288,12 +291,12 @@ mod tests {
     #[test]
     fn grpc_requests_are_told_by_their_content_type() {
         for grpc in ["application/grpc", "application/grpc+proto", "Application/GRPC;x=1", "application/grpc-web"] {
-            assert!(is_grpc(&parts(grpc)), "{grpc}");
+            assert_eq!(grpc_content_type(&parts(grpc)).unwrap(), grpc);
         }
         for http in ["application/json", "application/grpcx", "application/grp", "text/plain"] {
-            assert!(!is_grpc(&parts(http)), "{http}");
+            assert!(grpc_content_type(&parts(http)).is_none(), "{http}");
         }
-        assert!(!is_grpc(&http::Request::new(()).into_parts().0));
+        assert!(grpc_content_type(&http::Request::new(()).into_parts().0).is_none());
     }
 
     #[test]
@@ -316,7 +319,8 @@ mod tests {
             detail: Cause::RateLimited.words().1,
         };
         let retry = Duration::from_millis(1250);
-        let response = refusal(Cause::RateLimited, &denied, Some(retry), None);
+        let grpc = HeaderValue::from_static("application/grpc");
+        let response = refusal(grpc.clone(), Cause::RateLimited, &denied, Some(retry), None);
         assert_eq!(response.status(), http::StatusCode::OK);
         assert!(response.body().is_empty());
         let headers = response.headers();
@@ -340,7 +344,7 @@ mod tests {
             (Cause::Unavailable, Code::Unavailable),
             (Cause::KeyCapacity, Code::ResourceExhausted),
         ] {
-            let response = refusal(cause, &Denied { detail: cause.words().1, ..denied }, None, None);
+            let response = refusal(grpc.clone(), cause, &Denied { detail: cause.words().1, ..denied }, None, None);
             let status = tonic::Status::from_header_map(response.headers()).unwrap();
             assert_eq!(status.code(), want, "{cause:?}");
             assert!(response.headers().get("grpc-retry-pushback-ms").is_none());

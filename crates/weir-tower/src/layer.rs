@@ -250,8 +250,8 @@ impl Shared {
         // A gRPC call is refused as gRPC: a client reads `grpc-status`, not the
         // HTTP status.
         #[cfg(feature = "grpc")]
-        if crate::grpc::is_grpc(parts) {
-            return crate::grpc::refusal(cause, &denied, retry_after, headers);
+        if let Some(content_type) = crate::grpc::grpc_content_type(parts) {
+            return crate::grpc::refusal(content_type.clone(), cause, &denied, retry_after, headers);
         }
         self.body.response(cause, &denied, headers, tail)
     }

@@ -312,7 +312,49 @@ async fn one_layer_refuses_http_as_http_and_grpc_as_grpc() {
     let grpc = service.ready().await.unwrap().call(request("application/grpc+proto")).await.unwrap();
     assert_eq!(grpc.status(), http::StatusCode::OK);
     assert_eq!(grpc.headers()["grpc-status"], "8");
-    assert_eq!(grpc.headers()["content-type"], "application/grpc");
+    assert_eq!(grpc.headers()["content-type"], "application/grpc+proto", "the call's own framing");
     assert!(grpc.headers().contains_key("grpc-retry-pushback-ms"));
     assert!(grpc.body().is_empty(), "trailers-only: no body");
+}
+
+#[tokio::test]
+async fn a_throttled_call_waits_its_turn_and_one_turned_away_is_resource_exhausted() {
+    // One call every 20 ms, waiting up to 10 s: calls at once wait, none is refused.
+    let waits = r#"
+        [[policy]]
+        name = "slow"
+        default = true
+        [[policy.limit]]
+        key = "ip"
+        throttle = { rate = 1, per = "20ms", capacity = 10, max_wait = "10s" }
+    "#;
+    let (addr, calls) = serve(Config::from_toml(waits).unwrap().layer().unwrap()).await;
+    let shared = client(addr).await;
+    let calls_at_once = (0..3).map(|i| {
+        let mut client = shared.clone();
+        tokio::spawn(async move { client.say(say(&i.to_string())).await })
+    });
+    for call in calls_at_once.collect::<Vec<_>>() {
+        call.await.unwrap().expect("waited its turn");
+    }
+    // Ordering: Relaxed: the calls have returned.
+    assert_eq!(calls.load(Ordering::Relaxed), 3);
+
+    // One call an hour, waiting at most 1 s: the second call is turned away at once.
+    let turned_away = r#"
+        [[policy]]
+        name = "hourly"
+        default = true
+        [[policy.limit]]
+        key = "ip"
+        throttle = { rate = 1, per = "1h", capacity = 10, max_wait = "1s" }
+    "#;
+    let (addr, _) = serve(Config::from_toml(turned_away).unwrap().layer().unwrap()).await;
+    let mut client = client(addr).await;
+    client.say(say("first")).await.expect("admitted");
+    let status = client.say(say("second")).await.expect_err("turned away");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert!(status.message().contains("quota \"throttle\""), "{}", status.message());
+    let delay = retry_delay(&status);
+    assert!(delay > Duration::from_secs(1), "{delay:?}");
 }
