@@ -206,8 +206,8 @@ impl Shared {
                 target: "weir_tower", policy, path,
                 "a per-IP rate limit sees no peer address, so it answers every request with 400 (warned once per \
                  layer): serve an axum app with `into_make_service_with_connect_info::<SocketAddr>()` and the `axum` \
-                 feature of weir-tower (or weir) on; with hyper or tower, insert a `weir_tower::PeerAddr` or \
-                 `SocketAddr` into each request's extensions"
+                 feature of weir-tower (or weir) on; with tonic, serve over TCP with the `grpc` feature on; with \
+                 hyper or tower, insert a `weir_tower::PeerAddr` or `SocketAddr` into each request's extensions"
             );
         } else {
             tracing::debug!(target: "weir_tower", policy, path, "client not identified: no peer address");

@@ -358,3 +358,20 @@ async fn a_throttled_call_waits_its_turn_and_one_turned_away_is_resource_exhaust
     let delay = retry_delay(&status);
     assert!(delay > Duration::from_secs(1), "{delay:?}");
 }
+
+/// A per-IP limit on a server that gives no peer address (tonic over a Unix socket
+/// or an in-memory stream): the server's setup, not the client, is at fault.
+#[tokio::test]
+async fn a_per_ip_limit_without_a_peer_address_is_internal_and_says_how_to_fix_it() {
+    use tower::{Service as _, ServiceExt as _};
+    let mut service =
+        tower::ServiceBuilder::new().layer(RateLimitLayer::per_ip(per_hour(1))).service(tower::service_fn(|_| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(bytes::Bytes::new()))
+        }));
+    let request = http::Request::post("/weir.echo.v1.Echo/Say").header("content-type", "application/grpc").body(());
+    let response = service.ready().await.unwrap().call(request.unwrap()).await.unwrap();
+    let status = Status::from_header_map(response.headers()).expect("a gRPC status");
+    assert_eq!(status.code(), Code::Internal);
+    assert!(status.message().contains("`TcpConnectInfo`"), "{}", status.message());
+    assert!(response.headers().get("grpc-retry-pushback-ms").is_none());
+}
