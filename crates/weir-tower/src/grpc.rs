@@ -2,6 +2,16 @@
 //! address, and the response body that lets the layer sit in tonic's
 //! `Server::builder().layer(..)`.
 //!
+//! Put the layer in tonic's server with [`layer`]:
+//! `Server::builder().layer(weir_tower::grpc::layer(limits)).add_service(..)`. It
+//! is the same [`RateLimitLayer`](crate::RateLimitLayer), over a
+//! [`GrpcBodyLayer`] that makes tonic's response body one the layer's own answers
+//! can be written in. Policies, keys and tiers are those of HTTP: a method's path
+//! `/package.Service/Method` is a route prefix, `/package.Service/` one for the
+//! whole service; [`KeySource::header`](crate::KeySource::header) reads gRPC
+//! metadata (`x-api-key`); a per-IP limit reads the peer address tonic's server
+//! puts in each request (`TcpConnectInfo`; a TLS connection carries it too).
+//!
 //! A request is gRPC when its `content-type` is `application/grpc` or starts with
 //! `application/grpc+`, `application/grpc;` or `application/grpc-` (gRPC-Web too).
 //! The layer answers such a request it refuses with a *trailers-only* gRPC
@@ -34,6 +44,11 @@
 //! streaming call (client, server or bidirectional) counts once, when its request
 //! headers arrive, and its messages are not counted. A throttled call waits before
 //! it reaches the service, as an HTTP request does.
+//!
+//! tonic's own client has no retry policy; gRPC clients that implement gRFC A6
+//! (grpc-go, grpc-java, grpc-core with a `retryPolicy` in the service config) wait
+//! the pushback before they retry. A tonic client reads the delay from the
+//! status's metadata or its details, as `tests/grpc.rs` does.
 //!
 //! [`deny_body`]: crate::RateLimitLayerBuilder::deny_body
 
