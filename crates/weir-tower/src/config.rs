@@ -13,7 +13,7 @@
 //!
 //! [[policy]]
 //! name = "auth"
-//! routes = ["/auth"]                # path prefixes; the longest match wins
+//! routes = ["/auth"]                # path prefixes; the longest match wins (gRPC: "/pkg.Service/", "/pkg.Service/Method")
 //! [[policy.limit]]
 //! key = "ip"                        # ip | user | global | header:<name>, or a list: the first that the request has
 //! quotas = [{ name = "5min", algorithm = "sliding_window", limit = 5, window = "5m" }]

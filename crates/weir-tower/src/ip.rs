@@ -189,7 +189,8 @@ pub enum ForwardedHeader {
 /// a plain [`SocketAddr`]) into each request's extensions. axum's
 /// `ConnectInfo<SocketAddr>` is read directly with the `axum` feature (on by
 /// default); without it, axum's type cannot be named, and an axum server's requests
-/// carry no peer address this crate can read.
+/// carry no peer address this crate can read. tonic's `TcpConnectInfo` is read
+/// directly with the `grpc` feature.
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -483,7 +484,8 @@ impl ClientIp {
     }
 
     /// The request's key: the client resolved from its peer address (axum's
-    /// `ConnectInfo<SocketAddr>`, a [`PeerAddr`] or a [`SocketAddr`] extension) and
+    /// `ConnectInfo<SocketAddr>`, a [`PeerAddr`], tonic's `TcpConnectInfo` with the
+    /// `grpc` feature, or a [`SocketAddr`] extension) and
     /// headers. `None` if the request carries no peer address or the client cannot be
     /// told.
     pub fn key(&self, parts: &Parts) -> Option<Key> {
@@ -499,6 +501,10 @@ pub(crate) fn peer_addr(parts: &Parts) -> Option<IpAddr> {
         return Some(info.0.ip());
     }
     if let Some(PeerAddr(addr)) = parts.extensions.get::<PeerAddr>() {
+        return Some(addr.ip());
+    }
+    #[cfg(feature = "grpc")]
+    if let Some(addr) = crate::grpc::peer_addr(parts) {
         return Some(addr.ip());
     }
     parts.extensions.get::<SocketAddr>().map(SocketAddr::ip)

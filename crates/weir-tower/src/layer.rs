@@ -206,8 +206,8 @@ impl Shared {
                 target: "weir_tower", policy, path,
                 "a per-IP rate limit sees no peer address, so it answers every request with 400 (warned once per \
                  layer): serve an axum app with `into_make_service_with_connect_info::<SocketAddr>()` and the `axum` \
-                 feature of weir-tower (or weir) on; with hyper or tower, insert a `weir_tower::PeerAddr` or \
-                 `SocketAddr` into each request's extensions"
+                 feature of weir-tower (or weir) on; with tonic, serve over TCP with the `grpc` feature on; with \
+                 hyper or tower, insert a `weir_tower::PeerAddr` or `SocketAddr` into each request's extensions"
             );
         } else {
             tracing::debug!(target: "weir_tower", policy, path, "client not identified: no peer address");
@@ -247,6 +247,12 @@ impl Shared {
         }
         let denied =
             Denied { rejection, policy, quota, retry_after_secs: retry_after.map(retry_after_secs), decision, detail };
+        // A gRPC call is refused as gRPC: a client reads `grpc-status`, not the
+        // HTTP status.
+        #[cfg(feature = "grpc")]
+        if let Some(content_type) = crate::grpc::grpc_content_type(parts) {
+            return crate::grpc::refusal(content_type.clone(), cause, &denied, retry_after, headers);
+        }
         self.body.response(cause, &denied, headers, tail)
     }
 }
@@ -372,7 +378,8 @@ impl RateLimitLayerBuilder {
 
     /// The policy for requests whose path is `prefix` or under it (`/auth` matches
     /// `/auth` and `/auth/login`, not `/authors`). The longest matching prefix wins.
-    /// Paths are as the layer sees them: inside an axum `nest`, without the nest's
+    /// A prefix ending in `/` matches every path under it: a gRPC service is
+    /// `/package.Service/`, one of its methods `/package.Service/Method`. Paths are as the layer sees them: inside an axum `nest`, without the nest's
     /// prefix.
     pub fn route(mut self, prefix: &str, policy: Policy) -> Self {
         if !prefix.starts_with('/') {
@@ -440,7 +447,8 @@ impl RateLimitLayerBuilder {
         Self { body: BodyStyle::problem(uri), ..self }
     }
 
-    /// Writes rejection bodies with `body` instead of problem+json.
+    /// Writes rejection bodies with `body` instead of problem+json. (A refused gRPC
+    /// call, with the `grpc` feature, has no body: its status is in its headers.)
     pub fn deny_body(self, body: impl Fn(&Denied<'_>) -> DenyBody + Send + Sync + 'static) -> Self {
         Self { body: BodyStyle::custom(body), ..self }
     }

@@ -25,6 +25,9 @@
 //!   (plain `axum::serve(listener, app)` gives no address), with this crate's `axum`
 //!   feature on (the default; through the facade, weir's `axum` feature: `tower`
 //!   alone does not read axum's `ConnectInfo`);
+//! - tonic (the `grpc` feature): nothing to do, the layer reads the
+//!   `TcpConnectInfo` tonic's server puts in each request (TLS connections carry
+//!   it too);
 //! - hyper or any tower server: insert a [`PeerAddr`] (or a `SocketAddr`) into each
 //!   request's extensions.
 //!
@@ -40,7 +43,7 @@
 //!         ─► tier (cached lookup) ─► stores, in order, all or nothing
 //!         ─► admitted: the service's response + RateLimit headers of the strictest limit
 //!            refused: 429 + Retry-After + problem+json (400 unidentified, 503 store full
-//!            or unavailable)
+//!            or unavailable); a gRPC call: a trailers-only gRPC status
 //! ```
 //!
 //! **What counts.** Every request a policy matches counts, whatever the service
@@ -128,6 +131,45 @@
 //! bucket they could describe); so is a new client of a [`KeyedThrottle`] whose map
 //! is full of throttles in use.
 //!
+//! # gRPC (tonic)
+//!
+//! With the `grpc` feature, the layer limits a tonic server:
+//! `Server::builder().layer(weir_tower::grpc::layer(limits))` (the `grpc` module's
+//! `layer` puts a response body under the layer that tonic's routes can be turned
+//! into). The answer is chosen per request, by its `content-type`: a refused gRPC
+//! call (`application/grpc*`) is a trailers-only gRPC response, `grpc-status: 8`
+//! (`RESOURCE_EXHAUSTED`) with a `grpc-message` naming the policy, the quota and
+//! the retry time, and the delay as `grpc-retry-pushback-ms` (gRFC A6) and as a
+//! `google.rpc.RetryInfo` in `grpc-status-details-bin` (tonic-types:
+//! `StatusExt::get_details_retry_info` reads it); an HTTP request on the same layer
+//! gets the 429 above. A missing key is `UNAUTHENTICATED`, a store full of other
+//! clients' keys `RESOURCE_EXHAUSTED`, a store outage `UNAVAILABLE` (the table is in
+//! the `grpc` module). Admitted calls carry the `RateLimit` fields as initial
+//! metadata; keys come from metadata (`KeySource::header("x-api-key")`) or the
+//! peer. Route prefixes name a method (`/package.Service/Method`) or a service
+//! (`/package.Service/`). A limit applies when a call starts: a streaming call
+//! counts once, whatever it streams. `examples/grpc.rs` is a server to run.
+//!
+//! ```
+//! # #[cfg(feature = "grpc")] {
+//! use weir_core::Quota;
+//! use weir_keyed::{KeyedConfig, KeyedGcra};
+//! use weir_tower::{Key, Limit, Policy, RateLimitLayer};
+//!
+//! let per_ip = |n| -> Result<KeyedGcra<Key>, Box<dyn std::error::Error>> {
+//!     Ok(KeyedGcra::gcra(Quota::per_minute(n)?, KeyedConfig::builder(10_000).build()?))
+//! };
+//! let limits = RateLimitLayer::builder()
+//!     .route("/shop.Orders/Create", Policy::builder("create").limit(Limit::per_ip(per_ip(10)?)).build()?)
+//!     .route("/shop.Orders/", Policy::builder("orders").limit(Limit::per_ip(per_ip(600)?)).build()?)
+//!     .build()?;
+//! let server = tonic::transport::Server::builder().layer(weir_tower::grpc::layer(limits));
+//! // server.add_service(OrdersServer::new(orders)).serve(addr).await?;
+//! # let _ = server;
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Cancellation
 //!
 //! A request's future may be dropped at any await (its client went away). What it
@@ -180,7 +222,12 @@
 //! arrival order). With the `weir` facade, their errors convert into `weir::Error`
 //! with `?`.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod config;
+#[cfg(feature = "grpc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+pub mod grpc;
 mod ip;
 mod key;
 mod layer;

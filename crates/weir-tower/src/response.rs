@@ -272,7 +272,9 @@ pub enum Rejection {
 }
 
 impl Rejection {
-    /// The status the middleware answers with.
+    /// The status the middleware answers an HTTP request with. (A gRPC call, with
+    /// the `grpc` feature, is answered HTTP 200 with a `grpc-status`: see the
+    /// `grpc` module.)
     pub fn status(self) -> StatusCode {
         match self {
             Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
@@ -304,7 +306,8 @@ pub(crate) enum Cause {
 pub(crate) const NO_PEER_ADDRESS: &str = "This rate limit is per client IP, and the request reached it without the \
      address of its peer, so the server cannot tell its clients apart. To the server's operator: serve the axum app \
      with `into_make_service_with_connect_info::<SocketAddr>()`, with the `axum` feature of weir-tower (or of weir) \
-     on, so that axum's `ConnectInfo` is read; with hyper or tower, insert the connection's peer address \
+     on, so that axum's `ConnectInfo` is read; with tonic, serve over TCP with the `grpc` feature of weir-tower on, \
+     so that tonic's `TcpConnectInfo` is read; with hyper or tower, insert the connection's peer address \
      (`weir_tower::PeerAddr` or a `std::net::SocketAddr`) into each request's extensions.";
 
 /// The `detail` of a refusal by a store full of other clients' keys.

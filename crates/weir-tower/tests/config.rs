@@ -191,3 +191,44 @@ quotas = [{ algorithm = "fixed_window", limit = 5, window = "1m" }]
     let e = Config::from_toml(&toml.replace("\"refuse\"", "\"truncate\"")).unwrap_err();
     assert_eq!((e.line, e.field.as_deref()), (Some(7), Some("policy[0].limit[0].long_keys")), "{e}");
 }
+
+/// gRPC paths (`/package.Service/Method`) as route prefixes: a method's policy
+/// applies to that method alone (not to `/SayMore`), a service's (ending in `/`) to
+/// the rest of the service, and the longest prefix wins.
+#[tokio::test]
+async fn grpc_services_and_methods_are_route_prefixes() {
+    let toml = r#"
+        [[policy]]
+        name = "echo"
+        routes = ["/weir.echo.v1.Echo/"]
+        [[policy.limit]]
+        key = "ip"
+        quotas = [{ name = "echo", algorithm = "fixed_window", limit = 2, window = "1h" }]
+
+        [[policy]]
+        name = "say"
+        routes = ["/weir.echo.v1.Echo/Say"]
+        [[policy.limit]]
+        key = "ip"
+        quotas = [{ name = "say", algorithm = "fixed_window", limit = 1, window = "1h" }]
+    "#;
+    let layer = Config::from_toml(toml).unwrap().clock(ManualClock::new()).layer().unwrap();
+    let router = Router::new()
+        .route("/weir.echo.v1.Echo/Say", get(|| async { "say" }))
+        .route("/weir.echo.v1.Echo/SayMore", get(|| async { "more" }))
+        .route("/weir.echo.v1.EchoTwo/Say", get(|| async { "other service" }))
+        .layer(layer);
+    let say = get_from(&router, "/weir.echo.v1.Echo/Say", &[]).await;
+    assert_eq!((say.status(), header(&say, "ratelimit-policy")), (StatusCode::OK, Some("\"say\";q=1;w=3600")));
+    let say = get_from(&router, "/weir.echo.v1.Echo/Say", &[]).await;
+    assert_eq!(say.status(), StatusCode::TOO_MANY_REQUESTS);
+    for _ in 0..2 {
+        let more = get_from(&router, "/weir.echo.v1.Echo/SayMore", &[]).await;
+        assert_eq!((more.status(), header(&more, "ratelimit-policy")), (StatusCode::OK, Some("\"echo\";q=2;w=3600")));
+    }
+    let more = get_from(&router, "/weir.echo.v1.Echo/SayMore", &[]).await;
+    assert_eq!(more.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Another service whose name starts the same is not under either prefix.
+    let other = get_from(&router, "/weir.echo.v1.EchoTwo/Say", &[]).await;
+    assert_eq!((other.status(), header(&other, "ratelimit")), (StatusCode::OK, None));
+}

@@ -4,7 +4,7 @@
 #[test]
 fn the_readmes_rust_blocks_are_examples_that_compile() {
     let readme = include_str!("../README.md");
-    let examples = [include_str!("../examples/in_your_server.rs")];
+    let examples = [include_str!("../examples/in_your_server.rs"), include_str!("../examples/grpc.rs")];
     let bodies: Vec<&str> = examples.iter().map(|file| &file[file.find("\nuse ").expect("a `use`") + 1..]).collect();
     let mut blocks = 0;
     let mut rest = readme;
