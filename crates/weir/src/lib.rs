@@ -12,7 +12,7 @@
 //! | `keyed` (default) | [`keyed`] | per-key limiting: bounded memory, exact idle eviction, hot keys |
 //! | `std` (default) | | OS clocks ([`MonotonicClock`], [`InstantClock`], [`CoarseClock`]), `std::error::Error` impls; without it the crate is `no_std` + `alloc` |
 //! | `tokio` | [`leaky`] | the leaky bucket's async consumers, the request throttle, and [`TokioClock`] |
-//! | `tower` | [`tower`] | rate-limiting middleware for tower, axum and hyper servers (`axum`: the client address from axum's `ConnectInfo`; an axum server limited per IP needs it, since `tower` alone cannot read axum's `ConnectInfo`) |
+//! | `tower` | [`tower`] | rate-limiting middleware for tower, axum and hyper servers (`axum`: the client address from axum's `ConnectInfo`; an axum server limited per IP needs it, since `tower` alone cannot read axum's `ConnectInfo`; `grpc`: refusals a tonic client reads as `RESOURCE_EXHAUSTED` with a retry pushback, and a tonic server's peer address) |
 //! | `redis` | [`redis`] | limits kept in Redis, shared by every instance of a service (`redis-tls`: `rediss://` URLs) |
 //!
 //! ```
