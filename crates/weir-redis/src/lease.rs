@@ -31,7 +31,9 @@
 //! lease was taken, so leases never admit more permits than Redis granted: at a
 //! frozen time, all instances together admit at most the burst `B`, exactly as
 //! without leases. What leases change is *when* permits are spent: a permit taken
-//! at time `t` can be spent until `t + lifetime`. So, with `N` instances holding leases
+//! at time `t` can be spent until `t + lifetime` (the lifetime counts from a
+//! reading of the lease clock taken before the grant is sent, so a reply that
+//! arrives late shortens it, never lengthens it). So, with `N` instances holding leases
 //! on one key, `r` the quota's rate and `L` = `max_lease`, the requests admitted in
 //! any interval of length `τ` are at most
 //!
@@ -384,8 +386,12 @@ impl<C: Clock> Leased<C> {
         // error, or dropped at the await), the renewal mark is cleared and its
         // waiters are woken, so one of them takes the renewal over.
         let mut renewal = lease_size.map(|(_, notify)| Renewal { shard, key, notify: Some(notify) });
+        // The lease's lifetime (and a denial's local hold) counts from this reading,
+        // taken before the request is sent, so no later than Redis charged the
+        // grant: a reply read late (a slow network, a stalled task) cannot stretch
+        // the time its permits may be spent past `charged + lifetime`.
+        let sent = self.clock.now().as_u64();
         let reply = self.grant(&name, want, n).await;
-        let now = self.clock.now().as_u64();
         let mut leases = Self::lock(shard);
         let lease = leases.get_mut(key);
         let (granted, now_us, used) = match reply {
@@ -404,7 +410,7 @@ impl<C: Clock> Leased<C> {
             lease.headroom = snapshot.remaining();
             lease.reset_ns = u64::try_from(snapshot.reset_after().as_nanos()).unwrap_or(u64::MAX);
             if let Some(retry) = decision.retry_after() {
-                lease.denied_until_ns = now.saturating_add(u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX));
+                lease.denied_until_ns = sent.saturating_add(u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX));
                 lease.denied_n = n;
             }
             if renewing {
@@ -415,7 +421,7 @@ impl<C: Clock> Leased<C> {
                     // lifetime past the new grant, beyond the overshoot bound.
                     lease.permits = extra.min(self.config.max_lease);
                     lease.expires_ns =
-                        now.saturating_add(u64::try_from(self.config.lifetime.as_nanos()).unwrap_or(u64::MAX));
+                        sent.saturating_add(u64::try_from(self.config.lifetime.as_nanos()).unwrap_or(u64::MAX));
                     lease.granted_at = granted_at;
                 }
                 let share = lease.headroom / (2 * u64::from(self.config.instances));
