@@ -20,10 +20,24 @@
 //! requests that find the lease empty while it is being renewed ask Redis for
 //! themselves alone.
 //!
-//! A check dropped while it renews a lease (a client that disconnects) clears
-//! the key's renewal mark in a guard that runs on drop and wakes the requests
-//! waiting for it, so one of them takes the renewal over; one dropped while it
-//! waits leaves nothing behind. No key is left marked with nobody renewing it.
+//! # What a dropped or late check costs
+//!
+//! A check dropped while it renews a lease (a client that disconnects), or whose
+//! renewal has no reply within the call timeout, hands the round trip still in
+//! flight to a detached tokio task. That task waits at most one more call
+//! timeout for the reply and delivers the grant into the lease (the whole grant:
+//! the request that asked for it was never answered), then clears the key's
+//! renewal mark and wakes the requests waiting for it, which are served from
+//! that lease. So a dropped renewal that Redis ran costs nothing beyond what any
+//! lease costs (permits left unspent when it expires). The grant is lost only
+//! when its reply does not come within two call timeouts of its sending, the
+//! connection fails, or the check is dropped outside a tokio runtime (the mark
+//! is then cleared at once): at most `max(max_lease, n)` permits charged in
+//! Redis and never served, which the bucket refills at the quota's rate. A check
+//! that is not a renewal (it asks Redis for its own `n` alone) costs at most
+//! that `n` when dropped after Redis ran it, as [`RedisLimiter::check_n`] does;
+//! one dropped while it waits for a renewal leaves nothing behind. No key is
+//! left marked with nobody renewing it.
 //!
 //! # The overshoot bound
 //!
@@ -64,6 +78,8 @@
 use crate::math::{GcraMicros, NS};
 use crate::{ConfigError, Error, RedisLimiter, scripts};
 use core::fmt;
+use core::pin::Pin;
+use core::task::{Context, Poll};
 use core::time::Duration;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -234,7 +250,7 @@ pub struct Leased<C: Clock = MonotonicClock> {
     quota: GcraMicros,
     config: LeaseConfig,
     clock: C,
-    shards: Box<[Shard]>,
+    shards: Arc<[Shard]>,
     decisions: AtomicU64,
     round_trips: AtomicU64,
 }
@@ -282,10 +298,14 @@ impl<C: Clock> Leased<C> {
         self.round_trips.load(Ordering::Relaxed)
     }
 
-    fn shard(&self, key: &[u8]) -> &Shard {
+    fn shard_index(&self, key: &[u8]) -> usize {
         use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
         let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(key);
-        &self.shards[(hash as usize) % SHARDS]
+        (hash as usize) % SHARDS
+    }
+
+    fn shard(&self, key: &[u8]) -> &Shard {
+        &self.shards[self.shard_index(key)]
     }
 
     fn lock<'a>(shard: &'a Mutex<HashMap<Vec<u8>, Lease>>) -> std::sync::MutexGuard<'a, HashMap<Vec<u8>, Lease>> {
@@ -300,6 +320,18 @@ impl<C: Clock> Leased<C> {
         let Ok(name) = self.limiter.key_name(key) else { return false };
         let key = name.as_bytes();
         Self::lock(self.shard(key)).get(key).is_some_and(|lease| lease.renewal.is_some())
+    }
+
+    /// See `__private::renewal_settled`.
+    pub(crate) async fn renewal_settled(&self, key: &[u8]) {
+        let Ok(name) = self.limiter.key_name(key) else { return };
+        let key = name.as_bytes();
+        // Registered under the lock, so a release after it wakes it.
+        let settled =
+            Self::lock(self.shard(key)).get(key).and_then(|lease| lease.renewal.clone()).map(Notify::notified_owned);
+        if let Some(settled) = settled {
+            let _ = tokio::time::timeout(self.limiter.redis().call_timeout(), settled).await;
+        }
     }
 
     /// The bytes of the keys the lease table holds (see
@@ -380,88 +412,68 @@ impl<C: Clock> Leased<C> {
                 waited += started.elapsed();
             }
         };
-        let renewing = lease_size.is_some();
         let want = lease_size.as_ref().map_or(n, |(size, _)| *size).clamp(n, burst);
-        // Held across the round trip: however this future ends (an answer, an
-        // error, or dropped at the await), the renewal mark is cleared and its
-        // waiters are woken, so one of them takes the renewal over.
-        let mut renewal = lease_size.map(|(_, notify)| Renewal { shard, key, notify: Some(notify) });
         // The lease's lifetime (and a denial's local hold) counts from this reading,
         // taken before the request is sent, so no later than Redis charged the
         // grant: a reply read late (a slow network, a stalled task) cannot stretch
         // the time its permits may be spent past `charged + lifetime`.
         let sent = self.clock.now().as_u64();
-        let reply = self.grant(&name, want, n).await;
-        let mut leases = Self::lock(shard);
-        let lease = leases.get_mut(key);
-        let (granted, now_us, used) = match reply {
-            Ok(reply) => reply,
-            Err(e) => {
-                if let (Some(lease), Some(renewal)) = (lease, renewal.as_mut()) {
-                    renewal.release(lease);
-                }
-                return Err(e);
-            }
+        // Held across the round trip: however this future ends (an answer, an
+        // error, a timeout, or dropped at the await), the renewal mark is cleared
+        // and its waiters are woken. A renewal whose reply is not in yet when this
+        // future ends (dropped, or past the call timeout) is handed to a detached
+        // task that delivers its grant into the lease table (see `Delivery`).
+        let mut delivery = Delivery {
+            shards: self.shards.clone(),
+            index: self.shard_index(key),
+            key: key.to_vec(),
+            notify: lease_size.map(|(_, notify)| notify),
+            grant: Some(self.grant(&name, want, n)),
+            quota: self.quota,
+            config: self.config,
+            sent,
+            want,
+            n,
+            timeout,
+            detached: false,
         };
-        let granted_at = Nanos::new(now_us.saturating_mul(NS));
-        let decision = self.quota.decision(granted > 0, used, self.quota.cost_us(n));
-        if let Some(lease) = lease {
-            let snapshot = decision.snapshot();
-            lease.headroom = snapshot.remaining();
-            lease.reset_ns = u64::try_from(snapshot.reset_after().as_nanos()).unwrap_or(u64::MAX);
-            if let Some(retry) = decision.retry_after() {
-                lease.denied_until_ns = sent.saturating_add(u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX));
-                lease.denied_n = n;
-            }
-            if renewing {
-                let extra = if granted == want { want - n } else { 0 };
-                if extra > 0 {
-                    // Permits left from the lease this one replaces (fewer than the
-                    // request that renewed it) are dropped: kept, they would live a
-                    // lifetime past the new grant, beyond the overshoot bound.
-                    lease.permits = extra.min(self.config.max_lease);
-                    lease.expires_ns =
-                        sent.saturating_add(u64::try_from(self.config.lifetime.as_nanos()).unwrap_or(u64::MAX));
-                    lease.granted_at = granted_at;
-                }
-                let share = lease.headroom / (2 * u64::from(self.config.instances));
-                lease.next_size = share.clamp(1, self.config.max_lease);
-                if let Some(renewal) = renewal.as_mut() {
-                    renewal.release(lease);
-                }
-            }
-        }
-        drop(leases);
-        drop(renewal); // released above, under the lock; or the entry is gone
-        Ok(decision.at(granted_at))
+        let reply = match tokio::time::timeout(timeout, &mut delivery).await {
+            Ok(reply) => reply,
+            // `delivery` hands the grant still in flight to a detached task.
+            Err(_) => return Err(Error::Timeout { after: timeout }),
+        };
+        delivery.grant = None;
+        delivery.settle(reply, true)
     }
 
-    /// One round trip: `want` permits if they fit, else `n`, else none. Returns
-    /// (units granted, Redis's time in µs, capacity in use in µs).
-    async fn grant(&self, name: &str, want: u64, n: u64) -> Result<(u64, u64, u64), Error> {
+    /// One round trip: `want` permits if they fit, else `n`, else none. Resolves
+    /// to (units granted, Redis's time in µs, capacity in use in µs). Owns what
+    /// it needs (no borrow of `self`), so a detached task can finish it; it has
+    /// no time limit of its own (the caller bounds it).
+    fn grant(&self, name: &str, want: u64, n: u64) -> Grant {
         // Ordering: Relaxed; a statistic.
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let keys = self.limiter.keys_named(name);
-        let mut invocation = scripts::LEASE.prepare_invoke();
-        invocation
-            .key(&keys[0])
-            .arg(self.limiter.now_arg())
-            .arg(self.quota.cost_us(want))
-            .arg(self.quota.cost_us(n))
-            .arg(self.quota.tolerance_us());
-        let reply: Vec<u64> = self.limiter.redis().invoke(&invocation).await?;
-        match *reply.as_slice() {
-            [granted, now, used] => Ok((
-                match granted {
-                    2 => want,
-                    1 => n,
-                    _ => 0,
-                },
-                now,
-                used,
-            )),
-            _ => Err(Error::reply(format_args!("lease script replied {reply:?}"))),
-        }
+        let now = self.limiter.now_arg();
+        let redis = self.limiter.redis().clone();
+        let quota = self.quota;
+        Box::pin(async move {
+            let mut invocation = scripts::LEASE.prepare_invoke();
+            invocation.key(&keys[0]).arg(now).arg(quota.cost_us(want)).arg(quota.cost_us(n)).arg(quota.tolerance_us());
+            let reply: Vec<u64> = redis.invoke_unbounded(&invocation).await?;
+            match *reply.as_slice() {
+                [granted, now, used] => Ok((
+                    match granted {
+                        2 => want,
+                        1 => n,
+                        _ => 0,
+                    },
+                    now,
+                    used,
+                )),
+                _ => Err(Error::reply(format_args!("lease script replied {reply:?}"))),
+            }
+        })
     }
 
     /// Gives back `n` units that `admission` (a decision of this limiter for
@@ -507,21 +519,117 @@ impl<C: Clock> Leased<C> {
     }
 }
 
-/// A renewal of one key's lease in flight, from the check that marked it
-/// (`Lease::renewal`) to the end of its round trip. [`release`](Self::release)
-/// clears the mark and wakes the waiters under the shard's lock when the reply is
-/// in; if the check's future is dropped first (at the await, a client that
-/// disconnects), `Drop` does it, so no key is left marked with nobody renewing it
-/// (its waiters asleep until their timeout, and the key never leased again).
-struct Renewal<'a> {
-    shard: &'a Shard,
-    key: &'a [u8],
-    /// The mark this renewal set; `None` once released.
+/// A grant's round trip in flight (see [`Leased::grant`]).
+type Grant = Pin<Box<dyn Future<Output = Result<(u64, u64, u64), Error>> + Send>>;
+
+/// One round trip of a check, from the request to its reply applied to the
+/// lease table; for a renewal, it also owns the key's renewal mark
+/// (`Lease::renewal`).
+///
+/// Awaited (it is a future of the grant's reply), then [`settle`](Self::settle)d
+/// by the check. If it is dropped with the grant still in flight (the check's
+/// future dropped at the await, a client that disconnects; or past the call
+/// timeout), a renewal is handed to a detached tokio task that waits at most one
+/// more call timeout for the reply and delivers the grant into the lease (all of
+/// it: the request that asked for it was never answered), then clears the mark
+/// and wakes the waiters, who are served from it. So a renewal that Redis ran is
+/// not lost when its check is dropped. Without a tokio runtime at the drop, or
+/// with no reply within that time, the mark is cleared at once (or at the
+/// task's end) and the grant is lost: at most `max(max_lease, n)` permits
+/// charged in Redis and never served. A check that is not a renewal (no mark)
+/// costs at most its own `n` when dropped after Redis ran it, as
+/// [`RedisLimiter::check_n`] does.
+struct Delivery {
+    shards: Arc<[Shard]>,
+    index: usize,
+    key: Vec<u8>,
+    /// The renewal mark this round trip set; `None` for a request decided alone
+    /// in Redis, and once released.
     notify: Option<Arc<Notify>>,
+    /// The round trip; `None` once its reply is in.
+    grant: Option<Grant>,
+    quota: GcraMicros,
+    config: LeaseConfig,
+    /// The lease clock's reading before the request was sent (ns).
+    sent: u64,
+    want: u64,
+    n: u64,
+    timeout: Duration,
+    /// Whether this is the detached task's: it never hands itself on again.
+    detached: bool,
 }
 
-impl Renewal<'_> {
-    /// Clears `lease`'s mark if it is still this renewal's, and wakes its waiters.
+impl Future for Delivery {
+    type Output = Result<(u64, u64, u64), Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.grant.as_mut() {
+            Some(grant) => {
+                let reply = std::task::ready!(grant.as_mut().poll(cx));
+                self.grant = None;
+                Poll::Ready(reply)
+            }
+            None => Poll::Ready(Err(Error::reply("a lease grant was polled after its reply"))),
+        }
+    }
+}
+
+impl Delivery {
+    /// Applies the grant's `reply` to the lease table and clears the renewal
+    /// mark. `answered`: whether the check that asked is answered with the
+    /// decision (it then takes its `n` of the grant), or was dropped (the lease
+    /// gets the whole grant).
+    fn settle(&mut self, reply: Result<(u64, u64, u64), Error>, answered: bool) -> Result<Decision, Error> {
+        let shards = self.shards.clone();
+        let mut leases = shards[self.index].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let lease = leases.get_mut(&self.key[..]);
+        let (granted, now_us, used) = match reply {
+            Ok(reply) => reply,
+            Err(e) => {
+                if let Some(lease) = lease {
+                    self.release(lease);
+                }
+                return Err(e);
+            }
+        };
+        let (quota, config, n) = (self.quota, self.config, self.n);
+        let granted_at = Nanos::new(now_us.saturating_mul(NS));
+        let decision = quota.decision(granted > 0, used, quota.cost_us(n));
+        if let Some(lease) = lease {
+            let snapshot = decision.snapshot();
+            lease.headroom = snapshot.remaining();
+            lease.reset_ns = u64::try_from(snapshot.reset_after().as_nanos()).unwrap_or(u64::MAX);
+            if let Some(retry) = decision.retry_after() {
+                lease.denied_until_ns = self.sent.saturating_add(u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX));
+                lease.denied_n = n;
+            }
+            if self.notify.is_some() {
+                let extra = match (answered, granted == self.want) {
+                    (false, _) => granted,
+                    (true, true) => self.want - n,
+                    (true, false) => 0,
+                };
+                if extra > 0 {
+                    // Permits left from the lease this one replaces (fewer than the
+                    // request that renewed it) are dropped: kept, they would live a
+                    // lifetime past the new grant, beyond the overshoot bound.
+                    lease.permits = extra.min(config.max_lease);
+                    lease.expires_ns =
+                        self.sent.saturating_add(u64::try_from(config.lifetime.as_nanos()).unwrap_or(u64::MAX));
+                    lease.granted_at = granted_at;
+                }
+                let share = lease.headroom / (2 * u64::from(config.instances));
+                lease.next_size = share.clamp(1, config.max_lease);
+                self.release(lease);
+            }
+        }
+        drop(leases);
+        self.release_detached(); // released above, under the lock; or the entry is gone
+        Ok(decision.at(granted_at))
+    }
+
+    /// Clears `lease`'s mark if it is still this round trip's, and wakes its
+    /// waiters.
     fn release(&mut self, lease: &mut Lease) {
         let Some(notify) = self.notify.take() else { return };
         if lease.renewal.as_ref().is_some_and(|mark| Arc::ptr_eq(mark, &notify)) {
@@ -531,15 +639,15 @@ impl Renewal<'_> {
         // replaced meanwhile.
         notify.notify_waiters();
     }
-}
 
-impl Drop for Renewal<'_> {
-    fn drop(&mut self) {
+    /// Releases the mark, if still held, under the shard's lock.
+    fn release_detached(&mut self) {
         if self.notify.is_none() {
             return;
         }
-        let mut leases = self.shard.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match leases.get_mut(self.key) {
+        let shards = self.shards.clone();
+        let mut leases = shards[self.index].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match leases.get_mut(&self.key[..]) {
             Some(lease) => self.release(lease),
             None => {
                 if let Some(notify) = self.notify.take() {
@@ -547,6 +655,41 @@ impl Drop for Renewal<'_> {
                 }
             }
         }
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        if !self.detached
+            && self.notify.is_some()
+            && let Some(grant) = self.grant.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            // The mark moves to the detached task, whose own `Delivery` releases
+            // it however that task ends (a reply, no reply in time, or the runtime
+            // shutting down).
+            let mut detached = Delivery {
+                shards: self.shards.clone(),
+                index: self.index,
+                key: core::mem::take(&mut self.key),
+                notify: self.notify.take(),
+                grant: Some(grant),
+                quota: self.quota,
+                config: self.config,
+                sent: self.sent,
+                want: self.want,
+                n: self.n,
+                timeout: self.timeout,
+                detached: true,
+            };
+            runtime.spawn(async move {
+                if let Ok(reply) = tokio::time::timeout(detached.timeout, &mut detached).await {
+                    let _ = detached.settle(reply, false);
+                }
+            });
+            return;
+        }
+        self.release_detached();
     }
 }
 

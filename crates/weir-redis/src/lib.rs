@@ -234,4 +234,11 @@ pub mod __private {
     pub fn renewal_pending<C: Clock>(leased: &Leased<C>, key: &[u8]) -> bool {
         leased.renewal_pending(key)
     }
+
+    /// Waits (at most one call timeout) until no renewal of `key`'s lease is in
+    /// flight: the renewal a dropped check handed to a detached task has been
+    /// delivered or given up (cancellation tests).
+    pub async fn renewal_settled<C: Clock>(leased: &Leased<C>, key: &[u8]) {
+        leased.renewal_settled(key).await;
+    }
 }
