@@ -29,9 +29,12 @@
 //! evenly over `instances` instances. (An "insurance" limiter at the full rate on
 //! every instance would admit `instances ×` the limit.) The fallback starts empty
 //! at each outage's first use and keeps its state across outages; a tier's
-//! quotas are checked all-of (a snapshot of each, then a check of each: two
-//! racing requests may each take from some quotas and then be denied by another,
-//! which only admits less). Refunds of fallback admissions are dropped.
+//! quotas are checked all-of: a check of each, and when any denies, the
+//! admissions of the others are refunded (less the time since they were made,
+//! weir-gcra's rule), so a denied request keeps nothing and no quota is ever
+//! passed over (two racing requests may each take from some quotas and then be
+//! denied by another, which only admits less). Refunds of fallback admissions
+//! are dropped.
 
 use crate::limiter::deciding;
 use crate::{ConfigError, Error, RedisLimiter};
@@ -469,17 +472,31 @@ impl<C: Clock> Resilient<C> {
         Ok(Checked { decision: decision.at(Nanos::ZERO), path })
     }
 
-    /// All-of over the fallback stores: denied by the first that cannot fit `n`
-    /// (consuming nothing), else admitted by each.
+    /// All-of over the fallback stores: a check of each; if any denies, the
+    /// admissions of the others are refunded, so a denied request keeps nothing
+    /// (each store decides at its own clock reading, so a quota that refills
+    /// between two readings cannot let a request past another that is exhausted).
     fn fallback_check(&self, key: &[u8], n: u64) -> Result<Decision, Error> {
-        if let Some((i, store)) =
-            self.fallback.iter().enumerate().find(|(_, store)| n > 0 && store.snapshot(key).remaining() < n)
-        {
-            return Ok(store.check_n(key, n)?.for_policy(i));
-        }
         let mut decisions = Vec::with_capacity(self.fallback.len());
+        let mut failed = None;
         for store in self.fallback.iter() {
-            decisions.push(store.check_n(key, n)?);
+            match store.check_n(key, n) {
+                Ok(decision) => decisions.push(decision),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if failed.is_some() || decisions.iter().any(Decision::is_denied) {
+            for (store, decision) in self.fallback.iter().zip(&decisions) {
+                // A denial took nothing (`refund` skips it); `n` was admitted, so it
+                // fits the store.
+                let _ = store.refund(key, n, decision);
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e.into());
         }
         Ok(deciding(decisions))
     }

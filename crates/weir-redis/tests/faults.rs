@@ -286,3 +286,48 @@ async fn a_dead_redis_is_probed_once_per_backoff_not_per_request() {
     assert!(recover(&limiter, &clock).await, "the next probe that gets an answer brings the checks back");
     assert!(recover(&limiter, &clock).await);
 }
+
+/// A clock that moves on at every reading, as a real one does between two reads.
+#[derive(Clone)]
+struct Ticking {
+    now: Arc<std::sync::atomic::AtomicU64>,
+    step: u64,
+}
+
+impl weir_core::Clock for Ticking {
+    fn now(&self) -> Nanos {
+        Nanos::new(self.now.fetch_add(self.step, std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
+#[tokio::test]
+async fn a_tier_fallback_never_admits_past_an_exhausted_quota() {
+    // 1 per second and 1 per hour, all or nothing, decided by the fallback with a
+    // clock that moves 300 ms at each reading: the per-second quota refills
+    // between readings, the per-hour one never does within the test.
+    let mut server = RedisServer::start();
+    let redis = connect(&server.url()).await;
+    let limiter = RedisLimiter::builder(&redis, Quota::per_second(1).unwrap())
+        .and_quota(Quota::per_hour(1).unwrap())
+        .build()
+        .unwrap();
+    const T0: u64 = 1_700_000_000_000_000_000;
+    let now = Arc::new(std::sync::atomic::AtomicU64::new(T0));
+    let clock = Ticking { now: now.clone(), step: 300_000_000 };
+    let hours = Duration::from_secs(36_000);
+    let fallback = LocalFallback::new(1, 100).unwrap();
+    let resilient = Resilient::builder(limiter, FailPolicy::LocalFallback(fallback))
+        .backoff(Backoff::new(hours, hours).unwrap())
+        .build_with_clock(clock)
+        .unwrap();
+    server.stop();
+    let mut admitted = 0;
+    for _ in 0..200 {
+        let checked = bounded("a fallback check", resilient.check_traced("k", 1)).await.unwrap();
+        assert_ne!(checked.path, Path::Redis);
+        admitted += u32::from(checked.decision.is_allowed());
+    }
+    let elapsed = Duration::from_nanos(now.load(std::sync::atomic::Ordering::SeqCst) - T0);
+    assert!(elapsed < Duration::from_secs(3_600), "{elapsed:?}");
+    assert_eq!(admitted, 1, "admitted by the fallback in {elapsed:?} under a 1-per-hour quota");
+}
