@@ -331,3 +331,49 @@ async fn a_tier_fallback_never_admits_past_an_exhausted_quota() {
     assert!(elapsed < Duration::from_secs(3_600), "{elapsed:?}");
     assert_eq!(admitted, 1, "admitted by the fallback in {elapsed:?} under a 1-per-hour quota");
 }
+
+fn resilient_open(redis: &Redis, clock: &ManualClock) -> Resilient<ManualClock> {
+    let limiter = RedisLimiter::builder(redis, Quota::per_minute(1_000).unwrap()).build().unwrap();
+    Resilient::builder(limiter, FailPolicy::Open).backoff(backoff()).build_with_clock(clock.clone()).unwrap()
+}
+
+#[tokio::test]
+async fn a_redis_busy_with_a_script_is_unavailable_and_the_policy_decides() {
+    let server = RedisServer::start();
+    server.cli(&["CONFIG", "SET", "busy-reply-threshold", "50"]);
+    let redis = patient(&server.url()).await;
+    let clock = ManualClock::starting_at(Nanos::new(1_700_000_000_000_000_000));
+    let limiter = resilient_open(&redis, &clock);
+    assert_eq!(limiter.check_traced("k", 1).await.unwrap().path, Path::Redis);
+    let mut busy = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    std::io::Write::write_all(&mut busy, b"EVAL \"while true do end\" 0\r\n").unwrap();
+    // Until the script has run past the threshold, a PING answers PONG; after, -BUSY.
+    let mut answer = None;
+    for _ in 0..100 {
+        answer = server.raw_command("PING");
+        if answer.as_deref().is_some_and(|a| a.starts_with("-BUSY")) {
+            break;
+        }
+    }
+    assert!(answer.as_deref().is_some_and(|a| a.starts_with("-BUSY")), "the server never got busy: {answer:?}");
+    let checked = limiter.check_traced("k", 1).await;
+    let killed = server.cli(&["SCRIPT", "KILL"]);
+    assert!(
+        matches!(&checked, Ok(c) if c.path == Path::FailOpen),
+        "a BUSY Redis under FailPolicy::Open: {checked:?} (SCRIPT KILL: {killed})"
+    );
+}
+
+#[tokio::test]
+async fn a_redis_out_of_memory_is_unavailable_and_the_policy_decides() {
+    let server = RedisServer::start();
+    let redis = patient(&server.url()).await;
+    let clock = ManualClock::starting_at(Nanos::new(1_700_000_000_000_000_000));
+    let limiter = resilient_open(&redis, &clock);
+    assert_eq!(limiter.check_traced("k", 1).await.unwrap().path, Path::Redis);
+    server.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let checked = limiter.check_traced("k2", 1).await;
+    server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert!(matches!(&checked, Ok(c) if c.path == Path::FailOpen), "an OOM Redis under FailPolicy::Open: {checked:?}");
+}
