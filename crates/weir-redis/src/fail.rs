@@ -33,8 +33,10 @@
 //! admissions of the others are refunded (less the time since they were made,
 //! weir-gcra's rule), so a denied request keeps nothing and no quota is ever
 //! passed over (two racing requests may each take from some quotas and then be
-//! denied by another, which only admits less). Refunds of fallback admissions
-//! are dropped.
+//! denied by another, which only admits less). A request that fits the quota
+//! (`n ≤ burst`) but not the divided burst is denied, with `retry_after` the
+//! time until Redis is tried again, never an error: it can only be admitted by
+//! Redis. Refunds of fallback admissions are dropped.
 
 use crate::limiter::deciding;
 use crate::{ConfigError, Error, RedisLimiter};
@@ -476,14 +478,18 @@ impl<C: Clock> Resilient<C> {
     /// admissions of the others are refunded, so a denied request keeps nothing
     /// (each store decides at its own clock reading, so a quota that refills
     /// between two readings cannot let a request past another that is exhausted).
+    /// A request above a store's divided burst (it fits the quota, so Redis may
+    /// admit it) is denied until the next probe of Redis.
     fn fallback_check(&self, key: &[u8], n: u64) -> Result<Decision, Error> {
         let mut decisions = Vec::with_capacity(self.fallback.len());
         let mut failed = None;
-        for store in self.fallback.iter() {
+        for (i, store) in self.fallback.iter().enumerate() {
             match store.check_n(key, n) {
                 Ok(decision) => decisions.push(decision),
-                Err(e) => {
-                    failed = Some(e);
+                Err(_) => {
+                    // `n` fits the quota (checked by the caller) but not this
+                    // store's divided burst.
+                    failed = Some(i);
                     break;
                 }
             }
@@ -495,8 +501,11 @@ impl<C: Clock> Resilient<C> {
                 let _ = store.refund(key, n, decision);
             }
         }
-        if let Some(e) = failed {
-            return Err(e.into());
+        if let Some(i) = failed {
+            // Never admitted locally, though Redis could admit it: denied until
+            // Redis is tried again, not an error ("never fits" it is not).
+            let snapshot = self.fallback[i].snapshot(key);
+            return Ok(Decision::denied(snapshot, self.until_probe_ns()).for_policy(i));
         }
         Ok(deciding(decisions))
     }

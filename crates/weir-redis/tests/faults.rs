@@ -377,3 +377,28 @@ async fn a_redis_out_of_memory_is_unavailable_and_the_policy_decides() {
     server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
     assert!(matches!(&checked, Ok(c) if c.path == Path::FailOpen), "an OOM Redis under FailPolicy::Open: {checked:?}");
 }
+
+#[tokio::test]
+async fn a_request_that_fits_the_quota_but_not_the_fallback_is_denied_not_an_error() {
+    // 10 per minute over 4 instances: the fallback's burst is 2. A request of 5
+    // fits the quota, so while Redis is down it is denied until the next probe.
+    let mut server = RedisServer::start();
+    let redis = connect(&server.url()).await;
+    let clock = ManualClock::starting_at(Nanos::new(1_700_000_000_000_000_000));
+    let limiter = RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap()).build().unwrap();
+    let fallback = LocalFallback::new(4, 100).unwrap();
+    let resilient = Resilient::builder(limiter, FailPolicy::LocalFallback(fallback))
+        .backoff(backoff())
+        .build_with_clock(clock)
+        .unwrap();
+    assert!(bounded("a check", resilient.check_traced("k", 5)).await.unwrap().decision.is_allowed());
+    server.stop();
+    let checked = bounded("a fallback check", resilient.check_traced("k2", 5)).await;
+    let checked = checked.unwrap_or_else(|e| panic!("5 of a burst of 10 while Redis is down: {e:?}"));
+    assert_eq!(checked.path, Path::LocalFallback);
+    assert!(checked.decision.is_denied());
+    assert_eq!(checked.decision.retry_after(), Some(backoff().initial()), "denied until Redis is probed again");
+    // 11 never fits: still the error, as with Redis.
+    let never = bounded("a fallback check", resilient.check_traced("k2", 11)).await;
+    assert!(matches!(never, Err(Error::InsufficientCapacity(_))), "{never:?}");
+}
