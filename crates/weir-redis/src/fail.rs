@@ -17,8 +17,10 @@
 //!
 //! Which path decided is in [`Checked::path`]; a middleware that only needs the
 //! [`Decision`] uses the [`AsyncKeyedLimiter`] impl. A decision made locally (fail
-//! open, fail closed or the fallback) has [`Decision::decided_at`] zero; one made by
-//! Redis carries Redis's time.
+//! open, fail closed or the fallback) is marked [`Decision::is_from_fallback`]
+//! (and has [`Decision::decided_at`] zero), and its refund is dropped; one made
+//! by Redis carries Redis's time (or the limiter clock's, which may read zero)
+//! and is refunded in Redis.
 //!
 //! # The local fallback
 //!
@@ -368,9 +370,10 @@ impl<C: Clock> Resilient<C> {
     }
 
     /// Gives back `n` units of `admission`. A Redis admission is refunded in Redis
-    /// (silently dropped while Redis is unavailable); a local one is dropped.
+    /// (silently dropped while Redis is unavailable); a local one
+    /// ([`Decision::is_from_fallback`]) is dropped.
     pub async fn refund(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64, admission: &Decision) -> Result<(), Error> {
-        if admission.decided_at() == Nanos::ZERO {
+        if admission.is_from_fallback() {
             return Ok(());
         }
         if !self.is_healthy() {
@@ -471,7 +474,7 @@ impl<C: Clock> Resilient<C> {
                 (self.fallback_check(self.limiter.key_name(key)?.as_bytes(), n)?, Path::LocalFallback)
             }
         };
-        Ok(Checked { decision: decision.at(Nanos::ZERO), path })
+        Ok(Checked { decision: decision.at(Nanos::ZERO).from_fallback(), path })
     }
 
     /// All-of over the fallback stores: a check of each; if any denies, the

@@ -396,9 +396,26 @@ async fn a_request_that_fits_the_quota_but_not_the_fallback_is_denied_not_an_err
     let checked = bounded("a fallback check", resilient.check_traced("k2", 5)).await;
     let checked = checked.unwrap_or_else(|e| panic!("5 of a burst of 10 while Redis is down: {e:?}"));
     assert_eq!(checked.path, Path::LocalFallback);
-    assert!(checked.decision.is_denied());
+    assert!(checked.decision.is_denied() && checked.decision.is_from_fallback());
     assert_eq!(checked.decision.retry_after(), Some(backoff().initial()), "denied until Redis is probed again");
     // 11 never fits: still the error, as with Redis.
     let never = bounded("a fallback check", resilient.check_traced("k2", 11)).await;
     assert!(matches!(never, Err(Error::InsufficientCapacity(_))), "{never:?}");
+}
+
+#[tokio::test]
+async fn a_redis_admission_at_clock_reading_zero_is_refunded_through_resilient() {
+    // A test clock at 0: a Redis decision stamped 0 is still Redis's, and only
+    // decisions marked as the policy's (`is_from_fallback`) skip the refund.
+    let server = RedisServer::start();
+    let redis = patient(&server.url()).await;
+    let clock = ManualClock::new();
+    let limiter =
+        RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap()).build_with_clock(clock.clone()).unwrap();
+    let resilient = Resilient::builder(limiter.clone(), FailPolicy::Closed).build_with_clock(clock.clone()).unwrap();
+    let checked = resilient.check_traced("k", 10).await.unwrap();
+    assert_eq!((checked.path, checked.decision.is_allowed()), (Path::Redis, true));
+    assert!(!checked.decision.is_from_fallback());
+    resilient.refund("k", 10, &checked.decision).await.unwrap();
+    assert_eq!(limiter.snapshot("k").await.unwrap().remaining(), 10, "the admission of 10 refunded");
 }
