@@ -54,8 +54,9 @@ use weir_keyed::{Keyed, KeyedConfig};
 pub enum FailPolicy {
     /// Admit every request (availability first: an outage lifts the limit).
     Open,
-    /// Deny every request, with `retry_after` = the time until Redis is tried again
-    /// (protection first: an outage stops the traffic).
+    /// Deny every request, with `retry_after` = the time until Redis is tried again,
+    /// or, while a probe of Redis is in flight, the current back-off (protection
+    /// first: an outage stops the traffic).
     Closed,
     /// Decide with a local limiter per instance at the quota's rate divided by its
     /// [`instances`](LocalFallback::instances) (see the [module docs](crate::fail)).
@@ -445,11 +446,18 @@ impl<C: Clock> Resilient<C> {
         self.down_until.store(until, Ordering::Relaxed);
     }
 
-    /// The time until the next probe, for a fail-closed `retry_after`.
+    /// The time until the next probe, for a fail-closed `retry_after`; while a
+    /// probe is in flight (the back-off is over), the current back-off: the
+    /// least a client waits if the probe fails, and a retry after it is
+    /// answered by Redis if the probe succeeds. Never below 1 ns.
     fn until_probe_ns(&self) -> u64 {
         // Ordering: Relaxed; see `may_call`.
         let until = self.down_until.load(Ordering::Relaxed);
-        until.saturating_sub(self.clock.now().as_u64()).max(1)
+        match until.checked_sub(self.clock.now().as_u64()) {
+            Some(left) if left > 0 => left,
+            // Ordering: Relaxed; see `may_call`.
+            _ => self.backoff_ns.load(Ordering::Relaxed).max(duration_ns(self.backoff.initial)).max(1),
+        }
     }
 
     fn decide_locally(&self, key: &[u8], n: u64) -> Result<Checked, Error> {

@@ -419,3 +419,26 @@ async fn a_redis_admission_at_clock_reading_zero_is_refunded_through_resilient()
     resilient.refund("k", 10, &checked.decision).await.unwrap();
     assert_eq!(limiter.snapshot("k").await.unwrap().remaining(), 10, "the admission of 10 refunded");
 }
+
+#[tokio::test]
+async fn fail_closed_during_a_probe_says_retry_after_the_backoff() {
+    let mut server = RedisServer::start();
+    let redis = connect(&server.url()).await;
+    let clock = ManualClock::starting_at(Nanos::new(1_700_000_000_000_000_000));
+    let limiter = RedisLimiter::builder(&redis, Quota::per_minute(100).unwrap()).build().unwrap();
+    let backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(8)).unwrap();
+    let resilient =
+        Resilient::builder(limiter, FailPolicy::Closed).backoff(backoff).build_with_clock(clock.clone()).unwrap();
+    server.pause();
+    assert_eq!(bounded("a check", resilient.check_traced("k", 1)).await.unwrap().path, Path::FailClosed);
+    clock.advance(Duration::from_secs(2));
+    // The back-off is over: this check probes the paused server and waits.
+    let mut probe = Box::pin(resilient.check_traced("k", 1));
+    let polled = std::future::poll_fn(|cx| std::task::Poll::Ready(probe.as_mut().poll(cx))).await;
+    assert!(polled.is_pending(), "the probe waits on the paused server");
+    let other = resilient.check_traced("k", 1).await.unwrap();
+    drop(probe);
+    server.resume();
+    assert_eq!(other.path, Path::FailClosed);
+    assert_eq!(other.decision.retry_after(), Some(Duration::from_secs(1)), "denied during a probe");
+}
