@@ -131,7 +131,10 @@
 //! slot, so a tier's script runs on a cluster ([`Redis::connect_cluster`],
 //! feature `cluster`, on by default; tested on three masters), while clients
 //! spread over the slots. `%`, `{` and `}` in a client key are percent-encoded
-//! (and bytes that are not UTF-8), and braces are refused in the prefix.
+//! (and bytes that are not UTF-8), the empty key is named `%` (Redis Cluster
+//! takes `{}` for no hash tag at all; earlier versions named it `{}`, so the
+//! empty key starts full once after the upgrade), and braces are refused in the
+//! prefix.
 //!
 //! **Migrating from `<prefix>{<client key>}:g0`** (`:g1`, …, `:fw`, `:sw`,
 //! `:sl`), the layout of earlier versions, which let two limiters
