@@ -84,7 +84,7 @@ use core::time::Duration;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
-use weir_core::__private::sync::{AtomicU64, Ordering};
+use weir_core::__private::sync::{AtomicU64, AtomicUsize, Ordering};
 use weir_core::{AsyncKeyedLimiter, Clock, Decision, InsufficientCapacity, MonotonicClock, Nanos, Policy, Snapshot};
 
 /// How leases are sized and how long they live: built with
@@ -171,8 +171,11 @@ impl LeaseConfigBuilder {
         Self { lifetime, ..self }
     }
 
-    /// The most keys holding a lease at once in this instance (others are decided
-    /// in Redis one request at a time). Default: 10 000.
+    /// The most keys holding a lease at once in this instance, exactly (others
+    /// are decided in Redis one request at a time; a full table drops idle
+    /// entries, of the new key's shard and of one other shard in turn, so idle
+    /// entries anywhere make room within 16 new keys; 0 takes no lease at all).
+    /// Default: 10 000.
     pub const fn max_keys(self, n: usize) -> Self {
         Self { max_keys: n, ..self }
     }
@@ -253,6 +256,10 @@ pub struct Leased<C: Clock = MonotonicClock> {
     shards: Arc<[Shard]>,
     decisions: AtomicU64,
     round_trips: AtomicU64,
+    /// Entries in all shards together, at most `config.max_keys`.
+    keys: AtomicUsize,
+    /// The next shard a full table drops idle entries from.
+    sweep_cursor: AtomicUsize,
 }
 
 impl<C: Clock> fmt::Debug for Leased<C> {
@@ -278,7 +285,17 @@ impl<C: Clock> Leased<C> {
     pub fn with_clock(limiter: RedisLimiter, config: LeaseConfig, clock: C) -> Result<Self, ConfigError> {
         let quota = limiter.single_gcra().ok_or(ConfigError::LeaseNeedsGcra)?;
         let shards = (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect();
-        Ok(Self { limiter, quota, config, clock, shards, decisions: AtomicU64::new(0), round_trips: AtomicU64::new(0) })
+        Ok(Self {
+            limiter,
+            quota,
+            config,
+            clock,
+            shards,
+            decisions: AtomicU64::new(0),
+            round_trips: AtomicU64::new(0),
+            keys: AtomicUsize::new(0),
+            sweep_cursor: AtomicUsize::new(0),
+        })
     }
 
     /// The limiter leases are taken from.
@@ -312,6 +329,25 @@ impl<C: Clock> Leased<C> {
         // A panic while holding the lock cannot leave a lease half-written (every
         // update is a plain field store), so a poisoned lock is still usable.
         shard.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes one of the `max_keys` places of the lease table, if one is free.
+    fn reserve_key(&self) -> bool {
+        // Ordering: Relaxed; the count publishes nothing (each entry is written
+        // under its shard's lock), and the read-modify-write alone keeps it at
+        // most `max_keys`.
+        self.keys
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < self.config.max_keys).then_some(n + 1))
+            .is_ok()
+    }
+
+    /// Drops a shard's idle entries (no renewal in flight, lease expired, no
+    /// denial held), giving their places back.
+    fn drop_idle(&self, leases: &mut HashMap<Vec<u8>, Lease>, now: u64) {
+        let before = leases.len();
+        leases.retain(|_, lease| lease.renewal.is_some() || lease.expires_ns > now || lease.denied_until_ns > now);
+        // Ordering: Relaxed; see `reserve_key`.
+        self.keys.fetch_sub(before - leases.len(), Ordering::Relaxed);
     }
 
     /// Whether a renewal of `key`'s lease is in flight (see
@@ -374,14 +410,33 @@ impl<C: Clock> Leased<C> {
             let now = self.clock.now().as_u64();
             let wait = {
                 let mut leases = Self::lock(shard);
-                let slots = self.config.max_keys.div_ceil(SHARDS);
-                if !leases.contains_key(key) && leases.len() >= slots {
-                    leases.retain(|_, lease| {
-                        lease.renewal.is_some() || lease.expires_ns > now || lease.denied_until_ns > now
-                    });
-                }
-                if !leases.contains_key(key) && leases.len() < slots {
-                    leases.insert(key.to_vec(), Lease::new(self.config.max_lease));
+                if !leases.contains_key(key) {
+                    // A table at `max_keys` drops the idle entries of this shard,
+                    // then of one other shard in turn (never two locks at once),
+                    // so idle entries anywhere make room within `SHARDS` new keys;
+                    // a key that still finds no room is decided in Redis alone.
+                    let mut reserved = self.reserve_key();
+                    if !reserved {
+                        self.drop_idle(&mut leases, now);
+                        reserved = self.reserve_key();
+                    }
+                    if !reserved {
+                        drop(leases);
+                        // Ordering: Relaxed; a cursor, any value will do.
+                        let other = self.sweep_cursor.fetch_add(1, Ordering::Relaxed) % SHARDS;
+                        self.drop_idle(&mut Self::lock(&self.shards[other]), now);
+                        leases = Self::lock(shard);
+                        reserved = self.reserve_key();
+                        if reserved && leases.contains_key(key) {
+                            // Another task inserted the key meanwhile.
+                            // Ordering: Relaxed; see `reserve_key`.
+                            self.keys.fetch_sub(1, Ordering::Relaxed);
+                            reserved = false;
+                        }
+                    }
+                    if reserved {
+                        leases.insert(key.to_vec(), Lease::new(self.config.max_lease));
+                    }
                 }
                 let Some(lease) = leases.get_mut(key) else {
                     break None; // the table is full: this request alone, in Redis
