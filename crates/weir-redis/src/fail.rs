@@ -29,8 +29,11 @@
 //! in a `weir_keyed::Keyed` GCRA store of bounded size, so the fleet as a whole
 //! stays near the configured limit while Redis is away, if the load is spread
 //! evenly over `instances` instances. (An "insurance" limiter at the full rate on
-//! every instance would admit `instances ×` the limit.) The fallback starts empty
-//! at each outage's first use and keeps its state across outages; a tier's
+//! every instance would admit `instances ×` the limit.) The fallback's stores are
+//! made with the `Resilient` and never cleared: they keep their state across
+//! outages (a key that spent its local share in one outage starts the next with
+//! what has refilled since, not with a full bucket), and decisions in Redis
+//! between outages do not touch them; a tier's
 //! quotas are checked all-of: a check of each, and when any denies, the
 //! admissions of the others are refunded (less the time since they were made,
 //! weir-gcra's rule), so a denied request keeps nothing and no quota is ever

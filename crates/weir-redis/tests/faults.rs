@@ -442,3 +442,27 @@ async fn fail_closed_during_a_probe_says_retry_after_the_backoff() {
     assert_eq!(other.path, Path::FailClosed);
     assert_eq!(other.decision.retry_after(), Some(Duration::from_secs(1)), "denied during a probe");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fallback_keeps_its_state_across_outages() {
+    // 2 per hour, one instance: the fallback's burst is 2, and the few seconds
+    // of back-off the test advances refill nothing.
+    let mut server = RedisServer::start();
+    let clock = ManualClock::starting_at(Nanos::new(1_700_000_000_000_000_000));
+    let limiter = RedisLimiter::builder(&connect(&server.url()).await, Quota::per_hour(2).unwrap()).build().unwrap();
+    let fallback = FailPolicy::LocalFallback(LocalFallback::new(1, 100).unwrap());
+    let limiter = Resilient::builder(limiter, fallback).backoff(backoff()).build_with_clock(clock.clone()).unwrap();
+    server.stop();
+    for _ in 0..2 {
+        let checked = bounded("a check", limiter.check_traced("f", 1)).await.unwrap();
+        assert_eq!((checked.path, checked.decision.is_allowed()), (Path::LocalFallback, true));
+    }
+    server.restart();
+    clock.advance(Duration::from_secs(2));
+    assert!(recover(&limiter, &clock).await, "checks went back to Redis after the restart");
+    server.stop();
+    clock.advance(Duration::from_secs(2));
+    let checked = bounded("a check", limiter.check_traced("f", 1)).await.unwrap();
+    assert_eq!(checked.path, Path::LocalFallback);
+    assert!(checked.decision.is_denied(), "the share spent in the first outage is still spent");
+}
