@@ -366,7 +366,8 @@ impl<C: Clock> Leased<C> {
         let settled =
             Self::lock(self.shard(key)).get(key).and_then(|lease| lease.renewal.clone()).map(Notify::notified_owned);
         if let Some(settled) = settled {
-            let _ = tokio::time::timeout(self.limiter.redis().call_timeout(), settled).await;
+            // A detached delivery ends within one call timeout of its handing on.
+            let _ = tokio::time::timeout(self.limiter.redis().call_timeout().saturating_mul(2), settled).await;
         }
     }
 

@@ -238,7 +238,7 @@ pub mod __private {
         leased.renewal_pending(key)
     }
 
-    /// Waits (at most one call timeout) until no renewal of `key`'s lease is in
+    /// Waits (at most two call timeouts) until no renewal of `key`'s lease is in
     /// flight: the renewal a dropped check handed to a detached task has been
     /// delivered or given up (cancellation tests).
     pub async fn renewal_settled<C: Clock>(leased: &Leased<C>, key: &[u8]) {

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
-use support::RedisServer;
+use support::{FakeMode, FakeRedis, RedisServer};
 use weir_core::{ManualClock, Nanos, Quota};
 use weir_redis::__private::{is_probing, renewal_pending, renewal_settled};
-use weir_redis::{Backoff, FailPolicy, LeaseConfig, Leased, Path, Redis, RedisLimiter, RedisOptions, Resilient};
+use weir_redis::{Backoff, Error, FailPolicy, LeaseConfig, Leased, Path, Redis, RedisLimiter, RedisOptions, Resilient};
 use weir_testkit::each_cancellation;
 
 const T0: u64 = 1_700_000_000_000_000_000;
@@ -331,4 +331,22 @@ async fn a_lease_renewal_dropped_after_redis_ran_it_delivers_its_grant_to_the_le
     )
     .await;
     assert!(cuts >= 3, "the renewal was parked on Redis at least once ({cuts} runs)");
+}
+
+#[tokio::test]
+async fn a_lease_renewal_past_its_call_timeout_is_given_up_within_one_more_timeout() {
+    // A server that reads and never answers: the check times out, and the
+    // detached task that waits for the late reply holds the renewal mark until
+    // it gives up, one call timeout later; then nothing is left behind.
+    let fake = FakeRedis::start();
+    let options = RedisOptions::builder().call_timeout(TIMEOUT).build().unwrap();
+    let redis = Redis::connect_with(&fake.url(), options).await.expect("connect");
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    let leased = leased(&redis, &clock);
+    fake.set_mode(FakeMode::Silent);
+    let checked = leased.check("k").await;
+    assert!(matches!(checked, Err(Error::Timeout { .. })), "{checked:?}");
+    assert!(renewal_pending(&leased, b"k"), "the late reply is still awaited");
+    renewal_settled(&leased, b"k").await;
+    assert!(!renewal_pending(&leased, b"k"), "given up after one more call timeout");
 }
