@@ -30,10 +30,11 @@
 //! renewal mark and wakes the requests waiting for it, which are served from
 //! that lease. So a dropped renewal that Redis ran costs nothing beyond what any
 //! lease costs (permits left unspent when it expires). The grant is lost only
-//! when its reply does not come within two call timeouts of its sending, the
-//! connection fails, or the check is dropped outside a tokio runtime (the mark
-//! is then cleared at once): at most `max(max_lease, n)` permits charged in
-//! Redis and never served, which the bucket refills at the quota's rate. A check
+//! when its reply does not come within one call timeout of the check's end (its
+//! drop, or its own timeout: two call timeouts after sending), the connection
+//! fails, or the check is dropped outside a tokio runtime (the mark is then
+//! cleared at once): at most `max(max_lease, n)` permits charged in Redis and
+//! never served, which the bucket refills at the quota's rate. A check
 //! that is not a renewal (it asks Redis for its own `n` alone) costs at most
 //! that `n` when dropped after Redis ran it, as [`RedisLimiter::check_n`] does;
 //! one dropped while it waits for a renewal leaves nothing behind. No key is
