@@ -284,6 +284,17 @@ impl Redis {
         self.bounded(invocation.invoke_async(&mut conn)).await
     }
 
+    /// Runs one script like [`invoke`](Self::invoke), with no time limit: the
+    /// caller bounds it (a lease renewal whose reply may still be delivered after
+    /// the check that asked for it has ended).
+    pub(crate) async fn invoke_unbounded<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, Error> {
+        let mut conn = self.conn.clone();
+        invocation.invoke_async(&mut conn).await.map_err(Error::from_redis)
+    }
+
     /// Runs one command within the time limit (see `__private::command`).
     /// Runs `pipeline` within the call time limit (tests read a transaction's
     /// replies with it).

@@ -33,7 +33,11 @@ pub enum Error {
         after: Duration,
     },
     /// Redis could not be reached or cannot serve now: connection refused or lost,
-    /// the server loading its data, a cluster without a master for the slot.
+    /// or a server that answers with a transient refusal: busy with a long script
+    /// (`BUSY`), out of memory under `noeviction` (`OOM`), refusing writes after a
+    /// failed save (`MISCONF`) or without enough replicas (`NOREPLICAS`), a
+    /// replica (`READONLY`), loading its data (`LOADING`), a cluster without a
+    /// master for the slot (`MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`).
     Unavailable(redis::RedisError),
     /// The server refused the credentials (wrong password or ACL user), or the
     /// user lacks a permission the limiter needs (`EVALSHA`, `SCRIPT LOAD`).
@@ -93,6 +97,25 @@ impl Error {
         }
         if matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM") {
             return Self::Auth(error);
+        }
+        // A server that cannot serve the call now, and may in a moment: busy with
+        // a long script, out of memory (noeviction), refusing writes after a
+        // failed save or without enough replicas, loading its data, a cluster
+        // slot mid-failover or without a master. Nothing was written (a script
+        // is refused at its first write, and Redis lets one that has written go on).
+        if matches!(
+            code,
+            "BUSY"
+                | "OOM"
+                | "MISCONF"
+                | "NOREPLICAS"
+                | "LOADING"
+                | "TRYAGAIN"
+                | "MASTERDOWN"
+                | "CLUSTERDOWN"
+                | "READONLY"
+        ) {
+            return Self::Unavailable(error);
         }
         if error.is_timeout() {
             return Self::Unavailable(error);

@@ -17,8 +17,10 @@
 //!
 //! Which path decided is in [`Checked::path`]; a middleware that only needs the
 //! [`Decision`] uses the [`AsyncKeyedLimiter`] impl. A decision made locally (fail
-//! open, fail closed or the fallback) has [`Decision::decided_at`] zero; one made by
-//! Redis carries Redis's time.
+//! open, fail closed or the fallback) is marked [`Decision::is_from_fallback`]
+//! (and has [`Decision::decided_at`] zero), and its refund is dropped; one made
+//! by Redis carries Redis's time (or the limiter clock's, which may read zero)
+//! and is refunded in Redis.
 //!
 //! # The local fallback
 //!
@@ -27,11 +29,19 @@
 //! in a `weir_keyed::Keyed` GCRA store of bounded size, so the fleet as a whole
 //! stays near the configured limit while Redis is away, if the load is spread
 //! evenly over `instances` instances. (An "insurance" limiter at the full rate on
-//! every instance would admit `instances ×` the limit.) The fallback starts empty
-//! at each outage's first use and keeps its state across outages; a tier's
-//! quotas are checked all-of (a snapshot of each, then a check of each: two
-//! racing requests may each take from some quotas and then be denied by another,
-//! which only admits less). Refunds of fallback admissions are dropped.
+//! every instance would admit `instances ×` the limit.) The fallback's stores are
+//! made with the `Resilient` and never cleared: they keep their state across
+//! outages (a key that spent its local share in one outage starts the next with
+//! what has refilled since, not with a full bucket), and decisions in Redis
+//! between outages do not touch them; a tier's
+//! quotas are checked all-of: a check of each, and when any denies, the
+//! admissions of the others are refunded (less the time since they were made,
+//! weir-gcra's rule), so a denied request keeps nothing and no quota is ever
+//! passed over (two racing requests may each take from some quotas and then be
+//! denied by another, which only admits less). A request that fits the quota
+//! (`n ≤ burst`) but not the divided burst is denied, with `retry_after` the
+//! time until Redis is tried again, never an error: it can only be admitted by
+//! Redis. Refunds of fallback admissions are dropped.
 
 use crate::limiter::deciding;
 use crate::{ConfigError, Error, RedisLimiter};
@@ -47,8 +57,9 @@ use weir_keyed::{Keyed, KeyedConfig};
 pub enum FailPolicy {
     /// Admit every request (availability first: an outage lifts the limit).
     Open,
-    /// Deny every request, with `retry_after` = the time until Redis is tried again
-    /// (protection first: an outage stops the traffic).
+    /// Deny every request, with `retry_after` = the time until Redis is tried again,
+    /// or, while a probe of Redis is in flight, the current back-off (protection
+    /// first: an outage stops the traffic).
     Closed,
     /// Decide with a local limiter per instance at the quota's rate divided by its
     /// [`instances`](LocalFallback::instances) (see the [module docs](crate::fail)).
@@ -363,9 +374,10 @@ impl<C: Clock> Resilient<C> {
     }
 
     /// Gives back `n` units of `admission`. A Redis admission is refunded in Redis
-    /// (silently dropped while Redis is unavailable); a local one is dropped.
+    /// (silently dropped while Redis is unavailable); a local one
+    /// ([`Decision::is_from_fallback`]) is dropped.
     pub async fn refund(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64, admission: &Decision) -> Result<(), Error> {
-        if admission.decided_at() == Nanos::ZERO {
+        if admission.is_from_fallback() {
             return Ok(());
         }
         if !self.is_healthy() {
@@ -437,11 +449,18 @@ impl<C: Clock> Resilient<C> {
         self.down_until.store(until, Ordering::Relaxed);
     }
 
-    /// The time until the next probe, for a fail-closed `retry_after`.
+    /// The time until the next probe, for a fail-closed `retry_after`; while a
+    /// probe is in flight (the back-off is over), the current back-off: the
+    /// least a client waits if the probe fails, and a retry after it is
+    /// answered by Redis if the probe succeeds. Never below 1 ns.
     fn until_probe_ns(&self) -> u64 {
         // Ordering: Relaxed; see `may_call`.
         let until = self.down_until.load(Ordering::Relaxed);
-        until.saturating_sub(self.clock.now().as_u64()).max(1)
+        match until.checked_sub(self.clock.now().as_u64()) {
+            Some(left) if left > 0 => left,
+            // Ordering: Relaxed; see `may_call`.
+            _ => self.backoff_ns.load(Ordering::Relaxed).max(duration_ns(self.backoff.initial)).max(1),
+        }
     }
 
     fn decide_locally(&self, key: &[u8], n: u64) -> Result<Checked, Error> {
@@ -466,20 +485,41 @@ impl<C: Clock> Resilient<C> {
                 (self.fallback_check(self.limiter.key_name(key)?.as_bytes(), n)?, Path::LocalFallback)
             }
         };
-        Ok(Checked { decision: decision.at(Nanos::ZERO), path })
+        Ok(Checked { decision: decision.at(Nanos::ZERO).from_fallback(), path })
     }
 
-    /// All-of over the fallback stores: denied by the first that cannot fit `n`
-    /// (consuming nothing), else admitted by each.
+    /// All-of over the fallback stores: a check of each; if any denies, the
+    /// admissions of the others are refunded, so a denied request keeps nothing
+    /// (each store decides at its own clock reading, so a quota that refills
+    /// between two readings cannot let a request past another that is exhausted).
+    /// A request above a store's divided burst (it fits the quota, so Redis may
+    /// admit it) is denied until the next probe of Redis.
     fn fallback_check(&self, key: &[u8], n: u64) -> Result<Decision, Error> {
-        if let Some((i, store)) =
-            self.fallback.iter().enumerate().find(|(_, store)| n > 0 && store.snapshot(key).remaining() < n)
-        {
-            return Ok(store.check_n(key, n)?.for_policy(i));
-        }
         let mut decisions = Vec::with_capacity(self.fallback.len());
-        for store in self.fallback.iter() {
-            decisions.push(store.check_n(key, n)?);
+        let mut failed = None;
+        for (i, store) in self.fallback.iter().enumerate() {
+            match store.check_n(key, n) {
+                Ok(decision) => decisions.push(decision),
+                Err(_) => {
+                    // `n` fits the quota (checked by the caller) but not this
+                    // store's divided burst.
+                    failed = Some(i);
+                    break;
+                }
+            }
+        }
+        if failed.is_some() || decisions.iter().any(Decision::is_denied) {
+            for (store, decision) in self.fallback.iter().zip(&decisions) {
+                // A denial took nothing (`refund` skips it); `n` was admitted, so it
+                // fits the store.
+                let _ = store.refund(key, n, decision);
+            }
+        }
+        if let Some(i) = failed {
+            // Never admitted locally, though Redis could admit it: denied until
+            // Redis is tried again, not an error ("never fits" it is not).
+            let snapshot = self.fallback[i].snapshot(key);
+            return Ok(Decision::denied(snapshot, self.until_probe_ns()).for_policy(i));
         }
         Ok(deciding(decisions))
     }

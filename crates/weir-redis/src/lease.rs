@@ -20,10 +20,25 @@
 //! requests that find the lease empty while it is being renewed ask Redis for
 //! themselves alone.
 //!
-//! A check dropped while it renews a lease (a client that disconnects) clears
-//! the key's renewal mark in a guard that runs on drop and wakes the requests
-//! waiting for it, so one of them takes the renewal over; one dropped while it
-//! waits leaves nothing behind. No key is left marked with nobody renewing it.
+//! # What a dropped or late check costs
+//!
+//! A check dropped while it renews a lease (a client that disconnects), or whose
+//! renewal has no reply within the call timeout, hands the round trip still in
+//! flight to a detached tokio task. That task waits at most one more call
+//! timeout for the reply and delivers the grant into the lease (the whole grant:
+//! the request that asked for it was never answered), then clears the key's
+//! renewal mark and wakes the requests waiting for it, which are served from
+//! that lease. So a dropped renewal that Redis ran costs nothing beyond what any
+//! lease costs (permits left unspent when it expires). The grant is lost only
+//! when its reply does not come within one call timeout of the check's end (its
+//! drop, or its own timeout: two call timeouts after sending), the connection
+//! fails, or the check is dropped outside a tokio runtime (the mark is then
+//! cleared at once): at most `max(max_lease, n)` permits charged in Redis and
+//! never served, which the bucket refills at the quota's rate. A check
+//! that is not a renewal (it asks Redis for its own `n` alone) costs at most
+//! that `n` when dropped after Redis ran it, as [`RedisLimiter::check_n`] does;
+//! one dropped while it waits for a renewal leaves nothing behind. No key is
+//! left marked with nobody renewing it.
 //!
 //! # The overshoot bound
 //!
@@ -31,7 +46,9 @@
 //! lease was taken, so leases never admit more permits than Redis granted: at a
 //! frozen time, all instances together admit at most the burst `B`, exactly as
 //! without leases. What leases change is *when* permits are spent: a permit taken
-//! at time `t` can be spent until `t + lifetime`. So, with `N` instances holding leases
+//! at time `t` can be spent until `t + lifetime` (the lifetime counts from a
+//! reading of the lease clock taken before the grant is sent, so a reply that
+//! arrives late shortens it, never lengthens it). So, with `N` instances holding leases
 //! on one key, `r` the quota's rate and `L` = `max_lease`, the requests admitted in
 //! any interval of length `τ` are at most
 //!
@@ -62,11 +79,13 @@
 use crate::math::{GcraMicros, NS};
 use crate::{ConfigError, Error, RedisLimiter, scripts};
 use core::fmt;
+use core::pin::Pin;
+use core::task::{Context, Poll};
 use core::time::Duration;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
-use weir_core::__private::sync::{AtomicU64, Ordering};
+use weir_core::__private::sync::{AtomicU64, AtomicUsize, Ordering};
 use weir_core::{AsyncKeyedLimiter, Clock, Decision, InsufficientCapacity, MonotonicClock, Nanos, Policy, Snapshot};
 
 /// How leases are sized and how long they live: built with
@@ -153,8 +172,11 @@ impl LeaseConfigBuilder {
         Self { lifetime, ..self }
     }
 
-    /// The most keys holding a lease at once in this instance (others are decided
-    /// in Redis one request at a time). Default: 10 000.
+    /// The most keys holding a lease at once in this instance, exactly (others
+    /// are decided in Redis one request at a time; a full table drops idle
+    /// entries, of the new key's shard and of one other shard in turn, so idle
+    /// entries anywhere make room within 16 new keys; 0 takes no lease at all).
+    /// Default: 10 000.
     pub const fn max_keys(self, n: usize) -> Self {
         Self { max_keys: n, ..self }
     }
@@ -232,9 +254,13 @@ pub struct Leased<C: Clock = MonotonicClock> {
     quota: GcraMicros,
     config: LeaseConfig,
     clock: C,
-    shards: Box<[Shard]>,
+    shards: Arc<[Shard]>,
     decisions: AtomicU64,
     round_trips: AtomicU64,
+    /// Entries in all shards together, at most `config.max_keys`.
+    keys: AtomicUsize,
+    /// The next shard a full table drops idle entries from.
+    sweep_cursor: AtomicUsize,
 }
 
 impl<C: Clock> fmt::Debug for Leased<C> {
@@ -260,7 +286,17 @@ impl<C: Clock> Leased<C> {
     pub fn with_clock(limiter: RedisLimiter, config: LeaseConfig, clock: C) -> Result<Self, ConfigError> {
         let quota = limiter.single_gcra().ok_or(ConfigError::LeaseNeedsGcra)?;
         let shards = (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect();
-        Ok(Self { limiter, quota, config, clock, shards, decisions: AtomicU64::new(0), round_trips: AtomicU64::new(0) })
+        Ok(Self {
+            limiter,
+            quota,
+            config,
+            clock,
+            shards,
+            decisions: AtomicU64::new(0),
+            round_trips: AtomicU64::new(0),
+            keys: AtomicUsize::new(0),
+            sweep_cursor: AtomicUsize::new(0),
+        })
     }
 
     /// The limiter leases are taken from.
@@ -280,10 +316,14 @@ impl<C: Clock> Leased<C> {
         self.round_trips.load(Ordering::Relaxed)
     }
 
-    fn shard(&self, key: &[u8]) -> &Shard {
+    fn shard_index(&self, key: &[u8]) -> usize {
         use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
         let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(key);
-        &self.shards[(hash as usize) % SHARDS]
+        (hash as usize) % SHARDS
+    }
+
+    fn shard(&self, key: &[u8]) -> &Shard {
+        &self.shards[self.shard_index(key)]
     }
 
     fn lock<'a>(shard: &'a Mutex<HashMap<Vec<u8>, Lease>>) -> std::sync::MutexGuard<'a, HashMap<Vec<u8>, Lease>> {
@@ -292,12 +332,44 @@ impl<C: Clock> Leased<C> {
         shard.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Takes one of the `max_keys` places of the lease table, if one is free.
+    fn reserve_key(&self) -> bool {
+        // Ordering: Relaxed; the count publishes nothing (each entry is written
+        // under its shard's lock), and the read-modify-write alone keeps it at
+        // most `max_keys`.
+        self.keys
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < self.config.max_keys).then_some(n + 1))
+            .is_ok()
+    }
+
+    /// Drops a shard's idle entries (no renewal in flight, lease expired, no
+    /// denial held), giving their places back.
+    fn drop_idle(&self, leases: &mut HashMap<Vec<u8>, Lease>, now: u64) {
+        let before = leases.len();
+        leases.retain(|_, lease| lease.renewal.is_some() || lease.expires_ns > now || lease.denied_until_ns > now);
+        // Ordering: Relaxed; see `reserve_key`.
+        self.keys.fetch_sub(before - leases.len(), Ordering::Relaxed);
+    }
+
     /// Whether a renewal of `key`'s lease is in flight (see
     /// `__private::renewal_pending`).
     pub(crate) fn renewal_pending(&self, key: &[u8]) -> bool {
         let Ok(name) = self.limiter.key_name(key) else { return false };
         let key = name.as_bytes();
         Self::lock(self.shard(key)).get(key).is_some_and(|lease| lease.renewal.is_some())
+    }
+
+    /// See `__private::renewal_settled`.
+    pub(crate) async fn renewal_settled(&self, key: &[u8]) {
+        let Ok(name) = self.limiter.key_name(key) else { return };
+        let key = name.as_bytes();
+        // Registered under the lock, so a release after it wakes it.
+        let settled =
+            Self::lock(self.shard(key)).get(key).and_then(|lease| lease.renewal.clone()).map(Notify::notified_owned);
+        if let Some(settled) = settled {
+            // A detached delivery ends within one call timeout of its handing on.
+            let _ = tokio::time::timeout(self.limiter.redis().call_timeout().saturating_mul(2), settled).await;
+        }
     }
 
     /// The bytes of the keys the lease table holds (see
@@ -340,14 +412,33 @@ impl<C: Clock> Leased<C> {
             let now = self.clock.now().as_u64();
             let wait = {
                 let mut leases = Self::lock(shard);
-                let slots = self.config.max_keys.div_ceil(SHARDS);
-                if !leases.contains_key(key) && leases.len() >= slots {
-                    leases.retain(|_, lease| {
-                        lease.renewal.is_some() || lease.expires_ns > now || lease.denied_until_ns > now
-                    });
-                }
-                if !leases.contains_key(key) && leases.len() < slots {
-                    leases.insert(key.to_vec(), Lease::new(self.config.max_lease));
+                if !leases.contains_key(key) {
+                    // A table at `max_keys` drops the idle entries of this shard,
+                    // then of one other shard in turn (never two locks at once),
+                    // so idle entries anywhere make room within `SHARDS` new keys;
+                    // a key that still finds no room is decided in Redis alone.
+                    let mut reserved = self.reserve_key();
+                    if !reserved {
+                        self.drop_idle(&mut leases, now);
+                        reserved = self.reserve_key();
+                    }
+                    if !reserved {
+                        drop(leases);
+                        // Ordering: Relaxed; a cursor, any value will do.
+                        let other = self.sweep_cursor.fetch_add(1, Ordering::Relaxed) % SHARDS;
+                        self.drop_idle(&mut Self::lock(&self.shards[other]), now);
+                        leases = Self::lock(shard);
+                        reserved = self.reserve_key();
+                        if reserved && leases.contains_key(key) {
+                            // Another task inserted the key meanwhile.
+                            // Ordering: Relaxed; see `reserve_key`.
+                            self.keys.fetch_sub(1, Ordering::Relaxed);
+                            reserved = false;
+                        }
+                    }
+                    if reserved {
+                        leases.insert(key.to_vec(), Lease::new(self.config.max_lease));
+                    }
                 }
                 let Some(lease) = leases.get_mut(key) else {
                     break None; // the table is full: this request alone, in Redis
@@ -378,84 +469,68 @@ impl<C: Clock> Leased<C> {
                 waited += started.elapsed();
             }
         };
-        let renewing = lease_size.is_some();
         let want = lease_size.as_ref().map_or(n, |(size, _)| *size).clamp(n, burst);
+        // The lease's lifetime (and a denial's local hold) counts from this reading,
+        // taken before the request is sent, so no later than Redis charged the
+        // grant: a reply read late (a slow network, a stalled task) cannot stretch
+        // the time its permits may be spent past `charged + lifetime`.
+        let sent = self.clock.now().as_u64();
         // Held across the round trip: however this future ends (an answer, an
-        // error, or dropped at the await), the renewal mark is cleared and its
-        // waiters are woken, so one of them takes the renewal over.
-        let mut renewal = lease_size.map(|(_, notify)| Renewal { shard, key, notify: Some(notify) });
-        let reply = self.grant(&name, want, n).await;
-        let now = self.clock.now().as_u64();
-        let mut leases = Self::lock(shard);
-        let lease = leases.get_mut(key);
-        let (granted, now_us, used) = match reply {
-            Ok(reply) => reply,
-            Err(e) => {
-                if let (Some(lease), Some(renewal)) = (lease, renewal.as_mut()) {
-                    renewal.release(lease);
-                }
-                return Err(e);
-            }
+        // error, a timeout, or dropped at the await), the renewal mark is cleared
+        // and its waiters are woken. A renewal whose reply is not in yet when this
+        // future ends (dropped, or past the call timeout) is handed to a detached
+        // task that delivers its grant into the lease table (see `Delivery`).
+        let mut delivery = Delivery {
+            shards: self.shards.clone(),
+            index: self.shard_index(key),
+            key: key.to_vec(),
+            notify: lease_size.map(|(_, notify)| notify),
+            grant: Some(self.grant(&name, want, n)),
+            quota: self.quota,
+            config: self.config,
+            sent,
+            want,
+            n,
+            timeout,
+            detached: false,
         };
-        let granted_at = Nanos::new(now_us.saturating_mul(NS));
-        let decision = self.quota.decision(granted > 0, used, self.quota.cost_us(n));
-        if let Some(lease) = lease {
-            let snapshot = decision.snapshot();
-            lease.headroom = snapshot.remaining();
-            lease.reset_ns = u64::try_from(snapshot.reset_after().as_nanos()).unwrap_or(u64::MAX);
-            if let Some(retry) = decision.retry_after() {
-                lease.denied_until_ns = now.saturating_add(u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX));
-                lease.denied_n = n;
-            }
-            if renewing {
-                let extra = if granted == want { want - n } else { 0 };
-                if extra > 0 {
-                    // Permits left from the lease this one replaces (fewer than the
-                    // request that renewed it) are dropped: kept, they would live a
-                    // lifetime past the new grant, beyond the overshoot bound.
-                    lease.permits = extra.min(self.config.max_lease);
-                    lease.expires_ns =
-                        now.saturating_add(u64::try_from(self.config.lifetime.as_nanos()).unwrap_or(u64::MAX));
-                    lease.granted_at = granted_at;
-                }
-                let share = lease.headroom / (2 * u64::from(self.config.instances));
-                lease.next_size = share.clamp(1, self.config.max_lease);
-                if let Some(renewal) = renewal.as_mut() {
-                    renewal.release(lease);
-                }
-            }
-        }
-        drop(leases);
-        drop(renewal); // released above, under the lock; or the entry is gone
-        Ok(decision.at(granted_at))
+        let reply = match tokio::time::timeout(timeout, &mut delivery).await {
+            Ok(reply) => reply,
+            // `delivery` hands the grant still in flight to a detached task.
+            Err(_) => return Err(Error::Timeout { after: timeout }),
+        };
+        delivery.grant = None;
+        delivery.settle(reply, true)
     }
 
-    /// One round trip: `want` permits if they fit, else `n`, else none. Returns
-    /// (units granted, Redis's time in µs, capacity in use in µs).
-    async fn grant(&self, name: &str, want: u64, n: u64) -> Result<(u64, u64, u64), Error> {
+    /// One round trip: `want` permits if they fit, else `n`, else none. Resolves
+    /// to (units granted, Redis's time in µs, capacity in use in µs). Owns what
+    /// it needs (no borrow of `self`), so a detached task can finish it; it has
+    /// no time limit of its own (the caller bounds it).
+    fn grant(&self, name: &str, want: u64, n: u64) -> Grant {
         // Ordering: Relaxed; a statistic.
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let keys = self.limiter.keys_named(name);
-        let mut invocation = scripts::LEASE.prepare_invoke();
-        invocation
-            .key(&keys[0])
-            .arg(self.limiter.now_arg())
-            .arg(self.quota.cost_us(want))
-            .arg(self.quota.cost_us(n))
-            .arg(self.quota.tolerance_us());
-        let reply: Vec<u64> = self.limiter.redis().invoke(&invocation).await?;
-        match *reply.as_slice() {
-            [granted, now, used] => Ok((
-                match granted {
-                    2 => want,
-                    1 => n,
-                    _ => 0,
-                },
-                now,
-                used,
-            )),
-            _ => Err(Error::reply(format_args!("lease script replied {reply:?}"))),
-        }
+        let now = self.limiter.now_arg();
+        let redis = self.limiter.redis().clone();
+        let quota = self.quota;
+        Box::pin(async move {
+            let mut invocation = scripts::LEASE.prepare_invoke();
+            invocation.key(&keys[0]).arg(now).arg(quota.cost_us(want)).arg(quota.cost_us(n)).arg(quota.tolerance_us());
+            let reply: Vec<u64> = redis.invoke_unbounded(&invocation).await?;
+            match *reply.as_slice() {
+                [granted, now, used] => Ok((
+                    match granted {
+                        2 => want,
+                        1 => n,
+                        _ => 0,
+                    },
+                    now,
+                    used,
+                )),
+                _ => Err(Error::reply(format_args!("lease script replied {reply:?}"))),
+            }
+        })
     }
 
     /// Gives back `n` units that `admission` (a decision of this limiter for
@@ -501,21 +576,117 @@ impl<C: Clock> Leased<C> {
     }
 }
 
-/// A renewal of one key's lease in flight, from the check that marked it
-/// (`Lease::renewal`) to the end of its round trip. [`release`](Self::release)
-/// clears the mark and wakes the waiters under the shard's lock when the reply is
-/// in; if the check's future is dropped first (at the await, a client that
-/// disconnects), `Drop` does it, so no key is left marked with nobody renewing it
-/// (its waiters asleep until their timeout, and the key never leased again).
-struct Renewal<'a> {
-    shard: &'a Shard,
-    key: &'a [u8],
-    /// The mark this renewal set; `None` once released.
+/// A grant's round trip in flight (see [`Leased::grant`]).
+type Grant = Pin<Box<dyn Future<Output = Result<(u64, u64, u64), Error>> + Send>>;
+
+/// One round trip of a check, from the request to its reply applied to the
+/// lease table; for a renewal, it also owns the key's renewal mark
+/// (`Lease::renewal`).
+///
+/// Awaited (it is a future of the grant's reply), then [`settle`](Self::settle)d
+/// by the check. If it is dropped with the grant still in flight (the check's
+/// future dropped at the await, a client that disconnects; or past the call
+/// timeout), a renewal is handed to a detached tokio task that waits at most one
+/// more call timeout for the reply and delivers the grant into the lease (all of
+/// it: the request that asked for it was never answered), then clears the mark
+/// and wakes the waiters, who are served from it. So a renewal that Redis ran is
+/// not lost when its check is dropped. Without a tokio runtime at the drop, or
+/// with no reply within that time, the mark is cleared at once (or at the
+/// task's end) and the grant is lost: at most `max(max_lease, n)` permits
+/// charged in Redis and never served. A check that is not a renewal (no mark)
+/// costs at most its own `n` when dropped after Redis ran it, as
+/// [`RedisLimiter::check_n`] does.
+struct Delivery {
+    shards: Arc<[Shard]>,
+    index: usize,
+    key: Vec<u8>,
+    /// The renewal mark this round trip set; `None` for a request decided alone
+    /// in Redis, and once released.
     notify: Option<Arc<Notify>>,
+    /// The round trip; `None` once its reply is in.
+    grant: Option<Grant>,
+    quota: GcraMicros,
+    config: LeaseConfig,
+    /// The lease clock's reading before the request was sent (ns).
+    sent: u64,
+    want: u64,
+    n: u64,
+    timeout: Duration,
+    /// Whether this is the detached task's: it never hands itself on again.
+    detached: bool,
 }
 
-impl Renewal<'_> {
-    /// Clears `lease`'s mark if it is still this renewal's, and wakes its waiters.
+impl Future for Delivery {
+    type Output = Result<(u64, u64, u64), Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.grant.as_mut() {
+            Some(grant) => {
+                let reply = std::task::ready!(grant.as_mut().poll(cx));
+                self.grant = None;
+                Poll::Ready(reply)
+            }
+            None => Poll::Ready(Err(Error::reply("a lease grant was polled after its reply"))),
+        }
+    }
+}
+
+impl Delivery {
+    /// Applies the grant's `reply` to the lease table and clears the renewal
+    /// mark. `answered`: whether the check that asked is answered with the
+    /// decision (it then takes its `n` of the grant), or was dropped (the lease
+    /// gets the whole grant).
+    fn settle(&mut self, reply: Result<(u64, u64, u64), Error>, answered: bool) -> Result<Decision, Error> {
+        let shards = self.shards.clone();
+        let mut leases = shards[self.index].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let lease = leases.get_mut(&self.key[..]);
+        let (granted, now_us, used) = match reply {
+            Ok(reply) => reply,
+            Err(e) => {
+                if let Some(lease) = lease {
+                    self.release(lease);
+                }
+                return Err(e);
+            }
+        };
+        let (quota, config, n) = (self.quota, self.config, self.n);
+        let granted_at = Nanos::new(now_us.saturating_mul(NS));
+        let decision = quota.decision(granted > 0, used, quota.cost_us(n));
+        if let Some(lease) = lease {
+            let snapshot = decision.snapshot();
+            lease.headroom = snapshot.remaining();
+            lease.reset_ns = u64::try_from(snapshot.reset_after().as_nanos()).unwrap_or(u64::MAX);
+            if let Some(retry) = decision.retry_after() {
+                lease.denied_until_ns = self.sent.saturating_add(u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX));
+                lease.denied_n = n;
+            }
+            if self.notify.is_some() {
+                let extra = match (answered, granted == self.want) {
+                    (false, _) => granted,
+                    (true, true) => self.want - n,
+                    (true, false) => 0,
+                };
+                if extra > 0 {
+                    // Permits left from the lease this one replaces (fewer than the
+                    // request that renewed it) are dropped: kept, they would live a
+                    // lifetime past the new grant, beyond the overshoot bound.
+                    lease.permits = extra.min(config.max_lease);
+                    lease.expires_ns =
+                        self.sent.saturating_add(u64::try_from(config.lifetime.as_nanos()).unwrap_or(u64::MAX));
+                    lease.granted_at = granted_at;
+                }
+                let share = lease.headroom / (2 * u64::from(config.instances));
+                lease.next_size = share.clamp(1, config.max_lease);
+                self.release(lease);
+            }
+        }
+        drop(leases);
+        self.release_detached(); // released above, under the lock; or the entry is gone
+        Ok(decision.at(granted_at))
+    }
+
+    /// Clears `lease`'s mark if it is still this round trip's, and wakes its
+    /// waiters.
     fn release(&mut self, lease: &mut Lease) {
         let Some(notify) = self.notify.take() else { return };
         if lease.renewal.as_ref().is_some_and(|mark| Arc::ptr_eq(mark, &notify)) {
@@ -525,15 +696,15 @@ impl Renewal<'_> {
         // replaced meanwhile.
         notify.notify_waiters();
     }
-}
 
-impl Drop for Renewal<'_> {
-    fn drop(&mut self) {
+    /// Releases the mark, if still held, under the shard's lock.
+    fn release_detached(&mut self) {
         if self.notify.is_none() {
             return;
         }
-        let mut leases = self.shard.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match leases.get_mut(self.key) {
+        let shards = self.shards.clone();
+        let mut leases = shards[self.index].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match leases.get_mut(&self.key[..]) {
             Some(lease) => self.release(lease),
             None => {
                 if let Some(notify) = self.notify.take() {
@@ -541,6 +712,41 @@ impl Drop for Renewal<'_> {
                 }
             }
         }
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        if !self.detached
+            && self.notify.is_some()
+            && let Some(grant) = self.grant.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            // The mark moves to the detached task, whose own `Delivery` releases
+            // it however that task ends (a reply, no reply in time, or the runtime
+            // shutting down).
+            let mut detached = Delivery {
+                shards: self.shards.clone(),
+                index: self.index,
+                key: core::mem::take(&mut self.key),
+                notify: self.notify.take(),
+                grant: Some(grant),
+                quota: self.quota,
+                config: self.config,
+                sent: self.sent,
+                want: self.want,
+                n: self.n,
+                timeout: self.timeout,
+                detached: true,
+            };
+            runtime.spawn(async move {
+                if let Ok(reply) = tokio::time::timeout(detached.timeout, &mut detached).await {
+                    let _ = detached.settle(reply, false);
+                }
+            });
+            return;
+        }
+        self.release_detached();
     }
 }
 

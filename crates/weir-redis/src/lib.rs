@@ -131,7 +131,10 @@
 //! slot, so a tier's script runs on a cluster ([`Redis::connect_cluster`],
 //! feature `cluster`, on by default; tested on three masters), while clients
 //! spread over the slots. `%`, `{` and `}` in a client key are percent-encoded
-//! (and bytes that are not UTF-8), and braces are refused in the prefix.
+//! (and bytes that are not UTF-8), the empty key is named `%` (Redis Cluster
+//! takes `{}` for no hash tag at all; earlier versions named it `{}`, so the
+//! empty key starts full once after the upgrade), and braces are refused in the
+//! prefix.
 //!
 //! **Migrating from `<prefix>{<client key>}:g0`** (`:g1`, …, `:fw`, `:sw`,
 //! `:sl`), the layout of earlier versions, which let two limiters
@@ -233,5 +236,12 @@ pub mod __private {
     /// tests: a dropped renewal must not leave it set).
     pub fn renewal_pending<C: Clock>(leased: &Leased<C>, key: &[u8]) -> bool {
         leased.renewal_pending(key)
+    }
+
+    /// Waits (at most two call timeouts) until no renewal of `key`'s lease is in
+    /// flight: the renewal a dropped check handed to a detached task has been
+    /// delivered or given up (cancellation tests).
+    pub async fn renewal_settled<C: Clock>(leased: &Leased<C>, key: &[u8]) {
+        leased.renewal_settled(key).await;
     }
 }

@@ -513,9 +513,10 @@ impl RedisLimiter {
     /// table or a fallback store over this limiter keeps for it: the key itself
     /// with `%`, `{`, `}` and bytes that are not UTF-8 percent-encoded (so the
     /// hash tag is always exactly the client key, and the encoding is
-    /// one-to-one); or, for a key longer than `max_key_bytes`, `%H` and the hex
-    /// of 128 bits of its SHA-256 (never the encoding of a short key: `%` is
-    /// always followed by two hex digits there), or [`Error::KeyTooLong`].
+    /// one-to-one); `%` for the empty key (so the hash tag is never empty); or,
+    /// for a key longer than `max_key_bytes`, `%H` and the hex of 128 bits of its
+    /// SHA-256 (never the encoding of a short key: `%` is always followed by two
+    /// hex digits there), or [`Error::KeyTooLong`].
     pub(crate) fn key_name(&self, key: &[u8]) -> Result<String, Error> {
         use core::fmt::Write as _;
         if key.len() > self.max_key_bytes {
@@ -528,6 +529,12 @@ impl RedisLimiter {
                 let _ = write!(out, "{b:02x}");
             }
             return Ok(out);
+        }
+        if key.is_empty() {
+            // `{}` is no hash tag for Redis Cluster (a tier's keys would spread
+            // over slots): the empty key is `%`, which no other key is named (a
+            // `%` is followed by two hex digits or `H` everywhere else).
+            return Ok("%".to_owned());
         }
         let mut out = String::with_capacity(key.len() + 4);
         for chunk in key.utf8_chunks() {

@@ -405,6 +405,9 @@ async fn keys_carry_the_client_as_a_hash_tag() {
     let limiter = RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap()).build().unwrap();
     assert_eq!(limiter.redis_keys("a}b{c%"), ["weir:{a%7Db%7Bc%25}:g:10/1m:0"]);
     assert_eq!(limiter.redis_keys(&b"\xff"[..]), ["weir:{%FF}:g:10/1m:0"]);
+    // The empty key has a non-empty tag (`{}` is none for Redis Cluster), apart from `%`'s.
+    assert_eq!(limiter.redis_keys(""), ["weir:{%}:g:10/1m:0"]);
+    assert_eq!(limiter.redis_keys("%"), ["weir:{%25}:g:10/1m:0"]);
     let e = RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap()).prefix("x{").build().unwrap_err();
     assert!(matches!(e, ConfigError::BraceInPrefix { .. }), "{e}");
     assert!(e.to_string().starts_with("prefix: "), "{e}");

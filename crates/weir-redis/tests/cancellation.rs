@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
-use support::RedisServer;
+use support::{FakeMode, FakeRedis, RedisServer};
 use weir_core::{ManualClock, Nanos, Quota};
-use weir_redis::__private::{is_probing, renewal_pending};
-use weir_redis::{Backoff, FailPolicy, LeaseConfig, Leased, Path, Redis, RedisLimiter, RedisOptions, Resilient};
+use weir_redis::__private::{is_probing, renewal_pending, renewal_settled};
+use weir_redis::{Backoff, Error, FailPolicy, LeaseConfig, Leased, Path, Redis, RedisLimiter, RedisOptions, Resilient};
 use weir_testkit::each_cancellation;
 
 const T0: u64 = 1_700_000_000_000_000_000;
@@ -179,6 +179,8 @@ async fn a_lease_renewal_dropped_at_any_await_leaves_no_renewal_or_waiter_behind
         },
         async |k, finished| {
             let key = format!("k{}", run.load(Ordering::SeqCst) - 1);
+            // A renewal dropped after it was sent is delivered by a detached task.
+            renewal_settled(&leased, key.as_bytes()).await;
             assert!(!renewal_pending(&leased, key.as_bytes()), "a renewal left pending after {k} polls");
             // The key gets a lease again: of the next two checks, at most one
             // goes to Redis, and the other is served from the lease it took.
@@ -204,6 +206,8 @@ impl Wake for Count {
     }
 }
 
+/// A renewal dropped where no tokio runtime can finish it (a plain thread)
+/// releases its mark at once.
 #[tokio::test]
 async fn a_waiter_is_woken_when_the_renewal_it_waits_for_is_dropped() {
     let server = RedisServer::start();
@@ -218,7 +222,7 @@ async fn a_waiter_is_woken_when_the_renewal_it_waits_for_is_dropped() {
     let mut waiter = Box::pin(leased.check("hot"));
     assert!(waiter.as_mut().poll(&mut Context::from_waker(&waiter_waker)).is_pending(), "waits for the renewal");
     assert_eq!(waiter_wakes.0.load(Ordering::SeqCst), 0);
-    drop(renewer);
+    std::thread::scope(|s| s.spawn(move || drop(renewer)).join().unwrap());
     assert!(!renewal_pending(&leased, b"hot"), "the dropped renewal is released");
     assert_eq!(waiter_wakes.0.load(Ordering::SeqCst), 1, "the waiter is woken when the renewal is dropped");
     // The waiter takes the renewal over: one round trip, and a lease for the key.
@@ -279,10 +283,70 @@ async fn a_refund_dropped_at_any_await_is_applied_whole_or_not_at_all() {
         },
         async |k, _| {
             let key = key(&run);
+            renewal_settled(&leased, key.as_bytes()).await;
             assert!(!renewal_pending(&leased, key.as_bytes()), "Leased: a renewal left pending after {k} polls");
             assert!(leased.check_n(&key, 4).await.unwrap().is_allowed(), "Leased: after {k} polls");
         },
     )
     .await;
     assert!(cuts >= 3, "Leased: parked on Redis at least once ({cuts} runs)");
+}
+
+#[tokio::test]
+async fn a_lease_renewal_dropped_after_redis_ran_it_delivers_its_grant_to_the_lease() {
+    // 64 per minute, leases of 64, a frozen clock: the first renewal of a key
+    // takes its whole burst. A check dropped at any await of that renewal loses
+    // nothing: the grant lands in the lease and the next 64 checks are served.
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    let redis = patient(&server).await;
+    let limiter =
+        RedisLimiter::builder(&redis, Quota::per_minute(64).unwrap()).build_with_clock(clock.clone()).unwrap();
+    let leased =
+        Leased::with_clock(limiter, LeaseConfig::builder().max_lease(64).build().unwrap(), clock.clone()).unwrap();
+    // Scripts loaded first, so a drop after one poll is a drop after the script was sent.
+    assert!(leased.check("warm").await.unwrap().is_allowed());
+    let run = AtomicUsize::new(0);
+    let cuts = each_cancellation(
+        || {
+            let key = format!("k{}", run.fetch_add(1, Ordering::SeqCst));
+            let leased = &leased;
+            async move { assert!(leased.check(&key).await.unwrap().is_allowed()) }
+        },
+        async |k, finished| {
+            let key = format!("k{}", run.load(Ordering::SeqCst) - 1);
+            let trips = leased.round_trips();
+            let mut admitted = u64::from(finished);
+            for _ in 0..100 {
+                admitted += u64::from(leased.check(&key).await.unwrap().is_allowed());
+            }
+            assert_eq!(admitted, 64, "of a burst of 64 at one instant, after a drop after {k} polls");
+            // A dropped renewal that reached Redis was delivered, not asked for again.
+            let redis_charged = leased.limiter().snapshot(&key).await.unwrap().remaining() < 64;
+            assert!(leased.round_trips() - trips <= 1 + 100 - 64, "after {k} polls");
+            assert!(redis_charged);
+            renewal_settled(&leased, key.as_bytes()).await;
+            assert!(!renewal_pending(&leased, key.as_bytes()), "after {k} polls");
+        },
+    )
+    .await;
+    assert!(cuts >= 3, "the renewal was parked on Redis at least once ({cuts} runs)");
+}
+
+#[tokio::test]
+async fn a_lease_renewal_past_its_call_timeout_is_given_up_within_one_more_timeout() {
+    // A server that reads and never answers: the check times out, and the
+    // detached task that waits for the late reply holds the renewal mark until
+    // it gives up, one call timeout later; then nothing is left behind.
+    let fake = FakeRedis::start();
+    let options = RedisOptions::builder().call_timeout(TIMEOUT).build().unwrap();
+    let redis = Redis::connect_with(&fake.url(), options).await.expect("connect");
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    let leased = leased(&redis, &clock);
+    fake.set_mode(FakeMode::Silent);
+    let checked = leased.check("k").await;
+    assert!(matches!(checked, Err(Error::Timeout { .. })), "{checked:?}");
+    assert!(renewal_pending(&leased, b"k"), "the late reply is still awaited");
+    renewal_settled(&leased, b"k").await;
+    assert!(!renewal_pending(&leased, b"k"), "given up after one more call timeout");
 }

@@ -62,3 +62,25 @@ async fn a_tier_runs_as_one_script_on_a_cluster() {
     let reply = cluster.nodes[0].cli(&["-c", "EVAL", "return redis.call('GET', KEYS[1])", "2", &k0, &k1]);
     assert!(reply.contains("CROSSSLOT"), "untagged multi-key script: {reply}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_and_empty_client_keys_keep_a_tier_in_one_slot() {
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let redis = Redis::connect_cluster(&urls, support::patient()).await.unwrap();
+    let tier = RedisLimiter::builder(&redis, Quota::per_second(5).unwrap())
+        .and_quota(Quota::per_minute(20).unwrap())
+        .and_quota(Quota::per_day(1_000).unwrap())
+        .build()
+        .unwrap();
+    // `{}` is no hash tag for Redis Cluster: the empty key must not be named so.
+    let odd: [&[u8]; 9] = [b"", b"a}b", b"}", b"{", b"{}", b"%7D", b"%", b"a:b:g:1", &[0xff, b'}', 0xfe]];
+    for key in odd {
+        let keys = tier.redis_keys(key);
+        let slots: HashSet<u16> = keys.iter().map(|k| slot(&cluster, k)).collect();
+        assert_eq!(slots.len(), 1, "{key:?}: {keys:?} in slots {slots:?}");
+        let checked = tier.check(key).await;
+        assert!(checked.is_ok(), "{key:?}: {checked:?}");
+    }
+}

@@ -286,3 +286,183 @@ async fn a_dead_redis_is_probed_once_per_backoff_not_per_request() {
     assert!(recover(&limiter, &clock).await, "the next probe that gets an answer brings the checks back");
     assert!(recover(&limiter, &clock).await);
 }
+
+/// A clock that moves on at every reading, as a real one does between two reads.
+#[derive(Clone)]
+struct Ticking {
+    now: Arc<std::sync::atomic::AtomicU64>,
+    step: u64,
+}
+
+impl weir_core::Clock for Ticking {
+    fn now(&self) -> Nanos {
+        Nanos::new(self.now.fetch_add(self.step, std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
+#[tokio::test]
+async fn a_tier_fallback_never_admits_past_an_exhausted_quota() {
+    // 1 per second and 1 per hour, all or nothing, decided by the fallback with a
+    // clock that moves 300 ms at each reading: the per-second quota refills
+    // between readings, the per-hour one never does within the test.
+    let mut server = RedisServer::start();
+    let redis = connect(&server.url()).await;
+    let limiter = RedisLimiter::builder(&redis, Quota::per_second(1).unwrap())
+        .and_quota(Quota::per_hour(1).unwrap())
+        .build()
+        .unwrap();
+    const T0: u64 = 1_700_000_000_000_000_000;
+    let now = Arc::new(std::sync::atomic::AtomicU64::new(T0));
+    let clock = Ticking { now: now.clone(), step: 300_000_000 };
+    let hours = Duration::from_secs(36_000);
+    let fallback = LocalFallback::new(1, 100).unwrap();
+    let resilient = Resilient::builder(limiter, FailPolicy::LocalFallback(fallback))
+        .backoff(Backoff::new(hours, hours).unwrap())
+        .build_with_clock(clock)
+        .unwrap();
+    server.stop();
+    let mut admitted = 0;
+    for _ in 0..200 {
+        let checked = bounded("a fallback check", resilient.check_traced("k", 1)).await.unwrap();
+        assert_ne!(checked.path, Path::Redis);
+        admitted += u32::from(checked.decision.is_allowed());
+    }
+    let elapsed = Duration::from_nanos(now.load(std::sync::atomic::Ordering::SeqCst) - T0);
+    assert!(elapsed < Duration::from_secs(3_600), "{elapsed:?}");
+    assert_eq!(admitted, 1, "admitted by the fallback in {elapsed:?} under a 1-per-hour quota");
+}
+
+fn resilient_open(redis: &Redis, clock: &ManualClock) -> Resilient<ManualClock> {
+    let limiter = RedisLimiter::builder(redis, Quota::per_minute(1_000).unwrap()).build().unwrap();
+    Resilient::builder(limiter, FailPolicy::Open).backoff(backoff()).build_with_clock(clock.clone()).unwrap()
+}
+
+#[tokio::test]
+async fn a_redis_busy_with_a_script_is_unavailable_and_the_policy_decides() {
+    let server = RedisServer::start();
+    server.cli(&["CONFIG", "SET", "busy-reply-threshold", "50"]);
+    let redis = patient(&server.url()).await;
+    let clock = ManualClock::starting_at(Nanos::new(1_700_000_000_000_000_000));
+    let limiter = resilient_open(&redis, &clock);
+    assert_eq!(limiter.check_traced("k", 1).await.unwrap().path, Path::Redis);
+    let mut busy = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    std::io::Write::write_all(&mut busy, b"EVAL \"while true do end\" 0\r\n").unwrap();
+    // Until the script has run past the threshold, a PING answers PONG; after, -BUSY.
+    let mut answer = None;
+    for _ in 0..100 {
+        answer = server.raw_command("PING");
+        if answer.as_deref().is_some_and(|a| a.starts_with("-BUSY")) {
+            break;
+        }
+    }
+    assert!(answer.as_deref().is_some_and(|a| a.starts_with("-BUSY")), "the server never got busy: {answer:?}");
+    let checked = limiter.check_traced("k", 1).await;
+    let killed = server.cli(&["SCRIPT", "KILL"]);
+    assert!(
+        matches!(&checked, Ok(c) if c.path == Path::FailOpen),
+        "a BUSY Redis under FailPolicy::Open: {checked:?} (SCRIPT KILL: {killed})"
+    );
+}
+
+#[tokio::test]
+async fn a_redis_out_of_memory_is_unavailable_and_the_policy_decides() {
+    let server = RedisServer::start();
+    let redis = patient(&server.url()).await;
+    let clock = ManualClock::starting_at(Nanos::new(1_700_000_000_000_000_000));
+    let limiter = resilient_open(&redis, &clock);
+    assert_eq!(limiter.check_traced("k", 1).await.unwrap().path, Path::Redis);
+    server.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let checked = limiter.check_traced("k2", 1).await;
+    server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert!(matches!(&checked, Ok(c) if c.path == Path::FailOpen), "an OOM Redis under FailPolicy::Open: {checked:?}");
+}
+
+#[tokio::test]
+async fn a_request_that_fits_the_quota_but_not_the_fallback_is_denied_not_an_error() {
+    // 10 per minute over 4 instances: the fallback's burst is 2. A request of 5
+    // fits the quota, so while Redis is down it is denied until the next probe.
+    let mut server = RedisServer::start();
+    let redis = connect(&server.url()).await;
+    let clock = ManualClock::starting_at(Nanos::new(1_700_000_000_000_000_000));
+    let limiter = RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap()).build().unwrap();
+    let fallback = LocalFallback::new(4, 100).unwrap();
+    let resilient = Resilient::builder(limiter, FailPolicy::LocalFallback(fallback))
+        .backoff(backoff())
+        .build_with_clock(clock)
+        .unwrap();
+    assert!(bounded("a check", resilient.check_traced("k", 5)).await.unwrap().decision.is_allowed());
+    server.stop();
+    let checked = bounded("a fallback check", resilient.check_traced("k2", 5)).await;
+    let checked = checked.unwrap_or_else(|e| panic!("5 of a burst of 10 while Redis is down: {e:?}"));
+    assert_eq!(checked.path, Path::LocalFallback);
+    assert!(checked.decision.is_denied() && checked.decision.is_from_fallback());
+    assert_eq!(checked.decision.retry_after(), Some(backoff().initial()), "denied until Redis is probed again");
+    // 11 never fits: still the error, as with Redis.
+    let never = bounded("a fallback check", resilient.check_traced("k2", 11)).await;
+    assert!(matches!(never, Err(Error::InsufficientCapacity(_))), "{never:?}");
+}
+
+#[tokio::test]
+async fn a_redis_admission_at_clock_reading_zero_is_refunded_through_resilient() {
+    // A test clock at 0: a Redis decision stamped 0 is still Redis's, and only
+    // decisions marked as the policy's (`is_from_fallback`) skip the refund.
+    let server = RedisServer::start();
+    let redis = patient(&server.url()).await;
+    let clock = ManualClock::new();
+    let limiter =
+        RedisLimiter::builder(&redis, Quota::per_minute(10).unwrap()).build_with_clock(clock.clone()).unwrap();
+    let resilient = Resilient::builder(limiter.clone(), FailPolicy::Closed).build_with_clock(clock.clone()).unwrap();
+    let checked = resilient.check_traced("k", 10).await.unwrap();
+    assert_eq!((checked.path, checked.decision.is_allowed()), (Path::Redis, true));
+    assert!(!checked.decision.is_from_fallback());
+    resilient.refund("k", 10, &checked.decision).await.unwrap();
+    assert_eq!(limiter.snapshot("k").await.unwrap().remaining(), 10, "the admission of 10 refunded");
+}
+
+#[tokio::test]
+async fn fail_closed_during_a_probe_says_retry_after_the_backoff() {
+    let mut server = RedisServer::start();
+    let redis = connect(&server.url()).await;
+    let clock = ManualClock::starting_at(Nanos::new(1_700_000_000_000_000_000));
+    let limiter = RedisLimiter::builder(&redis, Quota::per_minute(100).unwrap()).build().unwrap();
+    let backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(8)).unwrap();
+    let resilient =
+        Resilient::builder(limiter, FailPolicy::Closed).backoff(backoff).build_with_clock(clock.clone()).unwrap();
+    server.pause();
+    assert_eq!(bounded("a check", resilient.check_traced("k", 1)).await.unwrap().path, Path::FailClosed);
+    clock.advance(Duration::from_secs(2));
+    // The back-off is over: this check probes the paused server and waits.
+    let mut probe = Box::pin(resilient.check_traced("k", 1));
+    let polled = std::future::poll_fn(|cx| std::task::Poll::Ready(probe.as_mut().poll(cx))).await;
+    assert!(polled.is_pending(), "the probe waits on the paused server");
+    let other = resilient.check_traced("k", 1).await.unwrap();
+    drop(probe);
+    server.resume();
+    assert_eq!(other.path, Path::FailClosed);
+    assert_eq!(other.decision.retry_after(), Some(Duration::from_secs(1)), "denied during a probe");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fallback_keeps_its_state_across_outages() {
+    // 2 per hour, one instance: the fallback's burst is 2, and the few seconds
+    // of back-off the test advances refill nothing.
+    let mut server = RedisServer::start();
+    let clock = ManualClock::starting_at(Nanos::new(1_700_000_000_000_000_000));
+    let limiter = RedisLimiter::builder(&connect(&server.url()).await, Quota::per_hour(2).unwrap()).build().unwrap();
+    let fallback = FailPolicy::LocalFallback(LocalFallback::new(1, 100).unwrap());
+    let limiter = Resilient::builder(limiter, fallback).backoff(backoff()).build_with_clock(clock.clone()).unwrap();
+    server.stop();
+    for _ in 0..2 {
+        let checked = bounded("a check", limiter.check_traced("f", 1)).await.unwrap();
+        assert_eq!((checked.path, checked.decision.is_allowed()), (Path::LocalFallback, true));
+    }
+    server.restart();
+    clock.advance(Duration::from_secs(2));
+    assert!(recover(&limiter, &clock).await, "checks went back to Redis after the restart");
+    server.stop();
+    clock.advance(Duration::from_secs(2));
+    let checked = bounded("a check", limiter.check_traced("f", 1)).await.unwrap();
+    assert_eq!(checked.path, Path::LocalFallback);
+    assert!(checked.decision.is_denied(), "the share spent in the first outage is still spent");
+}

@@ -209,3 +209,58 @@ async fn a_refund_never_lifts_admissions_at_one_instant_above_the_bound() {
     assert!(leased.check("j").await.unwrap().is_allowed());
     assert_eq!(leased.round_trips(), trips, "served from the lease the refund went back to");
 }
+
+/// Polls `f` once with the task's own waker.
+async fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> std::task::Poll<F::Output> {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(std::pin::Pin::new(&mut *f).poll(cx))).await
+}
+
+#[tokio::test]
+async fn a_lease_lives_from_when_its_grant_was_asked_for_not_from_when_the_reply_was_read() {
+    // r = 10/s, B = 10; N = 1, L = 10, lifetime 100 ms: at one instant at most
+    // B + min(N·L, r·lifetime) = 11 admitted.
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    let config = LeaseConfig::builder().max_lease(10).lifetime(Duration::from_millis(100)).build().unwrap();
+    let leased = client(&server, Quota::per_second(10).unwrap(), config, &clock).await;
+    // The grant is charged at T0 (the time it is sent with); its reply is read 10 s later.
+    let mut first = Box::pin(leased.check("k"));
+    assert!(poll_once(&mut first).await.is_pending(), "parked on Redis");
+    clock.advance(Duration::from_secs(10));
+    assert!(first.await.unwrap().is_allowed());
+    let mut admitted = 1;
+    for _ in 0..100 {
+        admitted += u64::from(leased.check("k").await.unwrap().is_allowed());
+    }
+    assert_eq!(admitted, 11, "a lease charged at T0 and read at T0 + 10 s");
+}
+
+#[tokio::test]
+async fn the_lease_table_holds_at_most_max_keys_keys() {
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_at(Nanos::new(T0));
+    for max_keys in [1, 5, 17] {
+        let config = LeaseConfig::builder().max_keys(max_keys).build().unwrap();
+        let leased = client(&server, Quota::per_minute(1_000).unwrap(), config, &clock).await;
+        // A frozen clock: every lease taken stays live.
+        for i in 0..64 {
+            assert!(leased.check(&format!("{max_keys:02}-key-{i:02}")).await.unwrap().is_allowed());
+        }
+        let held = weir_redis::__private::lease_table_key_bytes(&leased) / 9;
+        assert_eq!(held, max_keys, "max_keys({max_keys})");
+    }
+    // Once the leases held have expired, a new key takes a place of theirs.
+    let config = LeaseConfig::builder().max_keys(1).build().unwrap();
+    let leased = client(&server, Quota::per_minute(1_000).unwrap(), config, &clock).await;
+    assert!(leased.check("first").await.unwrap().is_allowed());
+    clock.advance(config.lifetime() + Duration::from_nanos(1));
+    // Each new key that finds the table full drops the idle entries of its own
+    // shard and of one other in turn: within 16 checks, of the 16 shards.
+    for _ in 0..17 {
+        assert!(leased.check("second").await.unwrap().is_allowed());
+    }
+    let trips = leased.round_trips();
+    assert!(leased.check("second").await.unwrap().is_allowed());
+    assert_eq!(leased.round_trips(), trips, "served from the lease of the key that took the place");
+    assert_eq!(weir_redis::__private::lease_table_key_bytes(&leased), "second".len());
+}
