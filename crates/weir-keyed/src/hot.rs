@@ -5,7 +5,7 @@
 #[cfg(doc)]
 use crate::KeyedConfig;
 use crate::Shard;
-use crate::store::Full;
+use crate::store::NotInserted;
 use crate::table::{Guard, Inserted};
 use crate::{Keyed, KeyedAlgorithm, KeyedConfigError};
 use std::borrow::Borrow;
@@ -464,7 +464,7 @@ impl sealed::Sealed<GcraAlgorithm> for HotKeys {
         S: BuildHasher + Clone,
     {
         if lost_races >= store.hot.after_lost_races {
-            store.try_promote(&store.shards[shard], hash, key, state, guard);
+            store.try_promote(&store.shards[shard], hash, key, None, state, guard);
         }
     }
 
@@ -651,22 +651,36 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let hash = self.hash(key);
-        let guard = self.collector.enter();
         let index = self.shard_index(hash);
         let shard = &self.shards[index];
-        let state = match shard.get(hash, key, &guard) {
-            Some(state) => state,
-            None => match self.insert(shard, hash, key, None, &guard) {
+        // The key's `Clone` (user code, which may take long) runs outside the guard,
+        // as a check's does: once for the hot map, and once per insertion.
+        let hot_key = key.to_owned();
+        let mut guard = self.collector.enter();
+        let mut owned = None;
+        let mut retry_slab = true;
+        let state = loop {
+            if let Some(state) = shard.get(hash, key, &guard) {
+                break state;
+            }
+            let Some(cloned) = owned.take() else {
+                drop(guard);
+                owned = Some(key.to_owned());
+                guard = self.collector.enter();
+                continue;
+            };
+            match self.insert(shard, hash, key, cloned, retry_slab, &guard) {
                 Ok((state, inserted)) => {
                     if inserted {
                         self.note_new_key(index, state, self.clock.now());
                     }
-                    state
+                    break state;
                 }
-                Err(Full) => return false,
-            },
+                Err(NotInserted::Retry { slab }) => retry_slab &= !slab,
+                Err(NotInserted::Full) => return false,
+            }
         };
-        self.try_promote(shard, hash, key, state, &guard);
+        self.try_promote(shard, hash, key, Some(hot_key), state, &guard);
         is_promoted(state) && self.stripes_of(hash, key, state, &guard).is_some()
     }
 
@@ -787,8 +801,17 @@ where
     /// Moves `key` to hot mode, within `max_hot_keys`. Only the thread whose stripes
     /// entered the hot map promotes into them; the stripes record the state they
     /// belong to, so no holder of another state ever uses them.
-    fn try_promote<Q>(&self, shard: &Shard<K, GcraState>, hash: u64, key: &Q, state: &GcraState, guard: &Guard<'_>)
-    where
+    /// `owned`, if given, is `key` already cloned (outside the guard); otherwise
+    /// the key is cloned here, inside it.
+    fn try_promote<Q>(
+        &self,
+        shard: &Shard<K, GcraState>,
+        hash: u64,
+        key: &Q,
+        mut owned: Option<K>,
+        state: &GcraState,
+        guard: &Guard<'_>,
+    ) where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
@@ -819,7 +842,8 @@ where
         let mut dropped_stale = false;
         let ours = loop {
             let stripes = LeaseStripes::new(config.lease, self.clock.now()).with_owner(owner);
-            match self.hot_keys.try_insert(hash, key.to_owned(), stripes, || true, &self.hasher, guard) {
+            let hot_key = owned.take().unwrap_or_else(|| key.to_owned());
+            match self.hot_keys.try_insert(hash, hot_key, stripes, || true, &self.hasher, guard) {
                 Ok(ours) => break Some(ours),
                 // Stripes of another state of this key. Whose are stale? If ours is
                 // still the key's linked, live state, theirs: their state was linked

@@ -51,11 +51,9 @@ where
                 || self.collector.enter(),
                 |guard, index| {
                     let evicted = self.sweep_shard(index, now, guard, None).0;
-                    if evicted > 0 {
-                        // Reclaimed once the guards allow, not when this worker's
-                        // batch fills.
-                        crate::table::flush(guard);
-                    }
+                    // Reclaimed once the guards allow, not when the shard has
+                    // gathered a batch.
+                    self.shards[index].retire_pending(guard);
                     evicted
                 },
             )

@@ -120,11 +120,9 @@ where
         let evicted = {
             let guard = self.collector.enter();
             let evicted = self.sweep_shard(index, self.clock.now(), &guard, None).0;
-            if evicted > 0 {
-                // What it unlinked is reclaimed once the guards allow (this one
-                // first), not when this thread's batch fills.
-                crate::table::flush(&guard);
-            }
+            // What it unlinked is reclaimed once the guards allow (this one first),
+            // not when the shard has gathered a batch.
+            self.shards[index].retire_pending(&guard);
             evicted
         };
         if evicted > 0 {
