@@ -120,14 +120,17 @@ where
         let evicted = {
             let guard = self.collector.enter();
             let evicted = self.sweep_shard(index, self.clock.now(), &guard, None).0;
-            // What it unlinked is reclaimed once the guards allow (this one first),
-            // not when the shard has gathered a batch.
+            // What it unlinked, and what `remove` and checks unlinked before, is
+            // reclaimed once the guards allow (this one first), not when the shard
+            // has gathered a batch.
             self.shards[index].retire_pending(&guard);
             evicted
         };
-        if evicted > 0 {
-            self.shards[index].compact();
-        }
+        // Also when it evicted nothing: keys removed, or evicted by a full store's
+        // search, may have emptied the shard's last chunks. Under a new guard: the
+        // one above is gone, and what it held back reclaimed if no other guard
+        // holds it.
+        self.shards[index].compact(&self.hasher, &self.collector.enter());
         evicted
     }
 

@@ -708,21 +708,23 @@ impl<K: Hash + Eq, V> Shard<K, V> {
 
     /// Moves every slot the collector has reclaimed into the free list, then
     /// frees the slab's last chunks while every slot of theirs is free (the first
-    /// chunk stays): memory follows the keys stored, also after a flood. Returns
-    /// the bytes freed.
-    pub fn compact(&self) -> usize {
+    /// chunk stays), shrinks the free list, and rebuilds the index at the size of
+    /// its keys if they use less than a quarter of it (`hasher` rehashes them):
+    /// memory follows the keys stored, also after a flood or a mass removal.
+    /// Returns the bytes freed.
+    pub fn compact<S: BuildHasher>(&self, hasher: &S, guard: &Guard<'_>) -> usize {
         let mut writer = self.lock();
         self.collect_reclaimed(&mut writer);
         let mut freed = 0;
         loop {
             let (top, at) = chunk_of(writer.fresh.saturating_sub(1));
             if writer.fresh == 0 || top == 0 {
-                return freed;
+                break;
             }
             let start = writer.fresh - at - 1;
             let used = writer.fresh - start;
             if writer.free.iter().filter(|&&slot| slot as usize >= start).count() < used {
-                return freed;
+                break;
             }
             writer.free.retain(|&slot| (slot as usize) < start);
             writer.fresh = start;
@@ -739,6 +741,33 @@ impl<K: Hash + Eq, V> Shard<K, V> {
             self.chunks[top].with_mut(|address| unsafe { *address = 0 });
             freed += chunk_layout::<K, V>(top).0.size();
         }
+        // The lists follow the slab: at most half of each left unused.
+        let shrink = |list: &mut Vec<u32>| {
+            if list.capacity() > 2 * list.len() {
+                let unused = list.capacity() - list.len();
+                list.shrink_to_fit();
+                unused * size_of::<u32>()
+            } else {
+                0
+            }
+        };
+        freed += shrink(&mut writer.free);
+        #[cfg(not(loom))]
+        {
+            freed += shrink(&mut writer.pending);
+        }
+        // And the index its keys: rebuilt at their size once they use a quarter of
+        // it (an insertion rebuilds it when it is 7/8 used).
+        let index = self.index(guard);
+        if index.len() > MIN_INDEX && (writer.live + 1) * 4 < index.len() {
+            let before = index.len();
+            let after = self.rebuild(&mut writer, index, hasher, guard).len();
+            freed += (before - after) * size_of::<u32>();
+            // The old array is freed once the guards allow, not when this thread's
+            // batch fills.
+            flush(guard);
+        }
+        freed
     }
 
     /// Moves every slot the collector has reclaimed into the free list.
@@ -1143,7 +1172,7 @@ mod tests {
         // Everything unlinked and reclaimed: the chunks past the first are freed.
         shard.retire_pending(&collector.enter());
         drop(collector);
-        shard.compact();
+        shard.compact(&hasher, &Collector::new().enter());
         let writer = shard.lock();
         assert!(writer.fresh <= FIRST_CHUNK, "{} slots kept", writer.fresh);
         assert!(shard.chunk_address(1) == 0);
