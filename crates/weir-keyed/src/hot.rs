@@ -611,8 +611,11 @@ where
             bounds: self.bounds,
             store_bound: self.store_bound,
             publishing: self.publishing,
+            // Its slab grows only while the stripes awaiting reclamation are at most
+            // the hot keys plus `max_hot_keys` (see `Shard::with_slack`): hot keys
+            // that come and go while a guard is held cost at most that many.
+            hot_keys: Shard::with_slack(hot.max_hot_keys),
             hot,
-            hot_keys: Shard::new(),
             hot_count: AtomicUsize::new(0),
         }
     }

@@ -303,7 +303,8 @@ where
             store_bound: CachePadded::new(IdleBound::new()),
             publishing: AtomicBool::new(false),
             hot: NoHotKeys,
-            hot_keys: Shard::new(),
+            // Never used without hot keys.
+            hot_keys: Shard::with_slack(MIN_SHARD_SLACK),
             hot_count: AtomicUsize::new(0),
         }
     }

@@ -118,8 +118,6 @@ const MAX_SLOTS: usize = SLOT_MASK as usize - 1;
 const FIRST_CHUNK: usize = 8;
 /// Chunks a shard can have: enough for `MAX_SLOTS`.
 const CHUNKS: usize = 22;
-/// The default slack of a shard (see `Shard::with_slack`).
-pub const DEFAULT_SLACK: usize = 1024;
 /// Unlinked slots a shard gathers before it hands them to the collector as one
 /// flushed batch (each flush costs a process-wide memory barrier, a system call),
 /// or its slack if smaller.
@@ -374,11 +372,6 @@ unsafe impl<K: Send, V: Send> Send for Shard<K, V> {}
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Shard<K, V> {}
 
 impl<K, V> Shard<K, V> {
-    /// An empty shard, with the default slack (see `with_slack`).
-    pub fn new() -> Self {
-        Self::with_slack(DEFAULT_SLACK)
-    }
-
     /// An empty shard whose slab grows only while its slots awaiting reclamation
     /// number at most its linked keys plus `slack`: a reader that holds its epoch
     /// guard for long (a paused thread) holds back the reclamation of every slot

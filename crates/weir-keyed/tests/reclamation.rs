@@ -325,6 +325,60 @@ fn chunks_emptied_by_remove_are_given_back_by_the_next_sweep() {
     );
 }
 
+/// Hot keys that come and go (promoted, then removed) while a `for_each` callback
+/// is paused leave their stripes awaiting reclamation: the hot keys' slab grows
+/// only while those are at most the hot keys plus `max_hot_keys`, so at most
+/// `3 × max_hot_keys + 1` stripe sets are held, whatever the churn.
+#[test]
+fn hot_key_churn_while_a_guard_is_held_is_bounded_by_max_hot_keys() {
+    for max_hot_keys in [1, 4] {
+        let clock = ManualClock::new();
+        let config = KeyedConfig::builder(16).at_capacity(AtCapacity::EvictIdle).build().unwrap();
+        let hot = HotKeys::builder()
+            .lease(LeaseConfig::builder().stripes(64).build().unwrap())
+            .max_hot_keys(max_hot_keys)
+            .build()
+            .unwrap();
+        let store = Keyed::<u64, _, _>::gcra_with_clock(Quota::per_second(1_000).unwrap(), config, clock.clone())
+            .with_hot_keys(hot);
+        let store = &store;
+        let (paused_tx, paused) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let mut promoted = 0;
+        std::thread::scope(|scope| {
+            assert!(store.check(&u64::MAX).is_allowed()); // one key stored, so that the callback runs
+            let pinned = scope.spawn(move || {
+                let mut first = true;
+                store.for_each(|_, _| {
+                    if std::mem::take(&mut first) {
+                        paused_tx.send(()).unwrap();
+                        release_rx.recv().unwrap();
+                    }
+                });
+            });
+            paused.recv().unwrap();
+            for key in 0..3_000u64 {
+                if store.promote(&key) {
+                    promoted += 1;
+                }
+                store.remove(&key);
+            }
+            release.send(()).unwrap();
+            pinned.join().unwrap();
+        });
+        assert!(promoted > 0);
+        assert!(
+            promoted <= 3 * max_hot_keys + 1,
+            "{promoted} hot keys' stripes held at once with max_hot_keys {max_hot_keys}"
+        );
+        // Once the guard is gone, hot keys come and go again.
+        for key in 10_000..10_100u64 {
+            assert!(store.promote(&key), "hot key {key} refused with no guard held");
+            store.remove(&key);
+        }
+    }
+}
+
 /// Checks racing `remove`, sweeps that give chunks back (and their reallocation by
 /// new keys), `for_each` and evictions of a full store: keys own heap memory, so a
 /// use after free, a double drop or a leak shows (under miri too).
