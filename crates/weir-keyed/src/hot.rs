@@ -64,15 +64,23 @@ mod sealed {
             C: Clock,
             S: BuildHasher + Clone;
 
-        /// After an admission that lost `lost_races` CAS races (at least 1): moves the
-        /// key (in shard number `shard`) to a hot bucket if that is contention enough.
+        /// After an admission that lost `lost_races` CAS races (at least 1): whether
+        /// that is contention enough to move the key to a hot bucket now (it is not
+        /// hot yet, and a hot slot is free). Reads two counters; clones nothing.
+        fn wants_promotion<K, C, S>(store: &Keyed<K, A, C, S, Self>, state: &A::State, lost_races: u32) -> bool
+        where
+            Self: super::HotKeyMode<A>;
+
+        /// Moves the key (in shard number `shard`, with state `state`) to a hot
+        /// bucket, within `max_hot_keys`; `owned` is the key, cloned outside any
+        /// guard (see `wants_promotion`).
         fn contended<K, C, S, Q>(
             store: &Keyed<K, A, C, S, Self>,
             shard: usize,
             hash: u64,
             key: &Q,
             state: &A::State,
-            lost_races: u32,
+            owned: K,
             guard: &Guard<'_>,
         ) where
             Self: super::HotKeyMode<A>,
@@ -221,7 +229,12 @@ impl<A: KeyedAlgorithm> sealed::Sealed<A> for NoHotKeys {
     }
 
     #[inline(always)]
-    fn contended<K, C, S, Q>(_: &Keyed<K, A, C, S, Self>, _: usize, _: u64, _: &Q, _: &A::State, _: u32, _: &Guard<'_>)
+    fn wants_promotion<K, C, S>(_: &Keyed<K, A, C, S, Self>, _: &A::State, _: u32) -> bool {
+        false
+    }
+
+    #[inline(always)]
+    fn contended<K, C, S, Q>(_: &Keyed<K, A, C, S, Self>, _: usize, _: u64, _: &Q, _: &A::State, _: K, _: &Guard<'_>)
     where
         K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -449,13 +462,24 @@ impl sealed::Sealed<GcraAlgorithm> for HotKeys {
         store.check_hot(&store.shards[shard], hash, key, state, n, now, guard)
     }
 
+    fn wants_promotion<K, C, S>(
+        store: &Keyed<K, GcraAlgorithm, C, S, Self>,
+        state: &GcraState,
+        lost_races: u32,
+    ) -> bool {
+        // Ordering: Relaxed; a hint (`try_promote` takes the slot by a CAS).
+        lost_races >= store.hot.after_lost_races
+            && store.hot_count.load(Ordering::Relaxed) < store.hot.max_hot_keys
+            && !is_promoted(state)
+    }
+
     fn contended<K, C, S, Q>(
         store: &Keyed<K, GcraAlgorithm, C, S, Self>,
         shard: usize,
         hash: u64,
         key: &Q,
         state: &GcraState,
-        lost_races: u32,
+        owned: K,
         guard: &Guard<'_>,
     ) where
         K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
@@ -463,9 +487,7 @@ impl sealed::Sealed<GcraAlgorithm> for HotKeys {
         C: Clock,
         S: BuildHasher + Clone,
     {
-        if lost_races >= store.hot.after_lost_races {
-            store.try_promote(&store.shards[shard], hash, key, None, state, guard);
-        }
+        store.try_promote(&store.shards[shard], hash, key, owned, state, guard);
     }
 
     fn hot_snapshot<K, C, S, Q>(
@@ -683,7 +705,7 @@ where
                 Err(NotInserted::Full) => return false,
             }
         };
-        self.try_promote(shard, hash, key, Some(hot_key), state, &guard);
+        self.try_promote(shard, hash, key, hot_key, state, &guard);
         is_promoted(state) && self.stripes_of(hash, key, state, &guard).is_some()
     }
 
@@ -804,14 +826,15 @@ where
     /// Moves `key` to hot mode, within `max_hot_keys`. Only the thread whose stripes
     /// entered the hot map promotes into them; the stripes record the state they
     /// belong to, so no holder of another state ever uses them.
-    /// `owned`, if given, is `key` already cloned (outside the guard); otherwise
-    /// the key is cloned here, inside it.
+    /// `owned` is `key` cloned outside the guard; only the second try, after
+    /// dropping stale stripes of the key (a promotion racing with the key's
+    /// removal), clones it inside.
     fn try_promote<Q>(
         &self,
         shard: &Shard<K, GcraState>,
         hash: u64,
         key: &Q,
-        mut owned: Option<K>,
+        owned: K,
         state: &GcraState,
         guard: &Guard<'_>,
     ) where
@@ -842,6 +865,7 @@ where
         }
         let reserved = Reserved(&self.hot_count);
         let owner = owner_of(state);
+        let mut owned = Some(owned);
         let mut dropped_stale = false;
         let ours = loop {
             let stripes = LeaseStripes::new(config.lease, self.clock.now()).with_owner(owner);

@@ -413,9 +413,17 @@ where
                     }
                     StateKind::Live => {}
                 }
-            } else if lost_races > 0 {
-                // Only a mode that counts lost races (hot keys) gets here.
-                H::contended(self, index, hash, key, state, lost_races, &guard);
+            } else if lost_races > 0 && H::wants_promotion(self, state, lost_races) {
+                // Only a mode that counts lost races (hot keys) gets here. The
+                // promotion clones the key (user code, which may take long): outside
+                // the guard, then on the key's state found again (another state of
+                // the key, if it was replaced meanwhile, is as contended).
+                drop(guard);
+                let owned = key.to_owned();
+                let guard = self.collector.enter();
+                if let Some(state) = shard.get(hash, key, &guard) {
+                    H::contended(self, index, hash, key, state, owned, &guard);
+                }
             }
             if inserted {
                 // Pace the incremental sweep by insertions, after this key's first
