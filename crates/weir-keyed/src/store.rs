@@ -29,16 +29,18 @@ const KEYS_PER_SHARD: usize = 512;
 const MAX_SHARDS: usize = 1 << 16;
 
 /// Slots awaiting reclamation a store's slabs may hold beyond as many as its keys,
-/// spread over its shards (at least `MIN_SHARD_SLACK` each): room for what threads
-/// retire and the collector has not reclaimed yet (each thread retires in batches
-/// of `RETIRE_BATCH`), without which a store would refuse new keys in a churn; and
-/// the most a guard held for long (which holds all reclamation back) can make the
-/// slabs grow by, beyond twice the keys stored (see `Shard::with_slack`).
+/// spread over its shards (at least `MIN_SHARD_SLACK` each): room for what a shard
+/// has gathered and the collector has not reclaimed yet (a shard hands its
+/// retirements over in batches of up to 256), without which a store would refuse
+/// new keys in a churn; and the most a guard held for long (which holds all
+/// reclamation back) can make the slabs grow by, beyond twice the keys stored
+/// (see `Shard::with_slack`).
 const SLAB_SLACK: usize = 4096;
 const MIN_SHARD_SLACK: usize = 64;
 
-/// Entries and indexes retired by a thread before the collector looks for ones to
-/// reclaim (each look costs a process-wide memory barrier, a system call): the
+/// Retirements a thread's collector batch holds (the shards flush theirs when
+/// they hand them over; replaced indexes wait for the batch) before the collector
+/// looks for ones to reclaim (each look costs a process-wide memory barrier, a system call): the
 /// collector's default, 32, made a sweep that evicts millions of keys spend most
 /// of its time in those barriers.
 #[cfg(not(loom))]
@@ -549,10 +551,12 @@ where
     ///
     /// Each shard (about 512 keys) is visited under an epoch guard of its own, which
     /// `f` runs inside: while `f` is paused, slots unlinked anywhere in the store
-    /// are not reclaimed, and each shard's slab takes new keys only while its slots
-    /// awaiting reclamation are at most its keys plus a slack; beyond, new keys are
-    /// refused as at a full store ([`DenyReason::KeyCapacity`]) until `f` returns.
-    /// Memory stays bounded by `max_keys` either way.
+    /// are not reclaimed, and each shard's slab takes fresh slots only while its
+    /// entries awaiting reclamation are at most its keys plus a slack; beyond, new
+    /// keys are refused as at a full store ([`DenyReason::KeyCapacity`]) until `f`
+    /// returns. Memory stays bounded by the store's settings (`max_keys`, and
+    /// `max_hot_keys` for hot keys) either way: see the crate docs, "The memory
+    /// bound".
     pub fn for_each(&self, mut f: impl FnMut(&K, Snapshot)) {
         let now = self.clock.now();
         for shard in self.shards.iter() {

@@ -22,9 +22,12 @@
 //! keys rather than grow), and `compact` frees its last chunks once every slot of
 //! theirs is free again. The index is
 //! rebuilt (into a new array, sized for the keys it holds) when its words in use,
-//! tombstones included, pass 7/8 of it; the old array is retired to the epoch
-//! collector, as is each entry that is unlinked: its slot is reused only once no
-//! thread that might still hold a reference to it is inside a guard.
+//! tombstones included, pass 7/8 of it (and by `compact` at its keys' size once
+//! they use less than a quarter); the old array is retired to the epoch
+//! collector, as is each entry that is unlinked (the shard gathers those and hands
+//! them over in batches, from whichever thread holds its lock: no thread going
+//! idle keeps them from the collector): its slot is reused only once no thread
+//! that might still hold a reference to it is inside a guard.
 //!
 //! # Writers and readers
 //!
