@@ -269,7 +269,7 @@ mod table {
     #[test]
     fn a_lookup_racing_an_insertion_sees_the_whole_entry_or_nothing() {
         loom::model(|| {
-            let table = Arc::new((Shard::<u8, u64>::new(), Collector::new()));
+            let table = Arc::new((Shard::<u8, u64>::with_slack(64), Collector::new()));
             let writer = {
                 let table = table.clone();
                 thread::spawn(move || insert(&table.0, &table.1, 1, 10))
@@ -285,7 +285,7 @@ mod table {
     #[test]
     fn racing_insertions_of_a_key_agree_on_one_entry() {
         loom::model(|| {
-            let table = Arc::new((Shard::<u8, u64>::new(), Collector::new()));
+            let table = Arc::new((Shard::<u8, u64>::with_slack(64), Collector::new()));
             let other = {
                 let table = table.clone();
                 thread::spawn(move || insert(&table.0, &table.1, 1, 20))
@@ -305,7 +305,7 @@ mod table {
     #[test]
     fn lookups_racing_a_removal_and_a_rebuild_find_what_was_there() {
         loom::model(|| {
-            let table = Arc::new((Shard::<u8, u64>::new(), Collector::new()));
+            let table = Arc::new((Shard::<u8, u64>::with_slack(64), Collector::new()));
             insert(&table.0, &table.1, 1, 10).unwrap();
             insert(&table.0, &table.1, 2, 20).unwrap();
             let writer = {

@@ -5,7 +5,7 @@
 #[cfg(doc)]
 use crate::KeyedConfig;
 use crate::Shard;
-use crate::store::Full;
+use crate::store::NotInserted;
 use crate::table::{Guard, Inserted};
 use crate::{Keyed, KeyedAlgorithm, KeyedConfigError};
 use std::borrow::Borrow;
@@ -64,15 +64,23 @@ mod sealed {
             C: Clock,
             S: BuildHasher + Clone;
 
-        /// After an admission that lost `lost_races` CAS races (at least 1): moves the
-        /// key (in shard number `shard`) to a hot bucket if that is contention enough.
+        /// After an admission that lost `lost_races` CAS races (at least 1): whether
+        /// that is contention enough to move the key to a hot bucket now (it is not
+        /// hot yet, and a hot slot is free). Reads two counters; clones nothing.
+        fn wants_promotion<K, C, S>(store: &Keyed<K, A, C, S, Self>, state: &A::State, lost_races: u32) -> bool
+        where
+            Self: super::HotKeyMode<A>;
+
+        /// Moves the key (in shard number `shard`, with state `state`) to a hot
+        /// bucket, within `max_hot_keys`; `owned` is the key, cloned outside any
+        /// guard (see `wants_promotion`).
         fn contended<K, C, S, Q>(
             store: &Keyed<K, A, C, S, Self>,
             shard: usize,
             hash: u64,
             key: &Q,
             state: &A::State,
-            lost_races: u32,
+            owned: K,
             guard: &Guard<'_>,
         ) where
             Self: super::HotKeyMode<A>,
@@ -221,7 +229,12 @@ impl<A: KeyedAlgorithm> sealed::Sealed<A> for NoHotKeys {
     }
 
     #[inline(always)]
-    fn contended<K, C, S, Q>(_: &Keyed<K, A, C, S, Self>, _: usize, _: u64, _: &Q, _: &A::State, _: u32, _: &Guard<'_>)
+    fn wants_promotion<K, C, S>(_: &Keyed<K, A, C, S, Self>, _: &A::State, _: u32) -> bool {
+        false
+    }
+
+    #[inline(always)]
+    fn contended<K, C, S, Q>(_: &Keyed<K, A, C, S, Self>, _: usize, _: u64, _: &Q, _: &A::State, _: K, _: &Guard<'_>)
     where
         K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -449,13 +462,24 @@ impl sealed::Sealed<GcraAlgorithm> for HotKeys {
         store.check_hot(&store.shards[shard], hash, key, state, n, now, guard)
     }
 
+    fn wants_promotion<K, C, S>(
+        store: &Keyed<K, GcraAlgorithm, C, S, Self>,
+        state: &GcraState,
+        lost_races: u32,
+    ) -> bool {
+        // Ordering: Relaxed; a hint (`try_promote` takes the slot by a CAS).
+        lost_races >= store.hot.after_lost_races
+            && store.hot_count.load(Ordering::Relaxed) < store.hot.max_hot_keys
+            && !is_promoted(state)
+    }
+
     fn contended<K, C, S, Q>(
         store: &Keyed<K, GcraAlgorithm, C, S, Self>,
         shard: usize,
         hash: u64,
         key: &Q,
         state: &GcraState,
-        lost_races: u32,
+        owned: K,
         guard: &Guard<'_>,
     ) where
         K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q>,
@@ -463,9 +487,7 @@ impl sealed::Sealed<GcraAlgorithm> for HotKeys {
         C: Clock,
         S: BuildHasher + Clone,
     {
-        if lost_races >= store.hot.after_lost_races {
-            store.try_promote(&store.shards[shard], hash, key, state, guard);
-        }
+        store.try_promote(&store.shards[shard], hash, key, owned, state, guard);
     }
 
     fn hot_snapshot<K, C, S, Q>(
@@ -611,8 +633,11 @@ where
             bounds: self.bounds,
             store_bound: self.store_bound,
             publishing: self.publishing,
+            // Its slab grows only while the stripes awaiting reclamation are at most
+            // the hot keys plus `max_hot_keys` (see `Shard::with_slack`): hot keys
+            // that come and go while a guard is held cost at most that many.
+            hot_keys: Shard::with_slack(hot.max_hot_keys),
             hot,
-            hot_keys: Shard::new(),
             hot_count: AtomicUsize::new(0),
         }
     }
@@ -651,22 +676,36 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let hash = self.hash(key);
-        let guard = self.collector.enter();
         let index = self.shard_index(hash);
         let shard = &self.shards[index];
-        let state = match shard.get(hash, key, &guard) {
-            Some(state) => state,
-            None => match self.insert(shard, hash, key, None, &guard) {
+        // The key's `Clone` (user code, which may take long) runs outside the guard,
+        // as a check's does: once for the hot map, and once per insertion.
+        let hot_key = key.to_owned();
+        let mut guard = self.collector.enter();
+        let mut owned = None;
+        let mut retry_slab = true;
+        let state = loop {
+            if let Some(state) = shard.get(hash, key, &guard) {
+                break state;
+            }
+            let Some(cloned) = owned.take() else {
+                drop(guard);
+                owned = Some(key.to_owned());
+                guard = self.collector.enter();
+                continue;
+            };
+            match self.insert(shard, hash, key, cloned, retry_slab, &guard) {
                 Ok((state, inserted)) => {
                     if inserted {
                         self.note_new_key(index, state, self.clock.now());
                     }
-                    state
+                    break state;
                 }
-                Err(Full) => return false,
-            },
+                Err(NotInserted::Retry { slab }) => retry_slab &= !slab,
+                Err(NotInserted::Full) => return false,
+            }
         };
-        self.try_promote(shard, hash, key, state, &guard);
+        self.try_promote(shard, hash, key, hot_key, state, &guard);
         is_promoted(state) && self.stripes_of(hash, key, state, &guard).is_some()
     }
 
@@ -787,8 +826,18 @@ where
     /// Moves `key` to hot mode, within `max_hot_keys`. Only the thread whose stripes
     /// entered the hot map promotes into them; the stripes record the state they
     /// belong to, so no holder of another state ever uses them.
-    fn try_promote<Q>(&self, shard: &Shard<K, GcraState>, hash: u64, key: &Q, state: &GcraState, guard: &Guard<'_>)
-    where
+    /// `owned` is `key` cloned outside the guard; only the second try, after
+    /// dropping stale stripes of the key (a promotion racing with the key's
+    /// removal), clones it inside.
+    fn try_promote<Q>(
+        &self,
+        shard: &Shard<K, GcraState>,
+        hash: u64,
+        key: &Q,
+        owned: K,
+        state: &GcraState,
+        guard: &Guard<'_>,
+    ) where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
@@ -816,10 +865,12 @@ where
         }
         let reserved = Reserved(&self.hot_count);
         let owner = owner_of(state);
+        let mut owned = Some(owned);
         let mut dropped_stale = false;
         let ours = loop {
             let stripes = LeaseStripes::new(config.lease, self.clock.now()).with_owner(owner);
-            match self.hot_keys.try_insert(hash, key.to_owned(), stripes, || true, &self.hasher, guard) {
+            let hot_key = owned.take().unwrap_or_else(|| key.to_owned());
+            match self.hot_keys.try_insert(hash, hot_key, stripes, || true, &self.hasher, guard) {
                 Ok(ours) => break Some(ours),
                 // Stripes of another state of this key. Whose are stale? If ours is
                 // still the key's linked, live state, theirs: their state was linked

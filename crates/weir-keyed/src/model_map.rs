@@ -32,9 +32,12 @@ impl<K: Eq, V> Shard<K, V> {
     }
 
     /// Nothing to give back: entries are kept until the map drops.
-    pub(crate) fn compact(&self) -> usize {
+    pub(crate) fn compact<S>(&self, _hasher: &S, _guard: &Guard<'_>) -> usize {
         0
     }
+
+    /// Nothing to hand over: no collector under loom.
+    pub(crate) fn retire_pending(&self, _guard: &Guard<'_>) {}
 
     pub(crate) fn new() -> Self {
         Self { arena: (0..CAPACITY).map(|_| OnceLock::new()).collect(), linked: Mutex::new(Vec::new()) }

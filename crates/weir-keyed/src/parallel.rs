@@ -51,20 +51,18 @@ where
                 || self.collector.enter(),
                 |guard, index| {
                     let evicted = self.sweep_shard(index, now, guard, None).0;
-                    if evicted > 0 {
-                        // Reclaimed once the guards allow, not when this worker's
-                        // batch fills.
-                        crate::table::flush(guard);
-                    }
+                    // Reclaimed once the guards allow, not when the shard has
+                    // gathered a batch.
+                    self.shards[index].retire_pending(guard);
                     evicted
                 },
             )
             .sum();
-        if evicted > 0 {
-            self.shards.par_iter().with_min_len(SHARDS_PER_TASK).for_each(|shard| {
-                shard.compact();
-            });
-        }
+        // Also where nothing was evicted: keys removed, or evicted by a full
+        // store's search, may have emptied a shard's last chunks.
+        self.shards.par_iter().with_min_len(SHARDS_PER_TASK).for_each(|shard| {
+            shard.compact(&self.hasher, &self.collector.enter());
+        });
         evicted
     }
 

@@ -29,16 +29,18 @@ const KEYS_PER_SHARD: usize = 512;
 const MAX_SHARDS: usize = 1 << 16;
 
 /// Slots awaiting reclamation a store's slabs may hold beyond as many as its keys,
-/// spread over its shards (at least `MIN_SHARD_SLACK` each): room for what threads
-/// retire and the collector has not reclaimed yet (each thread retires in batches
-/// of `RETIRE_BATCH`), without which a store would refuse new keys in a churn; and
-/// the most a guard held for long (which holds all reclamation back) can make the
-/// slabs grow by, beyond twice the keys stored (see `Shard::with_slack`).
+/// spread over its shards (at least `MIN_SHARD_SLACK` each): room for what a shard
+/// has gathered and the collector has not reclaimed yet (a shard hands its
+/// retirements over in batches of up to 256), without which a store would refuse
+/// new keys in a churn; and the most a guard held for long (which holds all
+/// reclamation back) can make the slabs grow by, beyond twice the keys stored
+/// (see `Shard::with_slack`).
 const SLAB_SLACK: usize = 4096;
 const MIN_SHARD_SLACK: usize = 64;
 
-/// Entries and indexes retired by a thread before the collector looks for ones to
-/// reclaim (each look costs a process-wide memory barrier, a system call): the
+/// Retirements a thread's collector batch holds (the shards flush theirs when
+/// they hand them over; replaced indexes wait for the batch) before the collector
+/// looks for ones to reclaim (each look costs a process-wide memory barrier, a system call): the
 /// collector's default, 32, made a sweep that evicts millions of keys spend most
 /// of its time in those barriers.
 #[cfg(not(loom))]
@@ -303,7 +305,8 @@ where
             store_bound: CachePadded::new(IdleBound::new()),
             publishing: AtomicBool::new(false),
             hot: NoHotKeys,
-            hot_keys: Shard::new(),
+            // Never used without hot keys.
+            hot_keys: Shard::with_slack(MIN_SHARD_SLACK),
             hot_count: AtomicUsize::new(0),
         }
     }
@@ -350,6 +353,7 @@ where
         let shard = &self.shards[index];
         let mut guard = self.collector.enter();
         let mut owned = None;
+        let mut retry_slab = true;
         loop {
             let (state, inserted) = match shard.get(hash, key, &guard) {
                 Some(state) => (state, false),
@@ -358,18 +362,23 @@ where
                     if n > limit {
                         return Err(InsufficientCapacity { requested: n, capacity: limit });
                     }
-                    if owned.is_none() {
+                    let Some(cloned) = owned.take() else {
                         // The key's `Clone` is user code, which may take long: run it
                         // outside the guard, which would hold back the reclamation of
-                        // everything unlinked meanwhile; then look again.
+                        // everything unlinked meanwhile; then look again. (Also on
+                        // each retry: the insertion consumed the clone.)
                         drop(guard);
                         owned = Some(key.to_owned());
                         guard = self.collector.enter();
                         continue;
-                    }
-                    match self.insert(shard, hash, key, owned.take(), &guard) {
+                    };
+                    match self.insert(shard, hash, key, cloned, retry_slab, &guard) {
                         Ok(found) => found,
-                        Err(Full) => return self.at_capacity(n),
+                        Err(NotInserted::Retry { slab }) => {
+                            retry_slab &= !slab;
+                            continue;
+                        }
+                        Err(NotInserted::Full) => return self.at_capacity(n),
                     }
                 }
             };
@@ -406,9 +415,17 @@ where
                     }
                     StateKind::Live => {}
                 }
-            } else if lost_races > 0 {
-                // Only a mode that counts lost races (hot keys) gets here.
-                H::contended(self, index, hash, key, state, lost_races, &guard);
+            } else if lost_races > 0 && H::wants_promotion(self, state, lost_races) {
+                // Only a mode that counts lost races (hot keys) gets here. The
+                // promotion clones the key (user code, which may take long): outside
+                // the guard, then on the key's state found again (another state of
+                // the key, if it was replaced meanwhile, is as contended).
+                drop(guard);
+                let owned = key.to_owned();
+                let guard = self.collector.enter();
+                if let Some(state) = shard.get(hash, key, &guard) {
+                    H::contended(self, index, hash, key, state, owned, &guard);
+                }
             }
             if inserted {
                 // Pace the incremental sweep by insertions, after this key's first
@@ -534,10 +551,12 @@ where
     ///
     /// Each shard (about 512 keys) is visited under an epoch guard of its own, which
     /// `f` runs inside: while `f` is paused, slots unlinked anywhere in the store
-    /// are not reclaimed, and each shard's slab takes new keys only while its slots
-    /// awaiting reclamation are at most its keys plus a slack; beyond, new keys are
-    /// refused as at a full store ([`DenyReason::KeyCapacity`]) until `f` returns.
-    /// Memory stays bounded by `max_keys` either way.
+    /// are not reclaimed, and each shard's slab takes fresh slots only while its
+    /// entries awaiting reclamation are at most its keys plus a slack; beyond, new
+    /// keys are refused as at a full store ([`DenyReason::KeyCapacity`]) until `f`
+    /// returns. Memory stays bounded by the store's settings (`max_keys`, and
+    /// `max_hot_keys` for hot keys) either way: see the crate docs, "The memory
+    /// bound".
     pub fn for_each(&self, mut f: impl FnMut(&K, Snapshot)) {
         let now = self.clock.now();
         for shard in self.shards.iter() {
@@ -623,57 +642,50 @@ where
         removed
     }
 
-    /// Inserts a fresh state for `key` within the bound; returns the state now
-    /// stored for `key` and whether this call inserted it (or another thread did
-    /// first).
-    /// `owned`, if given, is `key` already cloned (outside the guard); a retry
-    /// after making room clones it again.
+    /// Inserts a fresh state for `key` (`owned`, cloned outside the guard) within
+    /// the bound; returns the state now stored for `key` and whether this call
+    /// inserted it (or another thread did first). `NotInserted::Retry` when another
+    /// try, under a guard entered after this one is gone, can succeed: room was
+    /// made, or (`retry_slab`) the shard's slab refused to grow and handed what it
+    /// held to the collector, which may reclaim it once this guard is gone.
     pub(crate) fn insert<'g, Q>(
         &self,
         shard: &'g Shard<K, A::State>,
         hash: u64,
         key: &Q,
-        mut owned: Option<K>,
+        owned: K,
+        retry_slab: bool,
         guard: &'g Guard<'_>,
-    ) -> Result<(&'g A::State, bool), Full>
+    ) -> Result<(&'g A::State, bool), NotInserted>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: Hash + Eq + ?Sized,
     {
-        loop {
-            // The place in the bound is taken under the shard's lock, once the key is
-            // known to be absent: a racing first check of the same key then either
-            // finds it or inserts it itself, and never sees the store full for a
-            // place taken for this very key.
-            let inserted = shard.try_insert(
-                hash,
-                owned.take().unwrap_or_else(|| key.to_owned()),
-                self.algorithm.new_state(),
-                || self.take_place(),
-                &self.hasher,
-                guard,
-            );
-            match inserted {
-                Ok(state) => return Ok((state, true)),
-                Err(Inserted::Held(current)) => return Ok((current, false)),
-                Err(Inserted::Refused) => {
-                    if let Err(full) = self.make_room() {
-                        // Another first check of `key` may have made room and
-                        // inserted it after this one was refused: then it is held.
-                        return shard.get(hash, key, guard).map(|current| (current, false)).ok_or(full);
-                    }
-                }
-                Err(Inserted::Full) => {
-                    // Ordering: Relaxed; give back the place (see `remove`). The
-                    // shard's slab is at its limit (its slots awaiting reclamation
-                    // are at their bound while a guard held for long holds
-                    // reclamation back, or the slab has 2²⁴ slots): as full as the
-                    // store. Hand this thread's retirements to the collector now, so
-                    // that they are reclaimed as soon as the guards allow.
-                    self.live.fetch_sub(1, Ordering::Relaxed);
-                    crate::table::flush(guard);
-                    return Err(Full);
-                }
+        // The place in the bound is taken under the shard's lock, once the key is
+        // known to be absent: a racing first check of the same key then either finds
+        // it or inserts it itself, and never sees the store full for a place taken
+        // for this very key.
+        let inserted =
+            shard.try_insert(hash, owned, self.algorithm.new_state(), || self.take_place(), &self.hasher, guard);
+        match inserted {
+            Ok(state) => Ok((state, true)),
+            Err(Inserted::Held(current)) => Ok((current, false)),
+            Err(Inserted::Refused) => match self.make_room() {
+                // The retry runs the key's `Clone` again, outside the guard.
+                Ok(()) => Err(NotInserted::Retry { slab: false }),
+                // Another first check of `key` may have made room and inserted it
+                // after this one was refused: then it is held.
+                Err(Full) => shard.get(hash, key, guard).map(|current| (current, false)).ok_or(NotInserted::Full),
+            },
+            Err(Inserted::Full) => {
+                // Ordering: Relaxed; give back the place (see `remove`). The shard's
+                // slab is at its limit (its slots awaiting reclamation are at their
+                // bound, or it has 2²⁴ slots): as full as the store. It handed its
+                // retirements to the collector: once this guard is gone, those no
+                // other guard holds back are reclaimed, and one more try may find a
+                // slot.
+                self.live.fetch_sub(1, Ordering::Relaxed);
+                if retry_slab { Err(NotInserted::Retry { slab: true }) } else { Err(NotInserted::Full) }
             }
         }
     }
@@ -833,3 +845,13 @@ where
 /// The store is full and the policy did not make room.
 #[derive(Debug)]
 pub(crate) struct Full;
+
+/// Why `Keyed::insert` did not insert.
+#[derive(Debug)]
+pub(crate) enum NotInserted {
+    /// Full: the key is refused.
+    Full,
+    /// Another try, once the caller has left its guard, can succeed (`slab`: the
+    /// shard's slab refused to grow; worth one more try only).
+    Retry { slab: bool },
+}

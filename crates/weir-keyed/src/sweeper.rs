@@ -109,27 +109,30 @@ where
     /// Sweeps every shard for idle keys; returns how many were evicted. Runs
     /// concurrently with checks (nothing is locked); O(keys). Each shard is swept
     /// under an epoch guard of its own (a sweep never holds reclamation back for
-    /// longer than one shard's sweep), and gives back the slab chunks it emptied.
+    /// longer than one shard's sweep), and gives back the shard's empty slab chunks
+    /// whatever emptied them (see `sweep_one`).
     pub fn sweep_all(&self) -> usize {
         (0..self.shards.len()).map(|i| self.sweep_one(i)).sum()
     }
 
-    /// Sweeps shard `index` under a guard of its own; once the guard is gone,
-    /// frees the shard's slab chunks that the collector has emptied.
+    /// Sweeps shard `index` under a guard of its own and hands what the shard
+    /// gathered to the collector; once the guard is gone, frees the shard's slab
+    /// chunks the collector has emptied and shrinks its index to its keys.
     fn sweep_one(&self, index: usize) -> usize {
         let evicted = {
             let guard = self.collector.enter();
             let evicted = self.sweep_shard(index, self.clock.now(), &guard, None).0;
-            if evicted > 0 {
-                // What it unlinked is reclaimed once the guards allow (this one
-                // first), not when this thread's batch fills.
-                crate::table::flush(&guard);
-            }
+            // What it unlinked, and what `remove` and checks unlinked before, is
+            // reclaimed once the guards allow (this one first), not when the shard
+            // has gathered a batch.
+            self.shards[index].retire_pending(&guard);
             evicted
         };
-        if evicted > 0 {
-            self.shards[index].compact();
-        }
+        // Also when it evicted nothing: keys removed, or evicted by a full store's
+        // search, may have emptied the shard's last chunks. Under a new guard: the
+        // one above is gone, and what it held back reclaimed if no other guard
+        // holds it.
+        self.shards[index].compact(&self.hasher, &self.collector.enter());
         evicted
     }
 

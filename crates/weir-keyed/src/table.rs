@@ -22,9 +22,12 @@
 //! keys rather than grow), and `compact` frees its last chunks once every slot of
 //! theirs is free again. The index is
 //! rebuilt (into a new array, sized for the keys it holds) when its words in use,
-//! tombstones included, pass 7/8 of it; the old array is retired to the epoch
-//! collector, as is each entry that is unlinked: its slot is reused only once no
-//! thread that might still hold a reference to it is inside a guard.
+//! tombstones included, pass 7/8 of it (and by `compact` at its keys' size once
+//! they use less than a quarter); the old array is retired to the epoch
+//! collector, as is each entry that is unlinked (the shard gathers those and hands
+//! them over in batches, from whichever thread holds its lock: no thread going
+//! idle keeps them from the collector): its slot is reused only once no thread
+//! that might still hold a reference to it is inside a guard.
 //!
 //! # Writers and readers
 //!
@@ -118,8 +121,11 @@ const MAX_SLOTS: usize = SLOT_MASK as usize - 1;
 const FIRST_CHUNK: usize = 8;
 /// Chunks a shard can have: enough for `MAX_SLOTS`.
 const CHUNKS: usize = 22;
-/// The default slack of a shard (see `Shard::with_slack`).
-pub const DEFAULT_SLACK: usize = 1024;
+/// Unlinked slots a shard gathers before it hands them to the collector as one
+/// flushed batch (each flush costs a process-wide memory barrier, a system call),
+/// or its slack if smaller.
+#[cfg(not(loom))]
+const HAND_OVER: usize = 256;
 /// The smallest index (words); under loom, 4, so that a model rebuilds the index
 /// after three insertions.
 const MIN_INDEX: usize = if cfg!(loom) { 4 } else { 16 };
@@ -326,6 +332,13 @@ struct Writer {
     /// beyond as many as its linked keys before it refuses to grow (see
     /// `take_slot`).
     slack: usize,
+    /// Slots unlinked and not yet handed to the collector: the shard's own batch of
+    /// retirements (not a thread's), so that whichever thread next needs a slot can
+    /// hand them over, also when the threads that unlinked them have gone idle.
+    /// Handed over (and flushed) when `HAND_OVER` or the slack is reached, after a
+    /// sweep, and before the shard refuses to grow.
+    #[cfg(not(loom))]
+    pending: Vec<u32>,
     /// Under loom, what was retired (kept until the shard drops).
     #[cfg(loom)]
     limbo: Vec<Retired>,
@@ -362,11 +375,6 @@ unsafe impl<K: Send, V: Send> Send for Shard<K, V> {}
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Shard<K, V> {}
 
 impl<K, V> Shard<K, V> {
-    /// An empty shard, with the default slack (see `with_slack`).
-    pub fn new() -> Self {
-        Self::with_slack(DEFAULT_SLACK)
-    }
-
     /// An empty shard whose slab grows only while its slots awaiting reclamation
     /// number at most its linked keys plus `slack`: a reader that holds its epoch
     /// guard for long (a paused thread) holds back the reclamation of every slot
@@ -382,6 +390,8 @@ impl<K, V> Shard<K, V> {
                 fresh: 0,
                 free: Vec::new(),
                 slack,
+                #[cfg(not(loom))]
+                pending: Vec::new(),
                 #[cfg(loom)]
                 limbo: Vec::new(),
             }),
@@ -545,7 +555,7 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         if !admit() {
             return Err(Inserted::Refused);
         }
-        let Some(slot) = self.take_slot(&mut writer) else {
+        let Some(slot) = self.take_slot(&mut writer, guard) else {
             return Err(Inserted::Full);
         };
         // From here on no user code runs (the key is moved, not cloned or hashed):
@@ -652,28 +662,34 @@ impl<K: Hash + Eq, V> Shard<K, V> {
     }
 
     /// Takes a slot for a new entry: a reclaimed one, or the next fresh one in the
-    /// chunks allocated, or, only if the collector has reclaimed none, the first of
-    /// a new chunk. `None` if the slab is at `MAX_SLOTS`.
-    fn take_slot(&self, writer: &mut Writer) -> Option<usize> {
+    /// chunks allocated (the first of a new chunk only if the collector has
+    /// reclaimed none). A fresh slot is taken only while the slots awaiting
+    /// reclamation (every used slot neither linked nor free) are at most the linked
+    /// keys plus the slack; beyond, readers are holding reclamation back (a guard
+    /// held for long) and the slab would grow with every insertion: the shard
+    /// hands what it has gathered to the collector and refuses the insertion, as
+    /// if it were full. `None` then, or if the slab is at `MAX_SLOTS`.
+    fn take_slot(&self, writer: &mut Writer, guard: &Guard<'_>) -> Option<usize> {
         if let Some(slot) = writer.free.pop() {
             return Some(slot as usize);
         }
         let slot = writer.fresh;
         let (chunk, at) = chunk_of(slot);
-        if at == 0 || slot >= MAX_SLOTS {
+        // Every slot below `fresh` is linked or awaiting reclamation (none is free).
+        if at == 0 || slot >= MAX_SLOTS || writer.fresh - writer.live > writer.live + writer.slack {
             self.collect_reclaimed(writer);
             if let Some(slot) = writer.free.pop() {
                 return Some(slot as usize);
             }
-            // Every slot below `fresh` is now linked or awaiting reclamation (none is
-            // free): grow only while those awaiting are at most the linked keys plus
-            // the slack. Beyond, readers are holding reclamation back (a guard held
-            // for long) and the slab would grow with every insertion; the insertion
-            // is refused instead, as if the shard were full.
-            let awaiting = writer.fresh - writer.live;
-            if slot >= MAX_SLOTS || awaiting > writer.live + writer.slack {
+            if slot >= MAX_SLOTS || writer.fresh - writer.live > writer.live + writer.slack {
+                // What only this shard holds is handed over, so that it is reclaimed
+                // as soon as the guards allow (the caller may retry once it has left
+                // its own): only slots a guard holds back keep the shard refusing.
+                self.hand_over(writer, guard);
                 return None;
             }
+        }
+        if at == 0 {
             let new = allocate_chunk::<K, V>(chunk);
             // Published by the Release store of the first word pointing into it
             // (`try_insert`), which is what readers acquire.
@@ -688,21 +704,23 @@ impl<K: Hash + Eq, V> Shard<K, V> {
 
     /// Moves every slot the collector has reclaimed into the free list, then
     /// frees the slab's last chunks while every slot of theirs is free (the first
-    /// chunk stays): memory follows the keys stored, also after a flood. Returns
-    /// the bytes freed.
-    pub fn compact(&self) -> usize {
+    /// chunk stays), shrinks the free list, and rebuilds the index at the size of
+    /// its keys if they use less than a quarter of it (`hasher` rehashes them):
+    /// memory follows the keys stored, also after a flood or a mass removal.
+    /// Returns the bytes freed.
+    pub fn compact<S: BuildHasher>(&self, hasher: &S, guard: &Guard<'_>) -> usize {
         let mut writer = self.lock();
         self.collect_reclaimed(&mut writer);
         let mut freed = 0;
         loop {
             let (top, at) = chunk_of(writer.fresh.saturating_sub(1));
             if writer.fresh == 0 || top == 0 {
-                return freed;
+                break;
             }
             let start = writer.fresh - at - 1;
             let used = writer.fresh - start;
             if writer.free.iter().filter(|&&slot| slot as usize >= start).count() < used {
-                return freed;
+                break;
             }
             writer.free.retain(|&slot| (slot as usize) < start);
             writer.fresh = start;
@@ -719,6 +737,33 @@ impl<K: Hash + Eq, V> Shard<K, V> {
             self.chunks[top].with_mut(|address| unsafe { *address = 0 });
             freed += chunk_layout::<K, V>(top).0.size();
         }
+        // The lists follow the slab: at most half of each left unused.
+        let shrink = |list: &mut Vec<u32>| {
+            if list.capacity() > 2 * list.len() {
+                let unused = list.capacity() - list.len();
+                list.shrink_to_fit();
+                unused * size_of::<u32>()
+            } else {
+                0
+            }
+        };
+        freed += shrink(&mut writer.free);
+        #[cfg(not(loom))]
+        {
+            freed += shrink(&mut writer.pending);
+        }
+        // And the index its keys: rebuilt at their size once they use a quarter of
+        // it (an insertion rebuilds it when it is 7/8 used).
+        let index = self.index(guard);
+        if index.len() > MIN_INDEX && (writer.live + 1) * 4 < index.len() {
+            let before = index.len();
+            let after = self.rebuild(&mut writer, index, hasher, guard).len();
+            freed += (before - after) * size_of::<u32>();
+            // The old array is freed once the guards allow, not when this thread's
+            // batch fills.
+            flush(guard);
+        }
+        freed
     }
 
     /// Moves every slot the collector has reclaimed into the free list.
@@ -852,33 +897,63 @@ impl<K: Hash + Eq, V> Shard<K, V> {
     }
 
     /// Retires an unlinked entry: dropped, and its slot made reusable, once no guard
-    /// entered before now is held.
+    /// entered before now is held. Gathered in the shard's batch first (see
+    /// `Writer::pending`), handed to the collector by `hand_over`.
     fn retire_slot(&self, writer: &mut Writer, slot: usize, guard: &Guard<'_>) {
         #[cfg(not(loom))]
         {
-            let _ = writer;
-            let (chunk, at) = chunk_of(slot);
-            // Allocated by a holder of the lock, as this thread is.
-            let chunk = self.chunk_address(chunk);
-            // SAFETY: a used slot's chunk and bitmap are live until the shard drops.
-            let token = unsafe {
-                Box::new(SlotToken::<K, V> {
-                    entry: (*ptr::with_exposed_provenance::<Entry<K, V>>(chunk).add(at)).with_mut(|entry| entry),
-                    bits: ptr::with_exposed_provenance::<AtomicU64>(self.bitmap_address(chunk_of(slot).0)).add(at / 64),
-                    mask: 1 << (at % 64),
-                })
-            };
-            // SAFETY: the entry was unlinked (its word is a tombstone), so only
-            // readers inside a guard entered before now can hold it; the collector
-            // runs `reclaim_slot` after them, and before the shard drops (the store
-            // drops its collector first). The token came from `Box::into_raw`.
-            unsafe { seize::Guard::defer_retire(guard, Box::into_raw(token), reclaim_slot::<K, V>) };
+            writer.pending.push(slot as u32);
+            if writer.pending.len() >= HAND_OVER.min(writer.slack) {
+                self.hand_over(writer, guard);
+            }
         }
         #[cfg(loom)]
         {
             let _ = guard;
             writer.limbo.push(Retired::Slot(slot));
         }
+    }
+
+    /// Hands the shard's gathered retirements (see `Writer::pending`) to the
+    /// collector, and flushes this thread's batch: reclaimed once every guard
+    /// entered before now (`guard` included) is gone.
+    fn hand_over(&self, writer: &mut Writer, guard: &Guard<'_>) {
+        #[cfg(not(loom))]
+        {
+            if writer.pending.is_empty() {
+                return;
+            }
+            for slot in writer.pending.drain(..) {
+                let (chunk, at) = chunk_of(slot as usize);
+                // Allocated by a holder of the lock, as this thread is.
+                let address = self.chunk_address(chunk);
+                // SAFETY: a used slot's chunk and bitmap are live while the slot is
+                // not free (`compact` frees only chunks whose used slots are all free).
+                let token = unsafe {
+                    Box::new(SlotToken::<K, V> {
+                        entry: (*ptr::with_exposed_provenance::<Entry<K, V>>(address).add(at)).with_mut(|entry| entry),
+                        bits: ptr::with_exposed_provenance::<AtomicU64>(self.bitmap_address(chunk)).add(at / 64),
+                        mask: 1 << (at % 64),
+                    })
+                };
+                // SAFETY: the entry was unlinked (its word is a tombstone) before
+                // `guard` was entered or while it is held, so only readers inside a
+                // guard entered before now can hold it; the collector runs
+                // `reclaim_slot` after them, and before the shard drops (the store
+                // drops its collector first). The token came from `Box::into_raw`.
+                unsafe { seize::Guard::defer_retire(guard, Box::into_raw(token), reclaim_slot::<K, V>) };
+            }
+            flush(guard);
+        }
+        #[cfg(loom)]
+        let _ = (writer, guard);
+    }
+
+    /// Hands the shard's gathered retirements to the collector now (see
+    /// `hand_over`): what a sweep does once it has unlinked keys.
+    pub fn retire_pending(&self, guard: &Guard<'_>) {
+        let mut writer = self.lock();
+        self.hand_over(&mut writer, guard);
     }
 }
 
@@ -920,7 +995,8 @@ impl<K, V> Drop for Shard<K, V> {
             let (chunk, at) = chunk_of(slot);
             let chunk = self.chunk_address(chunk);
             // SAFETY: the slot's entry is initialized and dropped once: a linked
-            // entry (here), or a retired one under loom (kept until now).
+            // entry, an unlinked one never handed to the collector, or a retired one
+            // under loom (kept until now).
             unsafe {
                 (*ptr::with_exposed_provenance::<Entry<K, V>>(chunk).add(at))
                     .with_mut(|entry| ptr::drop_in_place((*entry).as_mut_ptr()));
@@ -934,6 +1010,11 @@ impl<K, V> Drop for Shard<K, V> {
         }
         // SAFETY: no thread can reach the current index any more.
         unsafe { Index::free(address) };
+        // Unlinked, never handed to the collector: dropped here, once.
+        #[cfg(not(loom))]
+        for slot in std::mem::take(&mut self.lock().pending) {
+            drop_slot(slot as usize);
+        }
         #[cfg(loom)]
         {
             let limbo = std::mem::take(&mut self.lock().limbo);
@@ -999,7 +1080,7 @@ mod tests {
     #[test]
     fn inserts_lookups_and_removals_agree_with_a_hash_map() {
         // The shard first: the collector drops (reclaiming into it) before it.
-        let shard = Shard::<u64, u64>::new();
+        let shard = Shard::<u64, u64>::with_slack(1024);
         let collector = Collector::new();
         let hasher = RandomState::new();
         let mut model = HashMap::new();
@@ -1034,7 +1115,8 @@ mod tests {
 
     #[test]
     fn reclaimed_slots_are_reused_and_memory_stays_bounded() {
-        let shard = Shard::<u64, String>::new();
+        // A slack of 32: the shard hands its retirements over every 32.
+        let shard = Shard::<u64, String>::with_slack(32);
         let collector = Collector::new().batch_size(1);
         let hasher = RandomState::new();
         for round in 0..if cfg!(miri) { 50 } else { 1_000u64 } {
@@ -1084,8 +1166,9 @@ mod tests {
             assert!(shard.remove_if(hash, &key, |_, _| true, &guard).is_some());
         }
         // Everything unlinked and reclaimed: the chunks past the first are freed.
+        shard.retire_pending(&collector.enter());
         drop(collector);
-        shard.compact();
+        shard.compact(&hasher, &Collector::new().enter());
         let writer = shard.lock();
         assert!(writer.fresh <= FIRST_CHUNK, "{} slots kept", writer.fresh);
         assert!(shard.chunk_address(1) == 0);
@@ -1093,7 +1176,7 @@ mod tests {
 
     #[test]
     fn a_lookup_on_a_replaced_index_stays_valid() {
-        let shard = Shard::<u64, u64>::new();
+        let shard = Shard::<u64, u64>::with_slack(1024);
         let collector = Collector::new();
         let hasher = RandomState::new();
         let guard = collector.enter();
