@@ -159,7 +159,9 @@
 //! hands them to the collector every 256 (or its slack, if smaller), at each sweep
 //! of the shard, and before it refuses a key: what a thread unlinked is not held
 //! back by that thread going idle. A shard takes a fresh slot only while its
-//! entries awaiting reclamation number at most its keys plus a slack (4 096 slots
+//! entries awaiting reclamation number at most the most keys it has held plus a
+//! slack (not its keys now: a sweep that evicts most of a shard's keys leaves them
+//! awaiting the collector with no guard holding them back) (4 096 slots
 //! over the store, at least 64 a shard; `max_hot_keys` for the hot keys' stripes);
 //! beyond, it hands what it gathered to the collector, and a new key's check
 //! tries once more outside its guard; if a guard held for long (a paused callback,
@@ -172,8 +174,7 @@
 //! whatever arrives and whatever runs, a shard's slab holds at most one slot more
 //! than twice the most keys it has held plus its slack (and up to twice that in
 //! memory, as a slab grows by doubling), and its entries awaiting reclamation
-//! stay within its keys plus its slack while its keys hold steady (a full store's
-//! churn), within the slab's slots less its keys otherwise: for the hot keys, at
+//! stay within the slab's slots less its keys: for the hot keys, at
 //! most `3 × max_hot_keys + 1` stripe sets. `tests/pinned_memory.rs` floods
 //! 200 000 new keys into a store of 1 000 while a `for_each` callback is paused:
 //! 0.60 MB above the full store's 0.09 MB at the peak, where every evicted key

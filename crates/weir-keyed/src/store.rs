@@ -685,6 +685,11 @@ where
                 // other guard holds back are reclaimed, and one more try may find a
                 // slot.
                 self.live.fetch_sub(1, Ordering::Relaxed);
+                // This thread's own collector batch may hold retirements of that
+                // shard too (unlinks made under this thread's guards elsewhere, an
+                // index replaced): hand it over as well, or the retry finds the same
+                // slots held back by nothing but this thread's batch.
+                crate::table::flush(guard);
                 if retry_slab { Err(NotInserted::Retry { slab: true }) } else { Err(NotInserted::Full) }
             }
         }

@@ -322,6 +322,10 @@ impl<'a> Index<'a> {
 struct Writer {
     /// Keys linked in the current index.
     live: usize,
+    /// The most keys the shard has held linked at once: a sweep that evicts most of
+    /// them leaves as many awaiting reclamation beside few linked ones, which is no
+    /// guard holding reclamation back (see `take_slot`).
+    peak: usize,
     /// Words of the current index in use (keys and tombstones).
     used: usize,
     /// Slots below this have been used; those above never.
@@ -386,6 +390,7 @@ impl<K, V> Shard<K, V> {
             chunks: std::array::from_fn(|_| UnsafeCell::new(0)),
             writer: Mutex::new(Writer {
                 live: 0,
+                peak: 0,
                 used: 0,
                 fresh: 0,
                 free: Vec::new(),
@@ -585,6 +590,7 @@ impl<K: Hash + Eq, V> Shard<K, V> {
             }
         }
         writer.live += 1;
+        writer.peak = writer.peak.max(writer.live);
         Ok(&self.entry(slot, guard).1)
     }
 
@@ -664,8 +670,10 @@ impl<K: Hash + Eq, V> Shard<K, V> {
     /// Takes a slot for a new entry: a reclaimed one, or the next fresh one in the
     /// chunks allocated (the first of a new chunk only if the collector has
     /// reclaimed none). A fresh slot is taken only while the slots awaiting
-    /// reclamation (every used slot neither linked nor free) are at most the linked
-    /// keys plus the slack; beyond, readers are holding reclamation back (a guard
+    /// reclamation (every used slot neither linked nor free) are at most the most
+    /// keys the shard has held plus the slack (not the keys linked now: a sweep that
+    /// evicted most of them leaves that many awaiting the collector with no guard
+    /// holding them back); beyond, readers are holding reclamation back (a guard
     /// held for long) and the slab would grow with every insertion: the shard
     /// hands what it has gathered to the collector and refuses the insertion, as
     /// if it were full. `None` then, or if the slab is at `MAX_SLOTS`.
@@ -676,12 +684,12 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         let slot = writer.fresh;
         let (chunk, at) = chunk_of(slot);
         // Every slot below `fresh` is linked or awaiting reclamation (none is free).
-        if at == 0 || slot >= MAX_SLOTS || writer.fresh - writer.live > writer.live + writer.slack {
+        if at == 0 || slot >= MAX_SLOTS || writer.fresh - writer.live > writer.peak + writer.slack {
             self.collect_reclaimed(writer);
             if let Some(slot) = writer.free.pop() {
                 return Some(slot as usize);
             }
-            if slot >= MAX_SLOTS || writer.fresh - writer.live > writer.live + writer.slack {
+            if slot >= MAX_SLOTS || writer.fresh - writer.live > writer.peak + writer.slack {
                 // What only this shard holds is handed over, so that it is reclaimed
                 // as soon as the guards allow (the caller may retry once it has left
                 // its own): only slots a guard holds back keep the shard refusing.

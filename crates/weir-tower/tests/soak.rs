@@ -155,18 +155,19 @@ async fn drive(addr: SocketAddr, conn: u64, seen: Arc<Seen>) {
             }
             let response = sender.send_request(request).await.map_err(|e| format!("{e}"))?;
             let status = response.status();
-            response.into_body().collect().await.map_err(|e| format!("the body: {e}"))?;
-            Ok(status)
+            let body = response.into_body().collect().await.map_err(|e| format!("the body: {e}"))?.to_bytes();
+            Ok((status, body))
         });
         let answered = tokio::select! {
             answered = exchange => answered,
             _ = stop.wait_for(|stop| *stop) => break,
         };
         match answered {
-            Ok(Ok(StatusCode::OK)) => seen.ok.fetch_add(1, Ordering::Relaxed),
-            Ok(Ok(status)) => {
+            Ok(Ok((StatusCode::OK, _))) => seen.ok.fetch_add(1, Ordering::Relaxed),
+            Ok(Ok((status, body))) => {
                 if seen.other_status.fetch_add(1, Ordering::Relaxed) == 0 {
-                    seen.first_failure.lock().unwrap().get_or_insert(format!("request {i}: {status}"));
+                    let body = String::from_utf8_lossy(&body);
+                    seen.first_failure.lock().unwrap().get_or_insert(format!("request {i}: {status} {body}"));
                 }
                 0
             }
