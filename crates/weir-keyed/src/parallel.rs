@@ -61,7 +61,7 @@ where
         // Also where nothing was evicted: keys removed, or evicted by a full
         // store's search, may have emptied a shard's last chunks.
         self.shards.par_iter().with_min_len(SHARDS_PER_TASK).for_each(|shard| {
-            shard.compact(&self.hasher, &self.collector.enter());
+            shard.compact(&self.hasher, true, &self.collector.enter());
         });
         evicted
     }

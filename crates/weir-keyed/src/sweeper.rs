@@ -103,7 +103,7 @@ where
     pub fn sweep(&self) -> usize {
         // Ordering: Relaxed; a round-robin ticket, publishing nothing.
         let next = self.cursor.fetch_add(1, Ordering::Relaxed);
-        self.sweep_one(next & (self.shards.len() - 1))
+        self.sweep_one(next & (self.shards.len() - 1), true)
     }
 
     /// Sweeps every shard for idle keys; returns how many were evicted. Runs
@@ -112,13 +112,14 @@ where
     /// longer than one shard's sweep), and gives back the shard's empty slab chunks
     /// whatever emptied them (see `sweep_one`).
     pub fn sweep_all(&self) -> usize {
-        (0..self.shards.len()).map(|i| self.sweep_one(i)).sum()
+        (0..self.shards.len()).map(|i| self.sweep_one(i, true)).sum()
     }
 
     /// Sweeps shard `index` under a guard of its own and hands what the shard
     /// gathered to the collector; once the guard is gone, frees the shard's slab
-    /// chunks the collector has emptied and shrinks its index to its keys.
-    fn sweep_one(&self, index: usize) -> usize {
+    /// chunks the collector has emptied and (`shrink_index`) shrinks its index to
+    /// its keys, which rehashes them.
+    fn sweep_one(&self, index: usize, shrink_index: bool) -> usize {
         let evicted = {
             let guard = self.collector.enter();
             let evicted = self.sweep_shard(index, self.clock.now(), &guard, None).0;
@@ -132,7 +133,7 @@ where
         // search, may have emptied the shard's last chunks. Under a new guard: the
         // one above is gone, and what it held back reclaimed if no other guard
         // holds it.
-        self.shards[index].compact(&self.hasher, &self.collector.enter());
+        self.shards[index].compact(&self.hasher, shrink_index, &self.collector.enter());
         evicted
     }
 
@@ -260,7 +261,12 @@ where
         // Ordering: Relaxed; a pacing counter.
         let inserted = self.inserted.fetch_add(1, Ordering::Relaxed);
         if inserted % self.config.sweep_every == self.config.sweep_every - 1 {
-            self.sweep();
+            // Not `sweep`: a check's sweep runs no other key's `Hash` (the index is
+            // shrunk by explicit sweeps only), so a panicking `Hash` of another key
+            // cannot fail a check that already took its admission.
+            // Ordering: Relaxed; a round-robin ticket, publishing nothing.
+            let next = self.cursor.fetch_add(1, Ordering::Relaxed);
+            self.sweep_one(next & (self.shards.len() - 1), false);
         }
     }
 

@@ -713,10 +713,12 @@ impl<K: Hash + Eq, V> Shard<K, V> {
     /// Moves every slot the collector has reclaimed into the free list, then
     /// frees the slab's last chunks while every slot of theirs is free (the first
     /// chunk stays), shrinks the free list, and rebuilds the index at the size of
-    /// its keys if they use less than a quarter of it (`hasher` rehashes them):
-    /// memory follows the keys stored, also after a flood or a mass removal.
-    /// Returns the bytes freed.
-    pub fn compact<S: BuildHasher>(&self, hasher: &S, guard: &Guard<'_>) -> usize {
+    /// its keys if they use less than a quarter of it and `shrink_index` says so
+    /// (`hasher` rehashes them: user code, so not on a check's paced sweep, where a
+    /// panicking `Hash` of another key would fail a check that already took its
+    /// admission): memory follows the keys stored, also after a flood or a mass
+    /// removal. Returns the bytes freed.
+    pub fn compact<S: BuildHasher>(&self, hasher: &S, shrink_index: bool, guard: &Guard<'_>) -> usize {
         let mut writer = self.lock();
         self.collect_reclaimed(&mut writer);
         let mut freed = 0;
@@ -763,7 +765,7 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         // And the index its keys: rebuilt at their size once they use a quarter of
         // it (an insertion rebuilds it when it is 7/8 used).
         let index = self.index(guard);
-        if index.len() > MIN_INDEX && (writer.live + 1) * 4 < index.len() {
+        if shrink_index && index.len() > MIN_INDEX && (writer.live + 1) * 4 < index.len() {
             let before = index.len();
             let after = self.rebuild(&mut writer, index, hasher, guard).len();
             freed += (before - after) * size_of::<u32>();
@@ -1176,7 +1178,7 @@ mod tests {
         // Everything unlinked and reclaimed: the chunks past the first are freed.
         shard.retire_pending(&collector.enter());
         drop(collector);
-        shard.compact(&hasher, &Collector::new().enter());
+        shard.compact(&hasher, true, &Collector::new().enter());
         let writer = shard.lock();
         assert!(writer.fresh <= FIRST_CHUNK, "{} slots kept", writer.fresh);
         assert!(shard.chunk_address(1) == 0);
