@@ -12,9 +12,9 @@ use weir_bench::keyed::{governor_keyed, open_quota, weir_keyed};
 use weir_bench::peers::{governor, governor_upkeep};
 use weir_bench::throughput::drained_leased;
 use weir_bench::windows;
-use weir_core::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock, Quota};
 use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};
 use weir_keyed::{Keyed, KeyedConfig};
+use weir_rl_core::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock, Quota};
 use weir_window::StripedMode;
 
 fn open() -> Quota {

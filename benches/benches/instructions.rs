@@ -38,9 +38,9 @@ use weir_bench::check::{Check, Weir};
 use weir_bench::keyed::{GovernorKeyed, governor_keyed, weir_keyed};
 use weir_bench::peers::Governor;
 use weir_bench::windows;
-use weir_core::{Clock, ManualClock, MonotonicClock, Quota};
 use weir_gcra::{Gcra, GcraAlgorithm, LeaseConfig, LeasedGcra};
 use weir_keyed::{Keyed, KeyedConfig};
+use weir_rl_core::{Clock, ManualClock, MonotonicClock, Quota};
 use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedMode, StripedSlidingWindow};
 
 /// governor's direct limiter on its fake clock (time never moves unless advanced).

@@ -14,8 +14,8 @@ use crate::report::{Machine, Table};
 use crate::windows::WindowKind;
 use serde::Serialize;
 use std::time::Duration;
-use weir_core::{CoarseClock, MonotonicClock, Quota};
 use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};
+use weir_rl_core::{CoarseClock, MonotonicClock, Quota};
 
 /// The overload quota: 100 000 per second, burst 1 000.
 pub const RATE: u64 = 100_000;
@@ -64,7 +64,7 @@ fn zero() -> u64 {
 
 /// A window limiter with the same rate and initial burst as the token buckets:
 /// [`BURST`] per `BURST / RATE` (1 000 per 10 ms).
-fn window(kind: WindowKind) -> Weir<Box<dyn weir_core::Limiter + Send + Sync>> {
+fn window(kind: WindowKind) -> Weir<Box<dyn weir_rl_core::Limiter + Send + Sync>> {
     let period = Duration::from_nanos(1_000_000_000 * BURST / RATE);
     let quota = Quota::new(BURST, period).expect("a valid quota");
     Weir(crate::windows::with_clock(quota, MonotonicClock::new(), kind))

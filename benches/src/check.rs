@@ -2,8 +2,8 @@
 //! and its peers'. Implemented per type so the hot loop is monomorphized and inlined.
 
 use crate::peers::{Governor, GovernorUpkeep, LeakyBucketPeer, MutexTokenBucket, RateLimit};
-use weir_core::{Clock, Limiter};
 use weir_gcra::{Gcra, LeasedGcra};
+use weir_rl_core::{Clock, Limiter};
 
 /// A limiter the suites can check: one admission attempt, true when admitted.
 pub trait Check: Sync {

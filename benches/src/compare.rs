@@ -16,9 +16,9 @@ use crate::harness::{BenchError, Config, Output};
 use crate::html::{Cell, HtmlTable};
 use crate::report::{Machine, Table};
 use serde::Serialize;
-use weir_core::{Limiter, ManualClock, Nanos, Quota};
 use weir_gcra::Gcra;
 use weir_leaky::LeakyBucket;
+use weir_rl_core::{Limiter, ManualClock, Nanos, Quota};
 use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedMode, StripedSlidingWindow};
 
 /// The limit every algorithm enforces: 10 per second, burst 10.

@@ -7,9 +7,9 @@ use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Zipf};
 use std::hash::RandomState;
 use std::sync::{Arc, OnceLock};
-use weir_core::{Clock, MonotonicClock, Quota};
 use weir_gcra::{GcraAlgorithm, LeaseConfig};
 use weir_keyed::{HotKeyMode, HotKeys, Keyed, KeyedConfig};
+use weir_rl_core::{Clock, MonotonicClock, Quota};
 
 /// Distinct keys in the spread scenarios.
 pub const KEYS: u64 = 100_000;

@@ -13,8 +13,8 @@ use crate::report::{Machine, Table};
 use serde::Serialize;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
-use weir_core::Quota;
 use weir_keyed::{Keyed, KeyedConfig};
+use weir_rl_core::Quota;
 
 /// Counts live heap bytes while [`COUNTING`] is on.
 struct CountingAllocator;

@@ -23,8 +23,8 @@ use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use weir_core::Quota;
 use weir_leaky::LeakyBucket;
+use weir_rl_core::Quota;
 
 /// One rate's result.
 #[derive(Debug, Clone, Serialize)]

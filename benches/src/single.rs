@@ -12,8 +12,8 @@ use crate::report::{Machine, Table};
 use crate::windows;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-use weir_core::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock, Quota};
 use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};
+use weir_rl_core::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock, Quota};
 use weir_window::StripedMode;
 
 /// Something timed in batches; the per-operation loop inside is monomorphized.

@@ -19,8 +19,8 @@ use crossbeam_utils::CachePadded;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use weir_core::{Clock, CoarseClock, MonotonicClock, Quota};
 use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};
+use weir_rl_core::{Clock, CoarseClock, MonotonicClock, Quota};
 use weir_window::StripedMode;
 
 /// Which situation a subject measures.

@@ -8,7 +8,7 @@
 
 pub use crate::check::Weir;
 use std::time::Duration;
-use weir_core::{Clock, Limiter, MonotonicClock, Quota};
+use weir_rl_core::{Clock, Limiter, MonotonicClock, Quota};
 use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedMode, StripedSlidingWindow};
 
 fn quota(count: u64, period: Duration) -> Quota {

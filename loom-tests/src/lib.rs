@@ -24,8 +24,8 @@ pub use history::{Span, interleavings, linearizations};
 pub mod keyed {
     use loom::sync::Arc;
     use std::hash::{BuildHasherDefault, DefaultHasher};
-    use weir_core::Nanos;
     use weir_keyed::{Keyed, KeyedAlgorithm, KeyedConfig};
+    use weir_rl_core::Nanos;
 
     /// The hasher of the models' stores: fixed keys, so that every execution of a
     /// model hashes (and so probes the table) alike, as loom's replay requires.
@@ -79,7 +79,7 @@ pub mod keyed {
         A: KeyedAlgorithm + Send + Sync + 'static,
         A::State: Send + Sync + 'static,
     {
-        use weir_core::ManualClock;
+        use weir_rl_core::ManualClock;
         loom::model(move || {
             let clock = ManualClock::new();
             let algorithm = make();

@@ -13,8 +13,8 @@
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::{RealTime, Span, linearizations};
-use weir_core::{Algorithm, Decision, Nanos, Quota, Snapshot};
 use weir_gcra::{GcraAlgorithm, GcraState};
+use weir_rl_core::{Algorithm, Decision, Nanos, Quota, Snapshot};
 
 const TICKS: u64 = 16;
 

@@ -15,9 +15,9 @@
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::keyed::{Hasher, store, three_checks_racing_a_sweep};
-use weir_core::{Nanos, Quota};
 use weir_gcra::{GcraAlgorithm, LeaseConfig};
 use weir_keyed::{HotKeys, Keyed};
+use weir_rl_core::{Nanos, Quota};
 
 fn gcra(burst: u64) -> GcraAlgorithm {
     let quota = Quota::per_second(100_000_000).unwrap().with_burst(burst).unwrap();
@@ -148,8 +148,8 @@ fn a_sweep_of_an_idle_hot_key_racing_with_checks_keeps_the_burst() {
 #[test]
 fn a_search_publishing_bounds_never_hides_a_key_inserted_meanwhile() {
     use std::time::Duration;
-    use weir_core::ManualClock;
     use weir_keyed::KeyedConfig;
+    use weir_rl_core::ManualClock;
     loom::model(|| {
         let clock = ManualClock::new();
         // At most two keys, one shard; one permit every 10 ns, a burst of 4.
@@ -180,8 +180,8 @@ fn a_search_publishing_bounds_never_hides_a_key_inserted_meanwhile() {
 /// place, or the next new key does.
 #[test]
 fn a_search_publishing_bounds_never_hides_a_key_a_refund_made_idle() {
-    use weir_core::ManualClock;
     use weir_keyed::KeyedConfig;
+    use weir_rl_core::ManualClock;
     loom::model(|| {
         let clock = ManualClock::new();
         // At most two keys, one shard; one permit every 10 ns, a burst of 4.
@@ -206,8 +206,8 @@ fn a_search_publishing_bounds_never_hides_a_key_a_refund_made_idle() {
 /// key in its one free place.
 #[test]
 fn racing_first_checks_of_a_new_key_share_the_last_place() {
-    use weir_core::DenyReason;
     use weir_keyed::{AtCapacity, KeyedConfig};
+    use weir_rl_core::DenyReason;
     loom::model(|| {
         let config = KeyedConfig::builder(2).at_capacity(AtCapacity::Deny).build().unwrap();
         let store = Arc::new(Keyed::with_hasher(gcra(4), config, Nanos::ZERO, Hasher::default()));

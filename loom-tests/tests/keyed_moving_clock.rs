@@ -8,8 +8,8 @@
 
 use loom_tests::keyed::a_check_racing_an_eviction_as_the_clock_moves;
 use std::time::Duration;
-use weir_core::{Nanos, Quota};
 use weir_gcra::GcraAlgorithm;
+use weir_rl_core::{Nanos, Quota};
 
 #[test]
 fn gcra_eviction_racing_a_check_as_the_clock_moves() {

@@ -17,10 +17,10 @@ use loom::thread;
 use loom_tests::{RealTime, Span, linearizations};
 use std::collections::VecDeque;
 use std::time::Duration;
-use weir_core::{Clock, ManualClock, Nanos, Quota};
 use weir_leaky::{
     BoundedQueue, LeakSchedule, LeakSlot, LeakyBucket, PopError, PushError, RecvError, RecvTimeoutError, TryRecvError,
 };
+use weir_rl_core::{Clock, ManualClock, Nanos, Quota};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Op {

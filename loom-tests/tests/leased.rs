@@ -11,8 +11,8 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use weir_core::{Clock, InsufficientCapacity, ManualClock, Nanos, Quota};
 use weir_gcra::{LeaseConfig, LeasedGcra};
+use weir_rl_core::{Clock, InsufficientCapacity, ManualClock, Nanos, Quota};
 
 fn quota(burst: u64) -> Quota {
     Quota::per_second(100_000_000).unwrap().with_burst(burst).unwrap() // T = 10 ns

@@ -4,7 +4,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use weir_core::{Quota, QuotaCell};
+use weir_rl_core::{Quota, QuotaCell};
 
 fn q(count: u64, burst: u64) -> Quota {
     Quota::per_second(count).unwrap().with_burst(burst).unwrap()

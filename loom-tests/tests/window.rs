@@ -27,7 +27,7 @@ use loom::sync::Arc;
 use loom::thread;
 use loom_tests::interleavings;
 use std::time::Duration;
-use weir_core::{Algorithm, Decision, Nanos, Quota, Snapshot};
+use weir_rl_core::{Algorithm, Decision, Nanos, Quota, Snapshot};
 use weir_window::__private::{check_n_on_at, snapshot_at};
 use weir_window::{
     FixedWindowAlgorithm, SlidingLogAlgorithm, SlidingWindowAlgorithm, StripedMode, StripedSlidingWindow,

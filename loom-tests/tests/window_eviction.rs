@@ -7,7 +7,7 @@
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::keyed::{store, three_checks_racing_a_sweep};
-use weir_core::{Nanos, Quota};
+use weir_rl_core::{Nanos, Quota};
 use weir_window::fixed::FixedWindowAlgorithm;
 use weir_window::log::SlidingLogAlgorithm;
 use weir_window::sliding::SlidingWindowAlgorithm;

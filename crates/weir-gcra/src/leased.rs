@@ -1,7 +1,7 @@
 //! [`LeasedGcra`]: one GCRA bucket that many threads can hit at once.
 //!
 //! ```
-//! use weir_core::Quota;
+//! use weir_rl_core::Quota;
 //! use weir_gcra::{LeaseConfig, LeasedGcra};
 //!
 //! // One stripe per hardware thread, leases of at most 64 permits, usable for 1 ms.
@@ -9,7 +9,7 @@
 //! assert!(limiter.check().is_allowed());
 //! // What it may admit beyond the exact limiter, in any span of time:
 //! assert!(limiter.over_admission_bound() <= limiter.config().stripes() as u64 * 64);
-//! # Ok::<(), weir_core::QuotaError>(())
+//! # Ok::<(), weir_rl_core::QuotaError>(())
 //! ```
 //!
 //! # The problem
@@ -22,7 +22,7 @@
 //! # The construction
 //!
 //! Each *stripe* (a cache-padded word; threads are spread over stripes round-robin,
-//! see [`weir_core::stripes`]) holds a **lease**: a few permits taken from the exact
+//! see [`weir_rl_core::stripes`]) holds a **lease**: a few permits taken from the exact
 //! bucket with one `check_n(L)`. A check first tries to take a permit from its own
 //! stripe (one CAS on a line that only the threads of this stripe write); only when
 //! the lease is empty or expired does it go to the shared bucket for a new one.
@@ -115,9 +115,9 @@ use crate::stripes::LeaseStripes;
 use core::fmt;
 use core::time::Duration;
 #[cfg(feature = "std")]
-use weir_core::Limiter;
-use weir_core::stripes::MAX_STRIPES;
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Quota, Snapshot};
+use weir_rl_core::Limiter;
+use weir_rl_core::stripes::MAX_STRIPES;
+use weir_rl_core::{Algorithm, Clock, Decision, InsufficientCapacity, Quota, Snapshot};
 
 /// Bits of a lease word holding the permits left.
 pub(crate) const PERMIT_BITS: u32 = 16;
@@ -133,7 +133,7 @@ pub(crate) const MAX_EXPIRY: u64 = (u64::MAX >> PERMIT_BITS) - 2;
 /// stripes: how many stripes, the largest lease a stripe takes, and how long a
 /// lease stays spendable. Built with [`LeaseConfig::builder`]; the
 /// [`Default`] is one stripe per hardware thread
-/// ([`default_stripes`](weir_core::stripes::default_stripes)), leases of at most 64
+/// ([`default_stripes`](weir_rl_core::stripes::default_stripes)), leases of at most 64
 /// permits, usable for 1 ms.
 ///
 /// ```
@@ -160,7 +160,7 @@ impl Default for LeaseConfig {
     /// One stripe per hardware thread, leases of at most 64 permits, usable for 1 ms.
     fn default() -> Self {
         Self {
-            stripes: weir_core::stripes::default_stripes(),
+            stripes: weir_rl_core::stripes::default_stripes(),
             max_lease: DEFAULT_MAX_LEASE,
             lifetime: DEFAULT_LIFETIME,
         }
@@ -179,7 +179,7 @@ pub struct LeaseConfigBuilder {
 
 impl LeaseConfigBuilder {
     /// `n` stripes (1 ..= [`MAX_STRIPES`], rounded up to a power of two); threads
-    /// share them round-robin (see [`weir_core::stripes`]). Default: one per
+    /// share them round-robin (see [`weir_rl_core::stripes`]). Default: one per
     /// hardware thread.
     pub fn stripes(self, n: usize) -> Self {
         Self { stripes: n, ..self }
@@ -199,7 +199,7 @@ impl LeaseConfigBuilder {
 
     /// The configuration, or the first option out of its range.
     pub fn build(self) -> Result<LeaseConfig, LeaseConfigError> {
-        let stripes = match weir_core::__private::checked_stripes(self.stripes) {
+        let stripes = match weir_rl_core::__private::checked_stripes(self.stripes) {
             Some(stripes) => stripes,
             None if self.stripes == 0 => return Err(LeaseConfigError::ZeroStripes),
             None => return Err(LeaseConfigError::TooManyStripes(self.stripes)),
@@ -241,8 +241,9 @@ impl LeaseConfig {
     /// The over-admission bound for `quota`:
     /// `stripes × min(max_lease, ⌈lifetime / T⌉ + 1)` (see the module docs).
     pub fn over_admission_bound(&self, quota: &Quota) -> u64 {
-        let lifetime_ticks =
-            weir_core::__private::ticks::from_nanos(weir_core::__private::duration_as_nanos_saturating(self.lifetime));
+        let lifetime_ticks = weir_rl_core::__private::ticks::from_nanos(
+            weir_rl_core::__private::duration_as_nanos_saturating(self.lifetime),
+        );
         // ⌈lifetime / T⌉ + 1, with T exact (a byte rate's T is not a whole tick).
         let per_stripe = if quota.is_whole_ticks() {
             lifetime_ticks.div_ceil(quota.emission_interval_ticks()).saturating_add(1)
@@ -293,7 +294,7 @@ default_clock_struct! {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use weir_core::{ManualClock, Quota};
+    /// use weir_rl_core::{ManualClock, Quota};
     /// use weir_gcra::{LeaseConfig, LeasedGcra};
     ///
     /// let quota = Quota::per_second(1_000_000)?; // T = 1 µs
@@ -309,21 +310,21 @@ default_clock_struct! {
 }
 
 #[cfg(feature = "std")]
-impl LeasedGcra<weir_core::MonotonicClock> {
+impl LeasedGcra<weir_rl_core::MonotonicClock> {
     /// A full bucket enforcing `quota`, spread as `config` says
     /// ([`LeaseConfig::default`]: one stripe per hardware thread), on the default
-    /// [`MonotonicClock`](weir_core::MonotonicClock).
+    /// [`MonotonicClock`](weir_rl_core::MonotonicClock).
     ///
     /// ```
-    /// use weir_core::Quota;
+    /// use weir_rl_core::Quota;
     /// use weir_gcra::{LeaseConfig, LeasedGcra};
     ///
     /// let limiter = LeasedGcra::new(Quota::per_second(1_000)?, LeaseConfig::default());
     /// assert!(limiter.check().is_allowed());
-    /// # Ok::<(), weir_core::QuotaError>(())
+    /// # Ok::<(), weir_rl_core::QuotaError>(())
     /// ```
     pub fn new(quota: Quota, config: LeaseConfig) -> Self {
-        Self::with_clock(quota, config, weir_core::MonotonicClock::new())
+        Self::with_clock(quota, config, weir_rl_core::MonotonicClock::new())
     }
 }
 
@@ -338,14 +339,14 @@ impl<C: Clock> LeasedGcra<C> {
     #[cfg(feature = "std")]
     #[inline]
     pub fn check(&self) -> Decision {
-        self.check_on(weir_core::__private::thread_stripe(), 1).unwrap_or_else(|_| self.never_admits())
+        self.check_on(weir_rl_core::__private::thread_stripe(), 1).unwrap_or_else(|_| self.never_admits())
     }
 
     /// Checks a request of cost `n` on the calling thread's stripe.
     #[cfg(feature = "std")]
     #[inline]
     pub fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
-        self.check_on(weir_core::__private::thread_stripe(), n)
+        self.check_on(weir_rl_core::__private::thread_stripe(), n)
     }
 
     /// Checks a request of cost `n` on stripe `stripe` (taken modulo the stripe
@@ -364,7 +365,7 @@ impl<C: Clock> LeasedGcra<C> {
     /// nothing comes back. `n` above the burst is an error.
     ///
     /// ```
-    /// use weir_core::{ManualClock, Quota};
+    /// use weir_rl_core::{ManualClock, Quota};
     /// use weir_gcra::{LeaseConfig, LeasedGcra};
     ///
     /// let config = LeaseConfig::builder().stripes(1).max_lease(4).build()?;
@@ -415,7 +416,7 @@ impl<C: Clock> LeasedGcra<C> {
     /// old lease can be spent, and new leases are sized and charged under `quota`.
     ///
     /// ```
-    /// use weir_core::{ManualClock, Quota};
+    /// use weir_rl_core::{ManualClock, Quota};
     /// use weir_gcra::{LeaseConfig, LeasedGcra};
     ///
     /// let config = LeaseConfig::builder().stripes(1).max_lease(64).build()?;

@@ -71,7 +71,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use weir_core::{ManualClock, Quota};
+//! use weir_rl_core::{ManualClock, Quota};
 //! use weir_gcra::Gcra;
 //!
 //! let clock = ManualClock::new();
@@ -94,7 +94,7 @@
 //!
 //! # Giving back what was not used
 //!
-//! [`Gcra::refund`] (and [`Limiter::refund`](weir_core::Limiter::refund),
+//! [`Gcra::refund`] (and [`Limiter::refund`](weir_rl_core::Limiter::refund),
 //! [`Algorithm::refund`] for per-key states) gives back units an admission took and
 //! the caller did not use, e.g. a request that failed before doing any work, or the
 //! earlier quotas of an all-of check that a later one denied. It credits `n × T`
@@ -108,7 +108,7 @@
 //! quota at run time"):
 //!
 //! ```
-//! use weir_core::{ManualClock, Quota};
+//! use weir_rl_core::{ManualClock, Quota};
 //! use weir_gcra::Gcra;
 //!
 //! let limiter = Gcra::with_clock(Quota::per_minute(10)?, ManualClock::new());
@@ -136,7 +136,7 @@
 //! changes of their admission (the revision a decision records wraps after that):
 //!
 //! ```
-//! use weir_core::{ManualClock, Quota};
+//! use weir_rl_core::{ManualClock, Quota};
 //! use weir_gcra::Gcra;
 //!
 //! let limiter = Gcra::with_clock(Quota::per_second(10)?, ManualClock::new());
@@ -149,8 +149,8 @@
 //!
 //! # Choosing a clock
 //!
-//! [`Gcra::new`] uses [`MonotonicClock`](weir_core::MonotonicClock). For the hottest
-//! paths, [`CoarseClock`](weir_core::CoarseClock) costs one load per read; its lag `L`
+//! [`Gcra::new`] uses [`MonotonicClock`](weir_rl_core::MonotonicClock). For the hottest
+//! paths, [`CoarseClock`](weir_rl_core::CoarseClock) costs one load per read; its lag `L`
 //! (upkeep interval plus scheduling delay) delays refills by up to `L` and may admit
 //! up to `L × rate` extra in a short real interval (see its docs). Measured costs are in BENCHMARKS.md.
 
@@ -162,12 +162,12 @@ extern crate alloc;
 extern crate std;
 
 /// Declares a limiter struct generic over its clock `C`, which defaults to
-/// [`MonotonicClock`](weir_core::MonotonicClock) where the `std` feature provides it.
+/// [`MonotonicClock`](weir_rl_core::MonotonicClock) where the `std` feature provides it.
 macro_rules! default_clock_struct {
     ($(#[$meta:meta])* pub struct $name:ident<C> { $($field:ident: $ty:ty),* $(,)? }) => {
         #[cfg(feature = "std")]
         $(#[$meta])*
-        pub struct $name<C = weir_core::MonotonicClock> { $($field: $ty),* }
+        pub struct $name<C = weir_rl_core::MonotonicClock> { $($field: $ty),* }
         #[cfg(not(feature = "std"))]
         $(#[$meta])*
         pub struct $name<C> { $($field: $ty),* }
@@ -191,13 +191,13 @@ pub mod __private {
     pub use crate::stripes::LeaseStripes;
 }
 
-use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_core::__private::ticks;
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, QuotaCell, Retire, Snapshot};
+use weir_rl_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
+use weir_rl_core::__private::ticks;
+use weir_rl_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, QuotaCell, Retire, Snapshot};
 
 /// The latest time, in ticks since the limiter's creation, that a limiter uses. Later
 /// readings are clamped to it, so `now + capacity in use` (at most 2⁶³ ticks, see
-/// [`weir_core::MAX_TOLERANCE_TICKS`]) never overflows a `u64`.
+/// [`weir_rl_core::MAX_TOLERANCE_TICKS`]) never overflows a `u64`.
 const HORIZON_TICKS: u64 = (1 << 63) - 1;
 
 /// The TAT of a retired state ([`Retire`]): far beyond any live TAT (at most
@@ -578,7 +578,7 @@ impl Retire for GcraAlgorithm {
         // changes the TAT, and the new value is judged again (retired only if it is
         // still idle at `now`, which changes no decision at or after `now`); one that
         // comes after finds RETIRED and is denied. A promoted TAT is never idle.
-        weir_core::__private::sync::replace_if(&state.tat, RETIRED, |tat| tat <= now)
+        weir_rl_core::__private::sync::replace_if(&state.tat, RETIRED, |tat| tat <= now)
     }
 
     fn is_retired(&self, state: &GcraState) -> bool {
@@ -595,14 +595,14 @@ default_clock_struct! {
     /// method takes `&self`.
     ///
     /// ```
-    /// use weir_core::Quota;
+    /// use weir_rl_core::Quota;
     /// use weir_gcra::Gcra;
     ///
     /// let limiter = Gcra::new(Quota::per_second(100)?);
     /// let decision = limiter.check();
     /// assert!(decision.is_allowed());
     /// assert_eq!(decision.remaining(), 99);
-    /// # Ok::<(), weir_core::QuotaError>(())
+    /// # Ok::<(), weir_rl_core::QuotaError>(())
     /// ```
     #[derive(Debug)]
     pub struct Gcra<C> { algorithm: GcraAlgorithm, state: CachePadded<GcraState>, clock: C }
@@ -642,7 +642,7 @@ impl<C: Clock> Gcra<C> {
     }
 }
 
-impl<C: Clock> weir_core::Limiter for Gcra<C> {
+impl<C: Clock> weir_rl_core::Limiter for Gcra<C> {
     #[inline(always)]
     fn check(&self) -> Decision {
         Gcra::check(self)
@@ -661,10 +661,10 @@ impl<C: Clock> weir_core::Limiter for Gcra<C> {
 }
 
 #[cfg(feature = "std")]
-impl Gcra<weir_core::MonotonicClock> {
-    /// A full bucket enforcing `quota`, on the default [`MonotonicClock`](weir_core::MonotonicClock).
+impl Gcra<weir_rl_core::MonotonicClock> {
+    /// A full bucket enforcing `quota`, on the default [`MonotonicClock`](weir_rl_core::MonotonicClock).
     pub fn new(quota: Quota) -> Self {
-        Self::with_clock(quota, weir_core::MonotonicClock::new())
+        Self::with_clock(quota, weir_rl_core::MonotonicClock::new())
     }
 }
 
@@ -686,7 +686,7 @@ impl<C: Clock> Gcra<C> {
     /// (see the crate docs, "Changing the quota at run time").
     ///
     /// ```
-    /// use weir_core::{ManualClock, Quota};
+    /// use weir_rl_core::{ManualClock, Quota};
     /// use weir_gcra::Gcra;
     ///
     /// let limiter = Gcra::with_clock(Quota::per_second(10)?, ManualClock::new());
@@ -700,3 +700,8 @@ impl<C: Clock> Gcra<C> {
         self.algorithm.set_quota(quota);
     }
 }
+
+/// The README's example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

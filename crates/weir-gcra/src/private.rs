@@ -4,8 +4,8 @@
 
 use crate::stripes::LeaseStripes;
 use crate::{GcraAlgorithm, GcraState, PROMOTED, RETIRED};
-use weir_core::__private::sync::Ordering;
-use weir_core::{Clock, Decision, InsufficientCapacity, Nanos, Retire};
+use weir_rl_core::__private::sync::Ordering;
+use weir_rl_core::{Clock, Decision, InsufficientCapacity, Nanos, Retire};
 
 /// What a GCRA state currently is, read in one load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,7 +18,7 @@ pub enum StateKind {
     Promoted,
 }
 
-/// [`Algorithm::check_n`](weir_core::Algorithm::check_n), also returning how many CAS races the check lost to
+/// [`Algorithm::check_n`](weir_rl_core::Algorithm::check_n), also returning how many CAS races the check lost to
 /// other checks of the same state: a per-key store's signal that a key is hot.
 #[inline]
 pub fn check_n_contended<C: Clock + ?Sized>(

@@ -6,8 +6,8 @@
 
 use crate::leased::{EXPIRY_SHIFT_NS, LeaseConfig, MAX_EXPIRY, MAX_LEASE, PERMIT_BITS};
 use crate::{GcraAlgorithm, GcraState};
-use weir_core::__private::sync::{AtomicU64, CachePadded, Ordering};
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Snapshot};
+use weir_rl_core::__private::sync::{AtomicU64, CachePadded, Ordering};
+use weir_rl_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Snapshot};
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -82,7 +82,7 @@ impl LeaseStripes {
     /// A full bucket spread as `config` says; lease expiries count from `origin`.
     pub fn new(config: LeaseConfig, origin: Nanos) -> Self {
         let stripes: Vec<CachePadded<Stripe>> = (0..config.stripes).map(|_| CachePadded::default()).collect();
-        let lifetime_ns = weir_core::__private::duration_as_nanos_saturating(config.lifetime);
+        let lifetime_ns = weir_rl_core::__private::duration_as_nanos_saturating(config.lifetime);
         Self {
             state: CachePadded::new(GcraState::new()),
             latest_ns: CachePadded::new(AtomicU64::new(origin.as_u64())),
@@ -331,7 +331,7 @@ impl LeaseStripes {
         algorithm.refund_ticks_with(&self.state, clock, |now| {
             // Ordering: Relaxed; a monotone hint (see `latest_ns`).
             let latest = self.latest_ns.fetch_max(now.as_u64(), Ordering::Relaxed).max(now.as_u64());
-            owed.saturating_sub(weir_core::__private::ticks::from_nanos(latest.saturating_sub(charged_at)))
+            owed.saturating_sub(weir_rl_core::__private::ticks::from_nanos(latest.saturating_sub(charged_at)))
         });
         Ok(())
     }
@@ -358,7 +358,7 @@ impl LeaseStripes {
             // Ordering: Relaxed; a monotone hint (see `latest_ns`), read after the
             // refill that granted this lease raised it.
             let latest = self.latest_ns.fetch_max(now.as_u64(), Ordering::Relaxed).max(now.as_u64());
-            owed.saturating_sub(weir_core::__private::ticks::from_nanos(latest.saturating_sub(granted_at)))
+            owed.saturating_sub(weir_rl_core::__private::ticks::from_nanos(latest.saturating_sub(granted_at)))
         });
     }
 

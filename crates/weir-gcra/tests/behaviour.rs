@@ -1,8 +1,8 @@
 //! Every documented behaviour of the GCRA limiter, with a hand-driven clock.
 
 use std::time::Duration;
-use weir_core::{Clock, InsufficientCapacity, ManualClock, Nanos, Quota};
 use weir_gcra::Gcra;
+use weir_rl_core::{Clock, InsufficientCapacity, ManualClock, Nanos, Quota};
 
 fn limiter(quota: Quota) -> (Gcra<ManualClock>, ManualClock) {
     let clock = ManualClock::new();
@@ -137,7 +137,7 @@ fn a_denial_consumed_nothing_and_refunds_nothing() {
 fn decisions_are_stamped_with_the_reading_they_were_made_at() {
     let (limiter, clock) = limiter(Quota::per_second(10).unwrap());
     clock.advance(Duration::from_millis(7));
-    let now = weir_core::Clock::now(&clock);
+    let now = weir_rl_core::Clock::now(&clock);
     assert_eq!(limiter.check().decided_at(), now);
     assert_eq!(limiter.check_n(0).unwrap().decided_at(), now);
     assert!(limiter.check_n(9).unwrap().is_allowed());
@@ -147,7 +147,7 @@ fn decisions_are_stamped_with_the_reading_they_were_made_at() {
 #[test]
 fn the_limiter_trait_refunds_as_the_limiter_does() {
     let (limiter, _) = limiter(Quota::per_second(10).unwrap());
-    let dyn_limiter: &dyn weir_core::Limiter = &limiter;
+    let dyn_limiter: &dyn weir_rl_core::Limiter = &limiter;
     let admission = dyn_limiter.check_n(4).unwrap();
     dyn_limiter.refund(3, &admission).unwrap();
     assert_eq!(dyn_limiter.snapshot().remaining(), 9);
@@ -230,7 +230,7 @@ fn a_clock_far_from_its_origin_works() {
 
 #[test]
 fn works_through_the_limiter_trait_and_as_a_trait_object() {
-    use weir_core::Limiter;
+    use weir_rl_core::Limiter;
     let (gcra, _) = limiter(Quota::per_second(2).unwrap());
     let shared: std::sync::Arc<dyn Limiter + Send + Sync> = std::sync::Arc::new(gcra);
     assert!(shared.check().is_allowed());
@@ -241,8 +241,8 @@ fn works_through_the_limiter_trait_and_as_a_trait_object() {
 
 #[test]
 fn per_key_states_share_one_algorithm() {
-    use weir_core::Algorithm;
     use weir_gcra::GcraAlgorithm;
+    use weir_rl_core::Algorithm;
     let algorithm = GcraAlgorithm::new(Quota::per_second(1).unwrap().with_burst(2).unwrap(), Nanos::ZERO);
     let (a, b) = (algorithm.new_state(), algorithm.new_state());
     let now = Nanos::new(1_000);

@@ -2,8 +2,8 @@
 //! `check_n(bytes)` to within 0.1% over short and long horizons.
 
 use std::time::Duration;
-use weir_core::{ManualClock, Quota};
 use weir_gcra::Gcra;
+use weir_rl_core::{ManualClock, Quota};
 
 /// Sends `chunk`-byte calls every `step` for `horizon`, as fast as the limiter admits,
 /// and returns the bytes admitted.

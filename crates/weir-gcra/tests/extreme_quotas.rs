@@ -4,8 +4,8 @@
 
 use proptest::prelude::*;
 use std::time::Duration;
-use weir_core::{ManualClock, Nanos, Quota};
 use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};
+use weir_rl_core::{ManualClock, Nanos, Quota};
 
 fn extreme() -> impl Strategy<Value = u64> {
     prop_oneof![

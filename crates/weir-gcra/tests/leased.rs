@@ -5,8 +5,8 @@ use proptest::prelude::*;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use weir_core::{Clock, ManualClock, Quota};
 use weir_gcra::{Gcra, LeaseConfig, LeaseConfigError, LeasedGcra};
+use weir_rl_core::{Clock, ManualClock, Quota};
 
 fn quota(per_sec: u64, burst: u64) -> Quota {
     Quota::per_second(per_sec).unwrap().with_burst(burst).unwrap()
@@ -237,7 +237,7 @@ proptest! {
         }
         for (q, admitted) in spans {
             let bound = config.over_admission_bound(&q);
-            let t_ns = weir_core::__private::ticks::to_nanos_ceil(q.emission_interval_ticks());
+            let t_ns = weir_rl_core::__private::ticks::to_nanos_ceil(q.emission_interval_ticks());
             for i in 0..admitted.len() {
                 let mut cost = 0u64;
                 for j in i..admitted.len() {
@@ -257,11 +257,11 @@ proptest! {
 #[derive(Clone)]
 struct StaleOnce {
     inner: ManualClock,
-    stale: std::sync::Arc<std::sync::Mutex<Option<weir_core::Nanos>>>,
+    stale: std::sync::Arc<std::sync::Mutex<Option<weir_rl_core::Nanos>>>,
 }
 
 impl Clock for StaleOnce {
-    fn now(&self) -> weir_core::Nanos {
+    fn now(&self) -> weir_rl_core::Nanos {
         self.stale.lock().unwrap().take().unwrap_or_else(|| self.inner.now())
     }
 }
@@ -291,7 +291,7 @@ fn a_stale_reading_does_not_make_an_old_lease_look_unpaid() {
     assert_eq!(l.check_on(0, 1).unwrap().remaining(), 63); // t = 0
     clock.inner.advance(Duration::from_secs(1));
     let mut admitted = (0..1_000).filter(|_| l.check_on(1, 1).unwrap().is_allowed()).count() as u64;
-    *clock.stale.lock().unwrap() = Some(weir_core::Nanos::ZERO); // a thread preempted since t = 0
+    *clock.stale.lock().unwrap() = Some(weir_rl_core::Nanos::ZERO); // a thread preempted since t = 0
     admitted += l.check_on(0, 64).unwrap().is_allowed() as u64 * 64;
     admitted += (0..1_000).filter(|_| l.check_on(1, 1).unwrap().is_allowed()).count() as u64;
     assert!(admitted <= 256 + l.over_admission_bound(), "admitted {admitted}");
@@ -303,11 +303,11 @@ fn a_clock_stepping_back_does_not_make_an_old_lease_look_unpaid() {
     let config = LeaseConfig::builder().stripes(2).max_lease(64).lifetime(Duration::from_nanos(4_096)).build().unwrap();
     let l = LeasedGcra::with_clock(quota(1_000_000, 256), config, clock.clone());
     assert_eq!(l.check_on(0, 1).unwrap().remaining(), 63);
-    clock.set(weir_core::Nanos::new(1_000_000_000));
+    clock.set(weir_rl_core::Nanos::new(1_000_000_000));
     let mut admitted = (0..1_000).filter(|_| l.check_on(1, 1).unwrap().is_allowed()).count() as u64;
-    clock.set(weir_core::Nanos::ZERO);
+    clock.set(weir_rl_core::Nanos::ZERO);
     admitted += l.check_on(0, 64).unwrap().is_allowed() as u64 * 64;
-    clock.set(weir_core::Nanos::new(1_000_000_000));
+    clock.set(weir_rl_core::Nanos::new(1_000_000_000));
     admitted += (0..1_000).filter(|_| l.check_on(1, 1).unwrap().is_allowed()).count() as u64;
     assert!(admitted <= 256 + l.over_admission_bound(), "admitted {admitted}");
 }
@@ -317,7 +317,7 @@ fn a_quota_change_during_a_refill_never_turns_a_small_request_into_an_error() {
     let config = LeaseConfig::builder().stripes(1).max_lease(64).build().unwrap();
     let big = quota(1_000_000_000, 100_000);
     let small = quota(1_000_000_000, 40);
-    let l = LeasedGcra::with_clock(big, config, weir_core::MonotonicClock::new());
+    let l = LeasedGcra::with_clock(big, config, weir_rl_core::MonotonicClock::new());
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -369,7 +369,7 @@ fn after_a_quota_change_a_request_above_the_new_burst_is_an_error() {
     let leased = LeasedGcra::with_clock(Quota::per_second(1_000).unwrap(), config, clock.clone());
     assert_eq!(leased.check_on(0, 1).unwrap().remaining(), 63);
     leased.set_quota(quota(1, 10));
-    assert_eq!(leased.check_on(0, 20), Err(weir_core::InsufficientCapacity { requested: 20, capacity: 10 }));
+    assert_eq!(leased.check_on(0, 20), Err(weir_rl_core::InsufficientCapacity { requested: 20, capacity: 10 }));
     assert_eq!(leased.snapshot().remaining(), 9, "the lease's 63 unused permits went back");
 }
 
@@ -399,7 +399,7 @@ fn a_refund_credits_the_debt_less_the_time_since_the_grant() {
     clock.advance(Duration::from_millis(3));
     let spent = l.check_on(0, 5).unwrap(); // from the lease granted at 0
     assert!(spent.is_allowed());
-    assert_eq!(spent.decided_at(), weir_core::Nanos::ZERO, "stamped with its lease's grant");
+    assert_eq!(spent.decided_at(), weir_rl_core::Nanos::ZERO, "stamped with its lease's grant");
     let before = l.snapshot().remaining(); // 92 + 3 refilled
     l.refund(5, &spent).unwrap(); // 5 ms of debt less the 3 ms since the grant
     assert_eq!(l.snapshot().remaining(), before + 2);
@@ -419,8 +419,8 @@ fn a_leased_refund_of_a_denial_gives_nothing_and_too_much_is_an_error() {
     assert!(denied.is_denied());
     l.refund(5, &denied).unwrap();
     assert_eq!(l.snapshot().remaining(), 0);
-    assert_eq!(l.refund(6, &denied), Err(weir_core::InsufficientCapacity { requested: 6, capacity: 5 }));
-    let as_limiter: &dyn weir_core::Limiter = &l;
+    assert_eq!(l.refund(6, &denied), Err(weir_rl_core::InsufficientCapacity { requested: 6, capacity: 5 }));
+    let as_limiter: &dyn weir_rl_core::Limiter = &l;
     let d = as_limiter.check_n(0).unwrap();
     as_limiter.refund(0, &d).unwrap();
 }

@@ -19,8 +19,8 @@
 use proptest::prelude::*;
 use std::cell::Cell;
 use std::time::Duration;
-use weir_core::{Clock, Decision, ManualClock, Nanos, Quota};
 use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};
+use weir_rl_core::{Clock, Decision, ManualClock, Nanos, Quota};
 
 #[derive(Debug, Clone)]
 enum Op {

@@ -12,8 +12,8 @@
 
 use proptest::prelude::*;
 use std::time::Duration;
-use weir_core::{Decision, ManualClock, Nanos, Quota, Snapshot};
 use weir_gcra::Gcra;
+use weir_rl_core::{Decision, ManualClock, Nanos, Quota, Snapshot};
 
 const TICKS: i128 = 16;
 

@@ -3,8 +3,8 @@
 //! under the new quota when that is more.
 
 use std::time::Duration;
-use weir_core::{ManualClock, Quota};
 use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};
+use weir_rl_core::{ManualClock, Quota};
 
 fn ten_per_second() -> Quota {
     Quota::per_second(10).unwrap()

@@ -4,8 +4,8 @@
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use weir_core::{ManualClock, Quota};
 use weir_gcra::Gcra;
+use weir_rl_core::{ManualClock, Quota};
 
 const THREADS: usize = 8;
 

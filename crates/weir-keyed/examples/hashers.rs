@@ -6,9 +6,9 @@
 use std::hash::{BuildHasher, RandomState};
 use std::hint::black_box;
 use std::time::Instant;
-use weir_core::{MonotonicClock, Quota};
 use weir_gcra::GcraAlgorithm;
 use weir_keyed::{Keyed, KeyedConfig};
+use weir_rl_core::{MonotonicClock, Quota};
 
 const KEYS: u64 = 100_000;
 const CHECKS: usize = 20_000_000;
@@ -28,7 +28,7 @@ fn sequence() -> Vec<u64> {
 fn per_check<S: BuildHasher + Clone + Send + Sync + 'static>(hasher: S, keys: &[u64]) -> f64 {
     let quota = Quota::per_second(1_000_000_000).and_then(|q| q.with_burst(1_000_000_000)).expect("a valid quota");
     let clock = MonotonicClock::new();
-    let algorithm = GcraAlgorithm::new(quota, weir_core::Clock::now(&clock));
+    let algorithm = GcraAlgorithm::new(quota, weir_rl_core::Clock::now(&clock));
     let store: Keyed<u64, _, _, S> =
         Keyed::with_hasher(algorithm, KeyedConfig::builder(1 << 20).build().expect("a valid config"), clock, hasher);
     for key in 0..KEYS {

@@ -5,9 +5,9 @@
 //! `cargo run --release -p weir-keyed --features rayon --example sweep_10m`.
 
 use std::time::{Duration, Instant};
-use weir_core::{ManualClock, Quota};
 use weir_gcra::GcraAlgorithm;
 use weir_keyed::{Keyed, KeyedConfig};
+use weir_rl_core::{ManualClock, Quota};
 
 const KEYS: u64 = 10_000_000;
 
@@ -29,7 +29,7 @@ fn main() {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     for round in 0..3 {
         let (store, clock) = filled();
-        clock.set(weir_core::Nanos::ZERO); // every key busy again: a sweep only looks
+        clock.set(weir_rl_core::Nanos::ZERO); // every key busy again: a sweep only looks
         let start = Instant::now();
         assert_eq!(store.sweep_all(), 0);
         let look_one = start.elapsed();

@@ -2,10 +2,10 @@
 
 #[cfg(doc)]
 use crate::{AtCapacity, Keyed};
-#[cfg(doc)]
-use weir_core::KeyedLimiter;
-use weir_core::{Algorithm, Nanos, Policy, Retire};
 use weir_gcra::{GcraAlgorithm, GcraState};
+#[cfg(doc)]
+use weir_rl_core::KeyedLimiter;
+use weir_rl_core::{Algorithm, Nanos, Policy, Retire};
 
 /// An algorithm a [`Keyed`] store can run: any [`Retire`] algorithm. (A GCRA store
 /// can also move hot keys to leases, [`Keyed::with_hot_keys`]: a mode of the store,
@@ -25,7 +25,7 @@ pub trait KeyedAlgorithm: Retire {
     /// that arrives at a later clock reading.
     ///
     /// ```
-    /// use weir_core::{Algorithm, Nanos, Quota};
+    /// use weir_rl_core::{Algorithm, Nanos, Quota};
     /// use weir_gcra::GcraAlgorithm;
     /// use weir_keyed::KeyedAlgorithm;
     ///
@@ -46,7 +46,7 @@ pub trait KeyedAlgorithm: Retire {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use weir_core::{Nanos, Policy, Quota};
+    /// use weir_rl_core::{Nanos, Policy, Quota};
     /// use weir_gcra::GcraAlgorithm;
     /// use weir_keyed::KeyedAlgorithm;
     ///
@@ -64,7 +64,7 @@ pub trait KeyedAlgorithm: Retire {
 /// exact time until then (GCRA rounds up to the next whole ns, when the TAT is
 /// reached).
 fn idle_after_reset<A: Algorithm>(algorithm: &A, state: &A::State, now: Nanos) -> Nanos {
-    let reset = weir_core::__private::duration_as_nanos_saturating(algorithm.snapshot(state, now).reset_after());
+    let reset = weir_rl_core::__private::duration_as_nanos_saturating(algorithm.snapshot(state, now).reset_after());
     Nanos::new(now.as_u64().saturating_add(reset))
 }
 
@@ -80,7 +80,7 @@ impl KeyedAlgorithm for GcraAlgorithm {
 #[cfg(feature = "window")]
 mod window {
     use super::{KeyedAlgorithm, idle_after_reset};
-    use weir_core::{Nanos, Policy};
+    use weir_rl_core::{Nanos, Policy};
     use weir_window::fixed::{FixedWindowAlgorithm, FixedWindowState};
     use weir_window::log::{SlidingLogAlgorithm, SlidingLogState};
     use weir_window::sliding::{SlidingWindowAlgorithm, SlidingWindowState};

@@ -8,8 +8,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 #[cfg(doc)]
-use weir_core::DenyReason;
-use weir_core::Limiter;
+use weir_rl_core::DenyReason;
+use weir_rl_core::Limiter;
 
 /// What a full store does with a request for a key it does not hold.
 #[derive(Clone)]

@@ -11,12 +11,12 @@ use crate::{Keyed, KeyedAlgorithm, KeyedConfigError};
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use weir_core::__private::sync::{AtomicUsize, Ordering};
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Retire, Snapshot};
 use weir_gcra::__private::{
     LeaseStripes, StateKind, check_n_contended, is_promoted, promote, retire_orphan, retire_promoted, state_kind,
 };
 use weir_gcra::{GcraAlgorithm, GcraState, LeaseConfig};
+use weir_rl_core::__private::sync::{AtomicUsize, Ordering};
+use weir_rl_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Retire, Snapshot};
 
 mod sealed {
     use super::*;
@@ -596,9 +596,9 @@ where
 {
     /// Replaces the quota of every key ([`GcraAlgorithm::set_quota`]: each key
     /// keeps its state, read under the new quota from its next check). The store's
-    /// [`policies`](weir_core::KeyedLimiter::policies) (what middleware reports in
+    /// [`policies`](weir_rl_core::KeyedLimiter::policies) (what middleware reports in
     /// `RateLimit-Policy`) stay those it was built with.
-    pub fn set_quota(&self, quota: weir_core::Quota) {
+    pub fn set_quota(&self, quota: weir_rl_core::Quota) {
         self.algorithm.set_quota(quota);
     }
 
@@ -606,7 +606,7 @@ where
     /// (`Keyed<K, GcraAlgorithm, C, S, HotKeys>`).
     ///
     /// ```
-    /// use weir_core::{ManualClock, Quota};
+    /// use weir_rl_core::{ManualClock, Quota};
     /// use weir_gcra::LeaseConfig;
     /// use weir_keyed::{HotKeys, Keyed, KeyedConfig};
     ///
@@ -655,11 +655,11 @@ where
     /// new quota then holds within its own lease bound. Changing the quota through
     /// [`algorithm()`](Keyed::algorithm) instead would leave leases taken under the
     /// old quota to be spent under the new one. The store's
-    /// [`policies`](weir_core::KeyedLimiter::policies) (what middleware reports in
+    /// [`policies`](weir_rl_core::KeyedLimiter::policies) (what middleware reports in
     /// `RateLimit-Policy`) stay those it was built with.
     ///
     /// [`LeasedGcra::set_quota`]: weir_gcra::LeasedGcra::set_quota
-    pub fn set_quota(&self, quota: weir_core::Quota) {
+    pub fn set_quota(&self, quota: weir_rl_core::Quota) {
         self.algorithm.set_quota(quota);
         let guard = self.collector.enter();
         for (_, stripes) in self.hot_keys.iter(&guard) {
@@ -798,7 +798,7 @@ where
     {
         match self.stripes_of(hash, key, state, guard) {
             Some(stripes) => {
-                let decision = stripes.check_on(&self.algorithm, weir_core::__private::thread_stripe(), n, &now);
+                let decision = stripes.check_on(&self.algorithm, weir_rl_core::__private::thread_stripe(), n, &now);
                 match decision {
                     Ok(d) if d.is_denied() && self.algorithm.is_retired(stripes.bucket()) => {
                         // A sweep retired the hot bucket (it was idle, every lease

@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use weir_core::{ManualClock, Quota};
+//! use weir_rl_core::{ManualClock, Quota};
 //! use weir_keyed::{AtCapacity, Keyed, KeyedConfig};
 //!
 //! let clock = ManualClock::new();
@@ -33,8 +33,8 @@
 //!
 //! Every store is bounded by its [`KeyedConfig`] (`KeyedConfig::builder(max_keys)`,
 //! with the policy of a full store, [`AtCapacity`]); `with_clock` constructors take
-//! a clock (a [`ManualClock`](weir_core::ManualClock) in tests). Middleware uses a
-//! store through weir-core's [`KeyedLimiter`](weir_core::KeyedLimiter) trait, which
+//! a clock (a [`ManualClock`](weir_rl_core::ManualClock) in tests). Middleware uses a
+//! store through weir-rl-core's [`KeyedLimiter`](weir_rl_core::KeyedLimiter) trait, which
 //! every store implements.
 //!
 //! **Guarantees.** Each key is decided exactly as its own limiter would decide it
@@ -64,7 +64,7 @@
 //! ```
 //! # #[cfg(feature = "window")] {
 //! use std::hash::RandomState;
-//! use weir_core::{Clock, ManualClock, Quota};
+//! use weir_rl_core::{Clock, ManualClock, Quota};
 //! use weir_keyed::{Keyed, KeyedConfig};
 //! use weir_window::sliding::SlidingWindowAlgorithm;
 //!
@@ -249,7 +249,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(doc)]
-use weir_core::{Algorithm, DenyReason, Retire};
+use weir_rl_core::{Algorithm, DenyReason, Retire};
 
 mod algorithm;
 mod config;
@@ -289,3 +289,8 @@ pub use store::{Keyed, KeyedGcra, KeyedGcraHot};
 #[cfg(feature = "window")]
 pub use store::{KeyedFixedWindow, KeyedSlidingLog, KeyedSlidingWindow};
 pub use sweeper::Sweeper;
+
+/// The README's example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

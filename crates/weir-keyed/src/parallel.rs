@@ -5,7 +5,7 @@
 use crate::{HotKeyMode, Keyed, KeyedAlgorithm};
 use rayon::prelude::*;
 use std::hash::{BuildHasher, Hash};
-use weir_core::{Clock, Snapshot};
+use weir_rl_core::{Clock, Snapshot};
 
 /// Shards handed to one rayon task at least: enough work per task to amortize the
 /// task and its epoch guard (one shard holds about 512 keys at full capacity).
@@ -26,7 +26,7 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use weir_core::{ManualClock, Quota};
+    /// use weir_rl_core::{ManualClock, Quota};
     /// use weir_keyed::{Keyed, KeyedConfig};
     ///
     /// let clock = ManualClock::new();
@@ -72,7 +72,7 @@ where
     ///
     /// ```
     /// use std::sync::atomic::{AtomicU64, Ordering};
-    /// use weir_core::{ManualClock, Quota};
+    /// use weir_rl_core::{ManualClock, Quota};
     /// use weir_keyed::{Keyed, KeyedConfig};
     ///
     /// let store: Keyed<u64, _, _> =

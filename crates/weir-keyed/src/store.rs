@@ -1,5 +1,5 @@
 //! The store: [`Keyed`], its constructors, checks, refunds and snapshots, and the
-//! per-key contract of weir-core.
+//! per-key contract of weir-rl-core.
 
 use crate::Shard;
 use crate::sweeper::IdleBound;
@@ -8,15 +8,15 @@ use crate::{AtCapacity, HotKeyMode, HotKeys, KeyedAlgorithm, KeyedConfig, NoHotK
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, RandomState};
-use weir_core::__private::sync::{AtomicBool, AtomicUsize, CachePadded, Ordering};
+use weir_gcra::__private::StateKind;
+use weir_gcra::GcraAlgorithm;
+use weir_rl_core::__private::sync::{AtomicBool, AtomicUsize, CachePadded, Ordering};
 #[cfg(doc)]
-use weir_core::Limiter;
-use weir_core::{
+use weir_rl_core::Limiter;
+use weir_rl_core::{
     Algorithm, AsyncKeyedLimiter, Clock, Decision, DenyReason, InsufficientCapacity, KeyedLimiter, MonotonicClock,
     Policy, Quota, Snapshot,
 };
-use weir_gcra::__private::StateKind;
-use weir_gcra::GcraAlgorithm;
 
 /// Keys per shard the shard count aims for at full capacity: a sweep step scans one
 /// shard, so this is the work of one step. Smaller shards sweep faster but each
@@ -110,7 +110,7 @@ impl<K, A: KeyedAlgorithm, C, S, H: HotKeyMode<A>> fmt::Debug for Keyed<K, A, C,
 /// A per-key GCRA store ([`Keyed::gcra`]): the type of a field holding one.
 ///
 /// ```
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_keyed::{KeyedConfig, KeyedGcra};
 ///
 /// struct Server {
@@ -126,7 +126,7 @@ pub type KeyedGcra<K, C = MonotonicClock> = Keyed<K, GcraAlgorithm, C>;
 /// [`KeyedGcra`] (keys that many threads hit at once move to per-thread leases).
 ///
 /// ```
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_keyed::{HotKeys, KeyedConfig, KeyedGcra, KeyedGcraHot};
 ///
 /// let per_tenant: KeyedGcraHot<u64> =
@@ -156,7 +156,7 @@ where
     /// A per-key GCRA limiter enforcing `quota` for each key, on the default clock.
     ///
     /// ```
-    /// use weir_core::Quota;
+    /// use weir_rl_core::Quota;
     /// use weir_keyed::{KeyedConfig, KeyedGcra};
     ///
     /// let per_user: KeyedGcra<String> = KeyedGcra::gcra(Quota::per_minute(100)?, KeyedConfig::builder(10_000).build()?);
@@ -189,7 +189,7 @@ where
 mod window_constructors {
     use super::{Keyed, KeyedConfig, MonotonicClock, RandomState};
     use std::hash::Hash;
-    use weir_core::{Clock, Quota};
+    use weir_rl_core::{Clock, Quota};
     use weir_window::WindowError;
     use weir_window::fixed::FixedWindowAlgorithm;
     use weir_window::log::SlidingLogAlgorithm;
@@ -199,7 +199,7 @@ mod window_constructors {
         /// A per-key fixed window enforcing `quota` for each key, on the default clock.
         ///
         /// ```
-        /// use weir_core::Quota;
+        /// use weir_rl_core::Quota;
         /// use weir_keyed::{KeyedConfig, KeyedFixedWindow};
         ///
         /// let per_ip: KeyedFixedWindow<String> = KeyedFixedWindow::fixed_window(Quota::per_minute(2)?, KeyedConfig::builder(1_000).build()?)?;
@@ -225,7 +225,7 @@ mod window_constructors {
         /// default clock.
         ///
         /// ```
-        /// use weir_core::Quota;
+        /// use weir_rl_core::Quota;
         /// use weir_keyed::{KeyedConfig, KeyedSlidingWindow};
         ///
         /// let per_user: KeyedSlidingWindow<String> =
@@ -253,7 +253,7 @@ mod window_constructors {
         /// `quota` for each key, on the default clock.
         ///
         /// ```
-        /// use weir_core::Quota;
+        /// use weir_rl_core::Quota;
         /// use weir_keyed::{KeyedConfig, KeyedSlidingLog};
         ///
         /// let per_user: KeyedSlidingLog<u64> = KeyedSlidingLog::sliding_log(Quota::per_minute(3)?, KeyedConfig::builder(100).build()?)?;
@@ -464,7 +464,7 @@ where
     /// check could have taken it.
     ///
     /// ```
-    /// use weir_core::{ManualClock, Quota};
+    /// use weir_rl_core::{ManualClock, Quota};
     /// use weir_keyed::{KeyedConfig, KeyedGcra};
     ///
     /// let per_ip: KeyedGcra<String, _> =
@@ -576,7 +576,7 @@ where
         hash: impl FnOnce() -> u64,
         key: &Q,
         state: &A::State,
-        now: weir_core::Nanos,
+        now: weir_rl_core::Nanos,
         guard: &Guard<'_>,
     ) -> Snapshot
     where
@@ -737,7 +737,7 @@ where
     /// capacity back (a reset of zero beside nothing remaining would tell a client
     /// to retry at once).
     pub(crate) fn capacity_denial(&self) -> Decision {
-        let retry = weir_core::__private::duration_as_nanos_saturating(self.config.capacity_retry_after);
+        let retry = weir_rl_core::__private::duration_as_nanos_saturating(self.config.capacity_retry_after);
         Decision::denied_because(DenyReason::KeyCapacity, Snapshot::new(self.algorithm.limit(), 0, retry), retry)
     }
 
@@ -797,7 +797,7 @@ where
 /// use std::future::Future;
 /// use std::pin::pin;
 /// use std::task::{Context, Poll, Waker};
-/// use weir_core::{AsyncKeyedLimiter, Quota};
+/// use weir_rl_core::{AsyncKeyedLimiter, Quota};
 /// use weir_keyed::{KeyedConfig, KeyedGcra};
 ///
 /// async fn admit<S: AsyncKeyedLimiter<str>>(store: &S, client: &str) -> Result<bool, S::Error> {

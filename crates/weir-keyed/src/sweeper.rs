@@ -7,9 +7,9 @@ use crate::{HotKeyMode, Keyed, KeyedAlgorithm, SweeperError};
 use std::hash::{BuildHasher, Hash};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-use weir_core::__private::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use weir_core::{Clock, Nanos};
 use weir_gcra::__private::StateKind;
+use weir_rl_core::__private::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use weir_rl_core::{Clock, Nanos};
 
 /// When the keys of a shard (or of the whole store) can next go idle.
 #[derive(Debug)]
@@ -316,7 +316,7 @@ where
 #[derive(Debug)]
 #[must_use = "the sweeper stops when dropped: keep it for as long as the sweeps should run"]
 pub struct Sweeper {
-    stop: Arc<weir_core::__private::sync::AtomicBool>,
+    stop: Arc<weir_rl_core::__private::sync::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -348,7 +348,7 @@ where
             return Err(SweeperError::ZeroInterval);
         }
         let store: Weak<Self> = Arc::downgrade(self);
-        let stop = Arc::new(weir_core::__private::sync::AtomicBool::new(false));
+        let stop = Arc::new(weir_rl_core::__private::sync::AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new().name("weir-keyed-sweeper".into()).spawn(move || {
             // Ordering: Relaxed; see `Sweeper::drop`.

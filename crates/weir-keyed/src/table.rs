@@ -52,7 +52,7 @@ use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ptr;
-use weir_core::__private::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering, UnsafeCell};
+use weir_rl_core::__private::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering, UnsafeCell};
 
 #[cfg(not(loom))]
 use std::sync::{Mutex, MutexGuard, PoisonError};

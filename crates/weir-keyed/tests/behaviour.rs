@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use weir_core::{DenyReason, Limiter, ManualClock, Quota};
 use weir_gcra::Gcra;
 use weir_keyed::{AtCapacity, Keyed, KeyedConfig, KeyedConfigError};
+use weir_rl_core::{DenyReason, Limiter, ManualClock, Quota};
 
 fn store(max_keys: usize, policy: AtCapacity) -> (Keyed<String, weir_gcra::GcraAlgorithm, ManualClock>, ManualClock) {
     let clock = ManualClock::new();

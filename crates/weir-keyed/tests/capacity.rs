@@ -4,9 +4,9 @@
 
 use std::hash::RandomState;
 use std::time::Duration;
-use weir_core::{DenyReason, KeyedLimiter, ManualClock, Quota};
 use weir_gcra::{GcraAlgorithm, LeaseConfig};
 use weir_keyed::{HotKeys, Keyed, KeyedConfig};
+use weir_rl_core::{DenyReason, KeyedLimiter, ManualClock, Quota};
 
 mod support;
 
@@ -119,8 +119,8 @@ fn a_full_store_evicts_an_idle_hot_key_for_a_new_key() {
 #[test]
 fn a_full_window_store_with_one_idle_key_admits_a_new_key() {
     use std::hash::RandomState;
-    use weir_core::{Clock, Nanos};
     use weir_keyed::KeyedAlgorithm;
+    use weir_rl_core::{Clock, Nanos};
     use weir_window::fixed::FixedWindowAlgorithm;
     use weir_window::log::SlidingLogAlgorithm;
     use weir_window::sliding::SlidingWindowAlgorithm;
@@ -188,9 +188,9 @@ mod racing_first_checks {
     use std::sync::mpsc::{Receiver, Sender, channel};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
-    use weir_core::{DenyReason, ManualClock, Quota};
     use weir_gcra::GcraAlgorithm;
     use weir_keyed::{AtCapacity, Keyed, KeyedConfig};
+    use weir_rl_core::{DenyReason, ManualClock, Quota};
 
     type Pause = Arc<Mutex<Option<(std::thread::ThreadId, Sender<()>, Receiver<()>)>>>;
 
@@ -304,9 +304,9 @@ mod racing_first_checks_at_a_full_store {
 
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
-    use weir_core::{DenyReason, ManualClock, Quota};
     use weir_gcra::{Gcra, GcraAlgorithm};
     use weir_keyed::{AtCapacity, HotKeys, Keyed, KeyedConfig};
+    use weir_rl_core::{DenyReason, ManualClock, Quota};
 
     use super::support::HookClock;
 
@@ -351,7 +351,7 @@ mod racing_first_checks_at_a_full_store {
     #[test]
     fn the_refused_check_is_not_sent_to_the_overflow_limiter() {
         let overflow = Gcra::with_clock(Quota::per_hour(1).unwrap(), ManualClock::new());
-        assert!(weir_core::Limiter::check(&overflow).is_allowed()); // spent
+        assert!(weir_rl_core::Limiter::check(&overflow).is_allowed()); // spent
         let (store, clock) = full_store_with_one_idle_key(AtCapacity::EvictIdleOrOverflow(Arc::new(overflow)));
         clock.arm(2, move || assert!(store.check(&1).is_allowed()));
         let refused = store.check(&1);

@@ -1,4 +1,4 @@
-//! The per-key contract of weir-core ([`KeyedLimiter`], [`AsyncKeyedLimiter`]) on
+//! The per-key contract of weir-rl-core ([`KeyedLimiter`], [`AsyncKeyedLimiter`]) on
 //! `Keyed`: check, refund, snapshot and policies for every algorithm and key borrow
 //! form, all-of checks that refund, and the async form's ready futures.
 
@@ -6,9 +6,9 @@ use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-use weir_core::{AllOf, AsyncKeyedLimiter, Clock, Decision, KeyedLimiter, ManualClock, Policy, Quota};
 use weir_gcra::LeaseConfig;
 use weir_keyed::{HotKeys, Keyed, KeyedConfig, KeyedGcra};
+use weir_rl_core::{AllOf, AsyncKeyedLimiter, Clock, Decision, KeyedLimiter, ManualClock, Policy, Quota};
 
 fn config() -> KeyedConfig {
     KeyedConfig::builder(1_000).build().unwrap()

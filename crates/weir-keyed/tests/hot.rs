@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use weir_core::{ManualClock, Quota};
 use weir_gcra::{Gcra, GcraAlgorithm, LeaseConfig};
 use weir_keyed::{HotKeys, Keyed, KeyedConfig, KeyedConfigError};
+use weir_rl_core::{ManualClock, Quota};
 
 /// A GCRA store in hot-key mode.
 type Hot<C> = Keyed<u64, GcraAlgorithm, C, std::hash::RandomState, HotKeys>;

@@ -4,9 +4,9 @@
 //! is the exact time, once the clock has reached the algorithm's origin.
 
 use proptest::prelude::*;
-use weir_core::{Nanos, Quota};
 use weir_gcra::GcraAlgorithm;
 use weir_keyed::KeyedAlgorithm;
+use weir_rl_core::{Nanos, Quota};
 
 /// Checks of cost `n` after `dt` ns each, from the reading `start` on.
 fn steps() -> impl Strategy<Value = (u64, Vec<(u64, u64)>)> {

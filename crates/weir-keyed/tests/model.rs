@@ -5,9 +5,9 @@
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::time::Duration;
-use weir_core::{DenyReason, ManualClock, Quota};
 use weir_gcra::Gcra;
 use weir_keyed::{AtCapacity, Keyed, KeyedConfig};
+use weir_rl_core::{DenyReason, ManualClock, Quota};
 
 #[derive(Debug, Clone)]
 enum Op {

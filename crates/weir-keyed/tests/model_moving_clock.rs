@@ -10,9 +10,9 @@ use proptest::prelude::*;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use weir_core::{Algorithm, Clock, Decision, DenyReason, InsufficientCapacity, Nanos, Quota};
 use weir_gcra::{GcraAlgorithm, GcraState};
 use weir_keyed::{AtCapacity, Keyed, KeyedConfig};
+use weir_rl_core::{Algorithm, Clock, Decision, DenyReason, InsufficientCapacity, Nanos, Quota};
 
 mod support;
 use support::HookClock;

@@ -15,9 +15,9 @@ use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Once;
 use std::time::Duration;
-use weir_core::{DenyReason, ManualClock, Quota};
 use weir_gcra::{GcraAlgorithm, LeaseConfig};
 use weir_keyed::{AtCapacity, HotKeyMode, HotKeys, Keyed, KeyedConfig, NoHotKeys};
+use weir_rl_core::{DenyReason, ManualClock, Quota};
 
 /// Places in the stores below (one shard): enough for several index rebuilds
 /// (under miri, one: the smallest index is rebuilt at its 15th key).
@@ -118,7 +118,7 @@ type Promote<H> = Option<fn(&Store<H>, &Key) -> bool>;
 /// One permit a second, a burst of 1; at most `MAX_KEYS` keys, new keys denied
 /// when full (so that a lost place shows as a denial).
 fn store(clock: &ManualClock) -> Store<NoHotKeys> {
-    let algorithm = GcraAlgorithm::new(Quota::per_second(1).unwrap(), weir_core::Nanos::ZERO);
+    let algorithm = GcraAlgorithm::new(Quota::per_second(1).unwrap(), weir_rl_core::Nanos::ZERO);
     let config = KeyedConfig::builder(MAX_KEYS as usize).at_capacity(AtCapacity::Deny).build().unwrap();
     Keyed::with_hasher(algorithm, config, clock.clone(), Fixed::default())
 }

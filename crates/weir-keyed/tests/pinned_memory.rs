@@ -10,8 +10,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
-use weir_core::{DenyReason, ManualClock, Quota};
 use weir_keyed::{AtCapacity, Keyed, KeyedConfig};
+use weir_rl_core::{DenyReason, ManualClock, Quota};
 
 struct Counting;
 

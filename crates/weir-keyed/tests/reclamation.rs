@@ -10,9 +10,9 @@ use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::Duration;
-use weir_core::{Clock, DenyReason, ManualClock, Quota};
 use weir_gcra::{GcraAlgorithm, LeaseConfig};
 use weir_keyed::{AtCapacity, HotKeys, Keyed, KeyedConfig};
+use weir_rl_core::{Clock, DenyReason, ManualClock, Quota};
 
 thread_local! {
     static THREAD_BYTES: std::cell::Cell<isize> = const { std::cell::Cell::new(0) };

@@ -2,9 +2,9 @@
 //! lease stripes) gives back what the admission was charged, even after the store's
 //! quota changed in between.
 
-use weir_core::{ManualClock, Quota};
 use weir_gcra::{GcraAlgorithm, LeaseConfig};
 use weir_keyed::{HotKeys, Keyed, KeyedConfig};
+use weir_rl_core::{ManualClock, Quota};
 
 fn config() -> KeyedConfig {
     KeyedConfig::builder(100).build().unwrap()
@@ -49,9 +49,9 @@ fn a_hot_keys_refund_credits_the_interval_it_was_charged() {
 mod against_one_limiter {
     use proptest::prelude::*;
     use std::time::Duration;
-    use weir_core::{Decision, ManualClock, Quota};
     use weir_gcra::{Gcra, GcraAlgorithm};
     use weir_keyed::{Keyed, KeyedConfig};
+    use weir_rl_core::{Decision, ManualClock, Quota};
 
     #[derive(Debug, Clone)]
     enum Op {

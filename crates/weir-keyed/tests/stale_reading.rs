@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use weir_core::{Algorithm, Clock, Nanos, Quota};
 use weir_gcra::GcraAlgorithm;
 use weir_keyed::{AtCapacity, Keyed, KeyedConfig};
+use weir_rl_core::{Algorithm, Clock, Nanos, Quota};
 
 mod support;
 use support::HookClock;

@@ -6,9 +6,9 @@
 use std::cell::Cell;
 use std::hash::{Hash, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use weir_core::{DenyReason, ManualClock, Quota};
 use weir_gcra::GcraAlgorithm;
 use weir_keyed::{Keyed, KeyedConfig};
+use weir_rl_core::{DenyReason, ManualClock, Quota};
 
 thread_local! {
     /// Hash calls until the one that panics (0: none).

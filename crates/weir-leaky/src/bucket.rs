@@ -4,11 +4,11 @@
 use core::fmt;
 use core::marker::PhantomData;
 use core::time::Duration;
-use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_core::__private::ticks;
+use weir_rl_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
+use weir_rl_core::__private::ticks;
 #[cfg(any(feature = "std", loom))]
-use weir_core::Nanos;
-use weir_core::{Clock, Quota};
+use weir_rl_core::Nanos;
+use weir_rl_core::{Clock, Quota};
 
 use crate::queue::{BoundedQueue, PopError, PushError, Snooze};
 use crate::{BuildError, LeakSchedule, LeakSlot};
@@ -34,7 +34,7 @@ use crate::wait::{self, BLOCKING_ONE, Waiters};
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_core::{ManualClock, Quota};
+/// use weir_rl_core::{ManualClock, Quota};
 /// use weir_leaky::{LeakyBucket, TryRecvError};
 ///
 /// let clock = ManualClock::new();
@@ -71,7 +71,7 @@ use crate::wait::{self, BLOCKING_ONE, Waiters};
     not(feature = "tokio"),
     doc = "[recv_async_timeout]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv_async_timeout"
 )]
-pub struct LeakyBucket<T, C = weir_core::DefaultClock> {
+pub struct LeakyBucket<T, C = weir_rl_core::DefaultClock> {
     /// The items waiting to leave, in order.
     queue: BoundedQueue<T>,
     /// How many items consumers have reserved (each reservation entitles one
@@ -254,10 +254,10 @@ enum Unavailable {
 }
 
 #[cfg(feature = "std")]
-impl<T> LeakyBucket<T, weir_core::MonotonicClock> {
+impl<T> LeakyBucket<T, weir_rl_core::MonotonicClock> {
     /// An empty bucket holding up to `capacity` items, leaking one every
     /// `quota.emission_interval()`, on the default
-    /// [`MonotonicClock`](weir_core::MonotonicClock).
+    /// [`MonotonicClock`](weir_rl_core::MonotonicClock).
     ///
     /// The output of a leaky bucket has no burst: a quota with one is a
     /// [`BuildError`] (see [`LeakSchedule::new`](crate::LeakSchedule::new), and
@@ -267,14 +267,14 @@ impl<T> LeakyBucket<T, weir_core::MonotonicClock> {
     }
 }
 
-impl<T> LeakyBucket<T, weir_core::DefaultClock> {
+impl<T> LeakyBucket<T, weir_rl_core::DefaultClock> {
     /// A builder for a bucket of `capacity` items leaking at `quota`'s rate, for the
     /// option of a leak tolerance ([`LeakyBucketBuilder::tolerance`]); `build()` or
     /// `build_with_clock(clock)` validates and makes the bucket.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use weir_core::{ManualClock, Quota};
+    /// use weir_rl_core::{ManualClock, Quota};
     /// use weir_leaky::LeakyBucket;
     ///
     /// let bucket = LeakyBucket::<u32, _>::builder(Quota::per_second(100)?, 64)
@@ -310,12 +310,12 @@ impl<T> LeakyBucketBuilder<T> {
         Self { tolerance, ..self }
     }
 
-    /// The bucket, on the default [`MonotonicClock`](weir_core::MonotonicClock).
+    /// The bucket, on the default [`MonotonicClock`](weir_rl_core::MonotonicClock).
     ///
     /// Errors: see [`build_with_clock`](Self::build_with_clock).
     #[cfg(feature = "std")]
     pub fn build(self) -> Result<LeakyBucket<T>, BuildError> {
-        self.build_with_clock(weir_core::MonotonicClock::new())
+        self.build_with_clock(weir_rl_core::MonotonicClock::new())
     }
 
     /// The bucket, reading time from `clock`; the first item may leave at once.
@@ -563,7 +563,7 @@ impl<T, C: Clock> LeakyBucket<T, C> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use weir_core::Quota;
+    /// use weir_rl_core::Quota;
     /// use weir_leaky::{LeakyBucket, RecvTimeoutError};
     ///
     /// let bucket = LeakyBucket::new(Quota::per_hour(1)?, 4)?;
@@ -653,7 +653,7 @@ impl<T, C: Clock> LeakyBucket<T, C> {
     /// [`recv_async_timeout`](Self::recv_async_timeout) rather than wrapping this in a
     /// timeout: it never claims a slot it cannot use.
     ///
-    /// With tokio's paused time (tests), give the bucket a [`TokioClock`](weir_core::TokioClock).
+    /// With tokio's paused time (tests), give the bucket a [`TokioClock`](weir_rl_core::TokioClock).
     pub async fn recv_async(&self) -> Result<T, RecvError> {
         self.recv_async_until(None).await.map_err(|_| RecvError)
     }
@@ -777,7 +777,7 @@ impl<T, C> fmt::Debug for LeakyBucket<T, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_core::{ManualClock, Nanos};
+    use weir_rl_core::{ManualClock, Nanos};
 
     fn bucket(per_second: u64, capacity: usize) -> (LeakyBucket<u32, ManualClock>, ManualClock) {
         let clock = ManualClock::new();

@@ -25,7 +25,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use weir_core::{Clock, ManualClock, Nanos, Quota};
+//! use weir_rl_core::{Clock, ManualClock, Nanos, Quota};
 //! use weir_leaky::{LeakyBucket, OfferError, TryRecvError};
 //!
 //! let clock = ManualClock::new();
@@ -96,7 +96,7 @@
 //!
 //! - **As a meter** (no queue), it decides whether a request conforms to the rate and
 //!   burst, and rejects it if not. That is exactly GCRA, ITU-T I.371's "continuous-state
-//!   leaky bucket": use [`weir-gcra`](https://docs.rs/weir-gcra) (`weir::gcra::Gcra`),
+//!   leaky bucket": use [`weir-gcra`](https://docs.rs/weir-gcra) (`weir_rl::gcra::Gcra`),
 //!   which this crate does not duplicate.
 //! - **As a queue** (this crate), it *delays*: requests wait in the bucket and leave one
 //!   every leak interval `T`; only a full bucket rejects.
@@ -117,7 +117,7 @@
 //!
 //! # Pacing and tolerance
 //!
-//! Slots are points in absolute time (ticks of 1/16 ns, so every rate a [`Quota`](weir_core::Quota)
+//! Slots are points in absolute time (ticks of 1/16 ns, so every rate a [`Quota`](weir_rl_core::Quota)
 //! accepts is paced exactly), never "sleep `T` after each item". A consumer claims its
 //! slot as soon as it has reserved an item, before the slot is due; so while some
 //! consumer is already waiting when the previous item leaves, the next slot is exactly
@@ -140,7 +140,7 @@
 //!   [`MonotonicClock`], `std::error::Error` impls. Without it
 //!   the crate is `no_std` + `alloc`: the queue, the schedule, `offer` and `try_recv`.
 //! - `tokio`: async consumers ([`LeakyBucket::recv_async`]) and [`Throttle`]; it turns
-//!   on weir-core's `tokio` feature, whose [`TokioClock`] tests them under tokio's
+//!   on weir-rl-core's `tokio` feature, whose [`TokioClock`] tests them under tokio's
 //!   paused time.
 //!
 //! Why the ring, the throttle's line and the pacing are built as they are:
@@ -149,19 +149,19 @@
 //! The items of a feature that is off link to their docs.rs pages.
 //!
 #![cfg_attr(feature = "std", doc = "[`LeakyBucket::recv`]: LeakyBucket::recv")]
-#![cfg_attr(feature = "std", doc = "[`MonotonicClock`]: weir_core::MonotonicClock")]
+#![cfg_attr(feature = "std", doc = "[`MonotonicClock`]: weir_rl_core::MonotonicClock")]
 #![cfg_attr(
     not(feature = "std"),
     doc = "[`LeakyBucket::recv`]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.LeakyBucket.html#method.recv"
 )]
 #![cfg_attr(
     not(feature = "std"),
-    doc = "[`MonotonicClock`]: https://docs.rs/weir-core/latest/weir_core/struct.MonotonicClock.html"
+    doc = "[`MonotonicClock`]: https://docs.rs/weir-rl-core/latest/weir_rl_core/struct.MonotonicClock.html"
 )]
 #![cfg_attr(feature = "tokio", doc = "[`Throttle`]: Throttle")]
 #![cfg_attr(feature = "tokio", doc = "[Throttle::acquire]: Throttle::acquire")]
 #![cfg_attr(feature = "tokio", doc = "[`LeakyBucket::recv_async`]: LeakyBucket::recv_async")]
-#![cfg_attr(feature = "tokio", doc = "[`TokioClock`]: weir_core::TokioClock")]
+#![cfg_attr(feature = "tokio", doc = "[`TokioClock`]: weir_rl_core::TokioClock")]
 #![cfg_attr(
     not(feature = "tokio"),
     doc = "[`Throttle`]: https://docs.rs/weir-leaky/latest/weir_leaky/struct.Throttle.html"
@@ -176,7 +176,7 @@
 )]
 #![cfg_attr(
     not(feature = "tokio"),
-    doc = "[`TokioClock`]: https://docs.rs/weir-core/latest/weir_core/struct.TokioClock.html"
+    doc = "[`TokioClock`]: https://docs.rs/weir-rl-core/latest/weir_rl_core/struct.TokioClock.html"
 )]
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -284,3 +284,8 @@ impl fmt::Display for BuildError {
 
 #[cfg(feature = "std")]
 impl std::error::Error for BuildError {}
+
+/// The README's example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

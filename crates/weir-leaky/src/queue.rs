@@ -1,5 +1,5 @@
 //! [`BoundedQueue`]: a bounded multi-producer multi-consumer ring in Dmitry Vyukov's
-//! style, written for this crate on weir-core's [`sync`](weir_core::__private::sync) facade so that
+//! style, written for this crate on weir-rl-core's [`sync`](weir_rl_core::__private::sync) facade so that
 //! loom can model every atomic operation.
 //!
 //! # The algorithm
@@ -49,7 +49,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt;
 use core::mem::MaybeUninit;
-use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering, UnsafeCell, fence, spin_loop};
+use weir_rl_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering, UnsafeCell, fence, spin_loop};
 
 /// The largest capacity [`BoundedQueue::new`] accepts: 2⁴⁰ slots (2³⁰ on targets with
 /// 32-bit pointers, where the address space is smaller still).

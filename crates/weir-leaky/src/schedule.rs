@@ -50,11 +50,11 @@
 
 use core::fmt;
 use core::time::Duration;
-use weir_core::__private::MAX_TOLERANCE_TICKS;
-use weir_core::__private::duration_as_nanos_saturating;
-use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_core::__private::ticks;
-use weir_core::{Clock, Nanos, Quota};
+use weir_rl_core::__private::MAX_TOLERANCE_TICKS;
+use weir_rl_core::__private::duration_as_nanos_saturating;
+use weir_rl_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
+use weir_rl_core::__private::ticks;
+use weir_rl_core::{Clock, Nanos, Quota};
 
 use crate::BuildError;
 
@@ -71,7 +71,7 @@ const HORIZON_TICKS: u64 = (1 << 63) - 1;
 /// twice (which would let two claimers have it):
 ///
 /// ```compile_fail,E0382
-/// use weir_core::{Nanos, Quota};
+/// use weir_rl_core::{Nanos, Quota};
 /// use weir_leaky::LeakSchedule;
 ///
 /// let schedule = LeakSchedule::new(Quota::per_second(10)?, Nanos::ZERO)?;
@@ -143,7 +143,7 @@ impl fmt::Debug for LeakSlot<'_> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_core::{Nanos, Quota};
+/// use weir_rl_core::{Nanos, Quota};
 /// use weir_leaky::LeakSchedule;
 ///
 /// let schedule = LeakSchedule::new(Quota::per_second(10)?, Nanos::ZERO)?;
@@ -202,7 +202,7 @@ impl LeakSchedule {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use weir_core::{Nanos, Quota};
+    /// use weir_rl_core::{Nanos, Quota};
     /// use weir_leaky::LeakSchedule;
     ///
     /// let schedule = LeakSchedule::builder(Quota::per_second(10)?, Nanos::ZERO)
@@ -315,7 +315,7 @@ impl LeakSchedule {
     /// with a fresh reading.
     ///
     /// ```
-    /// use weir_core::{Nanos, Quota};
+    /// use weir_rl_core::{Nanos, Quota};
     /// use weir_leaky::LeakSchedule;
     ///
     /// let schedule = LeakSchedule::new(Quota::per_second(10)?, Nanos::ZERO)?;

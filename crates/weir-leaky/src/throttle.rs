@@ -59,8 +59,8 @@
 
 use core::fmt;
 use core::time::Duration;
-use weir_core::__private::sync::{AtomicU64, CachePadded, Ordering};
-use weir_core::{Clock, Nanos, Quota, TokioClock};
+use weir_rl_core::__private::sync::{AtomicU64, CachePadded, Ordering};
+use weir_rl_core::{Clock, Nanos, Quota, TokioClock};
 
 use crate::schedule::RawSlot;
 use crate::{BuildError, LeakSchedule, LeakSlot};
@@ -105,7 +105,7 @@ impl std::error::Error for ThrottleError {}
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_leaky::{Throttle, ThrottleError};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -148,7 +148,7 @@ impl Throttle<TokioClock> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use weir_core::Quota;
+    /// use weir_rl_core::Quota;
     /// use weir_leaky::Throttle;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]

@@ -20,8 +20,8 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 
 use core::time::Duration;
 use std::sync::PoisonError;
-use weir_core::__private::sync::{AtomicU64, CachePadded, Ordering, fence};
-use weir_core::{Clock, Nanos};
+use weir_rl_core::__private::sync::{AtomicU64, CachePadded, Ordering, fence};
+use weir_rl_core::{Clock, Nanos};
 
 /// One blocking sleeper, in `Waiters::sleepers`.
 pub(crate) const BLOCKING_ONE: u64 = 1;

@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
-use weir_core::{Clock, ManualClock, MonotonicClock, Nanos, Quota};
 use weir_leaky::{
     BoundedQueue, BuildError, LeakyBucket, MAX_CAPACITY, OfferError, RecvError, RecvTimeoutError, TryRecvError,
 };
+use weir_rl_core::{Clock, ManualClock, MonotonicClock, Nanos, Quota};
 
 fn manual(per_second: u64, capacity: usize) -> (LeakyBucket<u32, ManualClock>, ManualClock) {
     let clock = ManualClock::new();

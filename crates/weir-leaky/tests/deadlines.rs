@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use weir_core::{Clock, Nanos, Quota};
 use weir_leaky::{LeakSchedule, LeakyBucket, RecvTimeoutError, TryRecvError};
+use weir_rl_core::{Clock, Nanos, Quota};
 
 /// A clock that reads 1 ns later every time it is read ("re-reading the clock moves
 /// time"), and that a test can set, backwards too.

@@ -11,8 +11,8 @@
 use proptest::prelude::*;
 use std::collections::VecDeque;
 use std::time::Duration;
-use weir_core::{Clock, ManualClock, Nanos, Quota};
 use weir_leaky::{BoundedQueue, LeakyBucket, OfferError, PopError, PushError, TryRecvError};
+use weir_rl_core::{Clock, ManualClock, Nanos, Quota};
 
 const TICKS: u64 = 16;
 

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::{Instant, sleep, timeout};
-use weir_core::{Quota, TokioClock};
 use weir_leaky::{LeakyBucket, RecvError, RecvTimeoutError, Throttle, ThrottleError, TryRecvError};
+use weir_rl_core::{Quota, TokioClock};
 
 const MS: Duration = Duration::from_millis(1);
 

@@ -15,8 +15,8 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use weir_core::Quota;
 use weir_redis::{Backend, LeaseConfig, Leased, Redis, RedisLimiter, RedisOptions};
+use weir_rl_core::Quota;
 
 const KEYS: usize = 10_000;
 const TASKS: usize = 64;
@@ -263,7 +263,7 @@ async fn leases(url: &str, secs: f64) {
         let limiter = RedisLimiter::builder(&redis, quota).prefix("bench:overshoot:").build().unwrap();
         clients.push(Arc::new(Leased::new(limiter, config).unwrap()));
     }
-    let admitted = Arc::new(weir_core::__private::sync::AtomicU64::new(0));
+    let admitted = Arc::new(weir_rl_core::__private::sync::AtomicU64::new(0));
     let started = Instant::now();
     let mut handles = Vec::new();
     for c in &clients {
@@ -274,7 +274,7 @@ async fn leases(url: &str, secs: f64) {
                 while Instant::now() < deadline {
                     if c.check("shared").await.unwrap().is_allowed() {
                         // Ordering: Relaxed; a count read after the tasks are joined.
-                        admitted.fetch_add(1, weir_core::__private::sync::Ordering::Relaxed);
+                        admitted.fetch_add(1, weir_rl_core::__private::sync::Ordering::Relaxed);
                     }
                 }
             }));
@@ -285,7 +285,7 @@ async fn leases(url: &str, secs: f64) {
     }
     let elapsed = started.elapsed().as_secs_f64();
     // Ordering: Relaxed; the tasks are joined.
-    let admitted = admitted.load(weir_core::__private::sync::Ordering::Relaxed) as f64;
+    let admitted = admitted.load(weir_rl_core::__private::sync::Ordering::Relaxed) as f64;
     let exact = burst + rate * elapsed;
     let (decisions, trips): (u64, u64) =
         clients.iter().map(|c| (c.decisions(), c.round_trips())).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));

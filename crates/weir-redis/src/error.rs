@@ -2,7 +2,7 @@
 
 use core::fmt;
 use core::time::Duration;
-use weir_core::InsufficientCapacity;
+use weir_rl_core::InsufficientCapacity;
 
 /// Why a check, refund or snapshot has no answer from Redis.
 ///
@@ -12,7 +12,7 @@ use weir_core::InsufficientCapacity;
 /// that a retry would not change, and nothing was admitted by it.
 ///
 /// ```
-/// use weir_core::InsufficientCapacity;
+/// use weir_rl_core::InsufficientCapacity;
 /// use weir_redis::Error;
 ///
 /// let e = Error::from(InsufficientCapacity { requested: 12, capacity: 10 });

@@ -47,9 +47,9 @@ use crate::limiter::deciding;
 use crate::{ConfigError, Error, RedisLimiter};
 use core::fmt;
 use core::time::Duration;
-use weir_core::__private::sync::{AtomicBool, AtomicU64, Ordering};
-use weir_core::{AsyncKeyedLimiter, Clock, Decision, MonotonicClock, Nanos, Policy, Quota, Snapshot};
 use weir_keyed::{Keyed, KeyedConfig};
+use weir_rl_core::__private::sync::{AtomicBool, AtomicU64, Ordering};
+use weir_rl_core::{AsyncKeyedLimiter, Clock, Decision, MonotonicClock, Nanos, Policy, Quota, Snapshot};
 
 /// What to decide while Redis does not answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,7 +201,7 @@ type Fallback<C> = Keyed<Vec<u8>, weir_gcra::GcraAlgorithm, C>;
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_redis::{FailPolicy, LocalFallback, Path, Redis, RedisLimiter, Resilient};
 ///
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
@@ -244,7 +244,7 @@ impl<C: Clock> fmt::Debug for Resilient<C> {
 
 /// A quota for one of `instances` instances: the rate divided, the burst too.
 fn divided(quota: Quota, instances: u32) -> Result<Quota, ConfigError> {
-    let fallback = |e: weir_core::QuotaError| ConfigError::Fallback { message: e.to_string() };
+    let fallback = |e: weir_rl_core::QuotaError| ConfigError::Fallback { message: e.to_string() };
     let period = quota
         .period()
         .checked_mul(instances)
@@ -269,7 +269,7 @@ impl Resilient<MonotonicClock> {
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_redis::{Backoff, FailPolicy, Redis, RedisLimiter, Resilient};
 ///
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
@@ -466,7 +466,10 @@ impl<C: Clock> Resilient<C> {
     fn decide_locally(&self, key: &[u8], n: u64) -> Result<Checked, Error> {
         let limit = self.limiter.capacity();
         if n > limit {
-            return Err(Error::InsufficientCapacity(weir_core::InsufficientCapacity { requested: n, capacity: limit }));
+            return Err(Error::InsufficientCapacity(weir_rl_core::InsufficientCapacity {
+                requested: n,
+                capacity: limit,
+            }));
         }
         let (decision, path) = match self.policy {
             FailPolicy::Open => (Decision::allowed(Snapshot::new(limit, limit.saturating_sub(n), 0)), Path::FailOpen),

@@ -85,8 +85,8 @@ use core::time::Duration;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
-use weir_core::__private::sync::{AtomicU64, AtomicUsize, Ordering};
-use weir_core::{AsyncKeyedLimiter, Clock, Decision, InsufficientCapacity, MonotonicClock, Nanos, Policy, Snapshot};
+use weir_rl_core::__private::sync::{AtomicU64, AtomicUsize, Ordering};
+use weir_rl_core::{AsyncKeyedLimiter, Clock, Decision, InsufficientCapacity, MonotonicClock, Nanos, Policy, Snapshot};
 
 /// How leases are sized and how long they live: built with
 /// [`LeaseConfig::builder`], or [`LeaseConfig::default()`] (leases of at most 64
@@ -240,7 +240,7 @@ type Shard = Mutex<HashMap<Vec<u8>, Lease>>;
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_redis::{LeaseConfig, Leased, Redis, RedisLimiter};
 ///
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;

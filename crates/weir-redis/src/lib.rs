@@ -3,8 +3,8 @@
 //! In-memory limiters count per instance: ten instances behind a load balancer each
 //! admit the full limit. weir-redis keeps each client's state in Redis, so every
 //! instance shares one limit per client, with the same algorithms, maths and
-//! [`Decision`](weir_core::Decision)s as the local crates. It implements
-//! [`AsyncKeyedLimiter`](weir_core::AsyncKeyedLimiter), so a middleware written
+//! [`Decision`](weir_rl_core::Decision)s as the local crates. It implements
+//! [`AsyncKeyedLimiter`](weir_rl_core::AsyncKeyedLimiter), so a middleware written
 //! against that trait (weir-tower's) runs on Redis unchanged.
 //!
 //! # What to use when
@@ -23,7 +23,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use weir_core::Quota;
+//! use weir_rl_core::Quota;
 //! use weir_redis::{FailPolicy, LocalFallback, Redis, RedisLimiter, RedisOptions, Resilient};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -71,7 +71,7 @@
 //!   without an expiry unless [`expiry`](RedisLimiterBuilder::expiry) says
 //!   otherwise ([`Expiry::Never`]), since Redis expires in real time and a test
 //!   clock need not run at real speed: then a
-//!   [`ManualClock`](weir_core::ManualClock) makes every decision reproducible,
+//!   [`ManualClock`](weir_rl_core::ManualClock) makes every decision reproducible,
 //!   whatever real time passes (tested on a clock that stands still).
 //! - **Refunds** give back what an admission still holds, as the local crates:
 //!   GCRA credits the units less the time since the admission was decided
@@ -194,7 +194,7 @@ pub use limiter::{
 pub mod __private {
     use crate::{Error, Leased, Redis, RedisLimiter, Resilient};
     use redis::{Cmd, FromRedisValue};
-    use weir_core::Clock;
+    use weir_rl_core::Clock;
 
     /// The SHA1 of the script `limiter`'s checks run (`EVALSHA`), to compare a
     /// check with a bare `EVALSHA` of the same script.
@@ -217,7 +217,7 @@ pub mod __private {
         limiter: &RedisLimiter,
         key: &(impl AsRef<[u8]> + ?Sized),
         n: u64,
-    ) -> Result<(weir_core::Decision, Vec<i64>, (u64, u64)), Error> {
+    ) -> Result<(weir_rl_core::Decision, Vec<i64>, (u64, u64)), Error> {
         limiter.gcra_check_with_expiry(key.as_ref(), n).await
     }
 

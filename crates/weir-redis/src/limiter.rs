@@ -4,8 +4,8 @@ use crate::math::{GcraMicros, NS, WindowMicros};
 use crate::{ConfigError, Error, Redis, scripts};
 use core::fmt;
 use std::sync::Arc;
-use weir_core::__private::sync::{AtomicU64, Ordering};
-use weir_core::{AsyncKeyedLimiter, Clock, Decision, InsufficientCapacity, Nanos, Policy, Quota, Snapshot};
+use weir_rl_core::__private::sync::{AtomicU64, Ordering};
+use weir_rl_core::{AsyncKeyedLimiter, Clock, Decision, InsufficientCapacity, Nanos, Policy, Quota, Snapshot};
 
 /// The most quotas in one tier.
 pub const MAX_TIER: usize = 8;
@@ -40,7 +40,7 @@ pub enum Expiry {
     /// clock runs at real speed: Redis's `TIME` (the default of
     /// [`build`](RedisLimiterBuilder::build)), or client clocks in Unix time
     /// that agree. Under a clock that runs slower than real time (a
-    /// [`ManualClock`](weir_core::ManualClock) that stands still), Redis would
+    /// [`ManualClock`](weir_rl_core::ManualClock) that stands still), Redis would
     /// forget a state that still counts and admit too early.
     WhenIdle,
     /// Keys are written without an expiry and stay until deleted (a state past
@@ -58,7 +58,7 @@ pub enum Expiry {
 ///
 /// ```
 /// # fn demo(redis: &weir_redis::Redis) -> Result<(), Box<dyn std::error::Error>> {
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_redis::{LongKeys, RedisLimiter};
 ///
 /// // API keys are at most 64 bytes here: anything longer is a bad request.
@@ -71,13 +71,13 @@ pub enum Expiry {
 /// ```
 ///
 /// [`LongKeys::Hash`] (the default) names such a key by its
-/// [`long_key_hash`](weir_core::long_key_hash) (`%H` and 32 hex digits,
+/// [`long_key_hash`](weir_rl_core::long_key_hash) (`%H` and 32 hex digits,
 /// [`HASHED_KEY_BYTES`]): the same name on every instance, so a fleet shares the
 /// key's limit, and no client can choose a key that lands on another client's state
 /// (that would take a SHA-256 collision). [`LongKeys::Refuse`]: checks, refunds and
-/// snapshots of the key are [`Error::KeyTooLong`], without a round trip. weir-core's
+/// snapshots of the key are [`Error::KeyTooLong`], without a round trip. weir-rl-core's
 /// type, shared with weir-tower.
-pub use weir_core::LongKeys;
+pub use weir_rl_core::LongKeys;
 
 /// Which algorithm a [`RedisLimiter`] runs
 /// ([`RedisLimiterBuilder::backend`]).
@@ -133,7 +133,7 @@ enum TimeSource {
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_redis::{Redis, RedisLimiter};
 ///
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
@@ -240,7 +240,7 @@ fn window_of(quota: &Quota) -> Result<WindowMicros, ConfigError> {
 ///
 /// ```
 /// # async fn demo(redis: &weir_redis::Redis) -> Result<(), Box<dyn std::error::Error>> {
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_redis::{Backend, ConfigError, RedisLimiter};
 ///
 /// // A minute, a day and a burst limit, all or nothing, in one round trip.
@@ -366,7 +366,7 @@ impl RedisLimiterBuilder {
     ///
     /// Keys are kept without an expiry unless [`expiry`](Self::expiry) says
     /// otherwise ([`Expiry::Never`]), so with a
-    /// [`ManualClock`](weir_core::ManualClock) every decision is reproducible: it
+    /// [`ManualClock`](weir_rl_core::ManualClock) every decision is reproducible: it
     /// depends on the clock's readings and the requests alone (and the keys in
     /// Redis before the run), not on how much real time passes. A fleet on client
     /// clocks sets [`Expiry::WhenIdle`], so idle keys expire.
@@ -525,7 +525,7 @@ impl RedisLimiter {
             }
             let mut out = String::with_capacity(HASHED_KEY_BYTES);
             out.push_str("%H");
-            for b in &weir_core::long_key_hash(key) {
+            for b in &weir_rl_core::long_key_hash(key) {
                 let _ = write!(out, "{b:02x}");
             }
             return Ok(out);

@@ -2,7 +2,7 @@
 //! and how their replies become weir [`Decision`]s (the same formulas as the local
 //! crates, at a resolution of 1 µs).
 
-use weir_core::{Decision, Quota, Snapshot};
+use weir_rl_core::{Decision, Quota, Snapshot};
 
 /// Nanoseconds per microsecond.
 pub(crate) const NS: u64 = 1_000;
@@ -62,7 +62,7 @@ impl GcraMicros {
     /// What giving back `n` units credits, in µs: never more than any call that
     /// took them was charged for them (`n·period / count` rounded *down* where
     /// [`cost_us`](Self::cost_us) rounds up), so a refund of part of a call cannot
-    /// create capacity (weir-core's `Quota::credit_ticks`, in µs).
+    /// create capacity (weir-rl-core's `Quota::credit_ticks`, in µs).
     pub(crate) fn credit_us(&self, n: u64) -> u64 {
         if self.interval_us > 0 {
             return n.saturating_mul(self.interval_us);

@@ -6,12 +6,12 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 use support::RedisServer;
-use weir_core::{AsyncKeyedLimiter, Decision, ManualClock, Nanos, Policy, Quota};
 use weir_redis::__private::gcra_check_with_expiry;
 use weir_redis::{
     Backend, ConfigError, DEFAULT_MAX_KEY_BYTES, DEFAULT_PREFIX, Error, Expiry, FailPolicy, HASHED_KEY_BYTES,
     LeaseConfig, Leased, LocalFallback, LongKeys, Redis, RedisLimiter, Resilient,
 };
+use weir_rl_core::{AsyncKeyedLimiter, Decision, ManualClock, Nanos, Policy, Quota};
 
 /// A Unix time in ns (2023-11-14), a whole number of hours.
 const T0: u64 = 1_699_999_200_000_000_000;

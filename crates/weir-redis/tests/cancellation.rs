@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 use support::{FakeMode, FakeRedis, RedisServer};
-use weir_core::{ManualClock, Nanos, Quota};
 use weir_redis::__private::{is_probing, renewal_pending, renewal_settled};
 use weir_redis::{Backoff, Error, FailPolicy, LeaseConfig, Leased, Path, Redis, RedisLimiter, RedisOptions, Resilient};
+use weir_rl_core::{ManualClock, Nanos, Quota};
 use weir_testkit::each_cancellation;
 
 const T0: u64 = 1_700_000_000_000_000_000;

@@ -5,8 +5,8 @@ mod support;
 
 use std::collections::HashSet;
 use support::RedisCluster;
-use weir_core::Quota;
 use weir_redis::{Redis, RedisLimiter};
+use weir_rl_core::Quota;
 
 fn slot(cluster: &RedisCluster, key: &str) -> u16 {
     cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", key]).trim().parse().expect("a slot number")

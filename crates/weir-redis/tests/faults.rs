@@ -7,10 +7,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 use support::{FakeMode, FakeRedis, RedisServer};
-use weir_core::{ManualClock, Nanos, Quota};
 use weir_redis::{
     Backend, Backoff, Error, FailPolicy, LocalFallback, Path, Redis, RedisLimiter, RedisOptions, Resilient,
 };
+use weir_rl_core::{ManualClock, Nanos, Quota};
 
 const TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -294,7 +294,7 @@ struct Ticking {
     step: u64,
 }
 
-impl weir_core::Clock for Ticking {
+impl weir_rl_core::Clock for Ticking {
     fn now(&self) -> Nanos {
         Nanos::new(self.now.fetch_add(self.step, std::sync::atomic::Ordering::SeqCst))
     }

@@ -6,8 +6,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 use support::RedisServer;
-use weir_core::{ManualClock, Nanos, Quota};
 use weir_redis::{Backend, ConfigError, LeaseConfig, Leased, Redis, RedisLimiter};
+use weir_rl_core::{ManualClock, Nanos, Quota};
 
 const T0: u64 = 1_700_000_000_000_000_000;
 

@@ -5,8 +5,8 @@ mod support;
 
 use std::time::Duration;
 use support::RedisServer;
-use weir_core::Quota;
 use weir_redis::{Error, Redis, RedisLimiter, RedisOptions};
+use weir_rl_core::Quota;
 
 #[tokio::test]
 async fn a_limiter_runs_over_tls() {

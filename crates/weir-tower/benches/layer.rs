@@ -25,7 +25,7 @@ use std::hint::black_box;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tower::Service;
-use weir_core::__private::sync::{AtomicU64, Ordering};
+use weir_rl_core::__private::sync::{AtomicU64, Ordering};
 
 /// Counts allocations (all threads; the benchmark runs on one).
 struct Counting;

@@ -11,8 +11,8 @@
 use axum::{Router, routing::get};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use weir_core::Quota;
 use weir_keyed::{KeyedConfig, KeyedGcra};
+use weir_rl_core::Quota;
 use weir_tower::{Config, Key, RateLimitLayer};
 
 /// Your database: which plan an API key is on.

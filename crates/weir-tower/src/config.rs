@@ -69,7 +69,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use toml::Spanned;
-use weir_core::{AllOf, KeyedLimiter, Quota};
+use weir_rl_core::{AllOf, KeyedLimiter, Quota};
 
 /// A mistake in a configuration file: what, which field, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,7 +139,7 @@ pub struct Config {
     file: File,
     lookup: Option<TiersBuilder>,
     /// The tier cache's clock ([`Config::clock`]; the monotonic clock if none).
-    tier_clock: Option<Arc<dyn weir_core::Clock + Send + Sync>>,
+    tier_clock: Option<Arc<dyn weir_rl_core::Clock + Send + Sync>>,
     factory: Arc<StoreFactory>,
 }
 
@@ -380,9 +380,9 @@ impl Config {
     }
 
     /// Reads `clock` instead of the monotonic clock: the stores' and the tier cache's
-    /// (a [`ManualClock`](weir_core::ManualClock) in tests). It replaces any store
+    /// (a [`ManualClock`](weir_rl_core::ManualClock) in tests). It replaces any store
     /// factory given before.
-    pub fn clock<C: weir_core::Clock + Clone + Send + Sync + 'static>(mut self, clock: C) -> Self {
+    pub fn clock<C: weir_rl_core::Clock + Clone + Send + Sync + 'static>(mut self, clock: C) -> Self {
         self.tier_clock = Some(Arc::new(clock.clone()));
         self.factory = Arc::new(move |config: &QuotaConfig| crate::memory::store(config, clock.clone()));
         self
@@ -645,7 +645,7 @@ impl Config {
             let store = self.all_of(ctx, tier.quotas.get_ref(), &field, max_keys)?;
             tiers = tiers.tier(name, store);
         }
-        let clock = self.tier_clock.clone().unwrap_or_else(|| Arc::new(weir_core::MonotonicClock::new()));
+        let clock = self.tier_clock.clone().unwrap_or_else(|| Arc::new(weir_rl_core::MonotonicClock::new()));
         // `validate` has checked each option the builder checks; a refusal here names
         // the option all the same.
         let tiers = tiers.build_with_shared_clock(clock).map_err(|e| {
@@ -868,11 +868,11 @@ fn throttle_of(ctx: &Ctx<'_>, spec: &Spanned<ThrottleSpec>, field: &str) -> Resu
 /// The default store factory: a `weir_keyed::Keyed` store of the quota's algorithm,
 /// on the monotonic clock.
 pub fn memory_store(config: &QuotaConfig) -> Result<Box<dyn KeyedLimiter<Key> + Send + Sync>, String> {
-    crate::memory::store(config, weir_core::MonotonicClock::new())
+    crate::memory::store(config, weir_rl_core::MonotonicClock::new())
 }
 
 /// [`memory_store`] on another clock.
-pub fn memory_store_with_clock<C: weir_core::Clock + Send + Sync + 'static>(
+pub fn memory_store_with_clock<C: weir_rl_core::Clock + Send + Sync + 'static>(
     config: &QuotaConfig,
     clock: C,
 ) -> Result<Box<dyn KeyedLimiter<Key> + Send + Sync>, String> {

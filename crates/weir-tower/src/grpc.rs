@@ -277,7 +277,7 @@ where
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_keyed::{KeyedConfig, KeyedGcra};
 /// use weir_tower::{Key, RateLimitLayer};
 ///

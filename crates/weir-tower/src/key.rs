@@ -25,8 +25,8 @@ const HASHED: u8 = 0x80;
 /// every other, up to the hash, and costs no more than a short key), or refuse the
 /// request ([`LongKeys::Refuse`]: `400 Bad Request`, with a problem+json `detail`
 /// that names the header and the size, whatever the limit's [`MissingKey`] says: a
-/// refused key is not a missing one). weir-core's type, shared with weir-redis.
-pub use weir_core::LongKeys;
+/// refused key is not a missing one). weir-rl-core's type, shared with weir-redis.
+pub use weir_rl_core::LongKeys;
 
 /// What a key is made of; the first byte of its encoding, so keys of different kinds
 /// never collide in one store.
@@ -70,7 +70,7 @@ impl KeyKind {
 /// the client is counted (a store, the tier cache, a throttle's map) and sent (a
 /// remote store's key name). So a key costs at most [`MAX_KEY_BYTES`] bytes of
 /// payload: an API key, user id or custom key longer than that is kept as its
-/// 128-bit hash ([`weir_core::long_key_hash`]: the first 16 bytes of its SHA-256),
+/// 128-bit hash ([`weir_rl_core::long_key_hash`]: the first 16 bytes of its SHA-256),
 /// the same on every instance of a fleet that shares a Redis, so a fleet maps the
 /// same client to the same key. Such a key says
 /// [`is_hashed`](Self::is_hashed); its [`payload`](Self::payload) is the 16 bytes
@@ -125,7 +125,7 @@ impl Key {
     /// heap up to [`MAX_KEY_BYTES`], else its hash (inline).
     fn encode(kind: KeyKind, payload: &[u8]) -> Self {
         if payload.len() > MAX_KEY_BYTES {
-            let hash = weir_core::long_key_hash(payload);
+            let hash = weir_rl_core::long_key_hash(payload);
             let mut encoding = [0u8; 17];
             encoding[0] = kind.tag() | HASHED;
             encoding[1..].copy_from_slice(&hash);
@@ -584,7 +584,7 @@ mod tests {
         // The same long key is the same key in every process and version.
         let long = Key::api_key(&[b'k'; 200]);
         assert_eq!(long.to_string(), "api-key:#".to_owned() + &long.to_string()[9..]);
-        assert_eq!(long.payload(), weir_core::long_key_hash(&[b'k'; 200]));
+        assert_eq!(long.payload(), weir_rl_core::long_key_hash(&[b'k'; 200]));
     }
 
     #[test]

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower_layer::Layer;
 use tower_service::Service;
-use weir_core::__private::sync::{AtomicBool, Ordering};
-use weir_core::{Decision, DenyReason, KeyedLimiter};
+use weir_rl_core::__private::sync::{AtomicBool, Ordering};
+use weir_rl_core::{Decision, DenyReason, KeyedLimiter};
 
 type SkipFn = dyn Fn(&Parts) -> bool + Send + Sync;
 type HookFn = dyn Fn(&LimitEvent<'_>) + Send + Sync;
@@ -272,7 +272,7 @@ impl Shared {
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_keyed::{KeyedConfig, KeyedGcra, KeyedSlidingLog};
 /// use weir_tower::{Key, Limit, Policy, RateLimitLayer};
 ///

@@ -5,7 +5,7 @@
 //!
 //! ```
 //! use axum::{Router, routing::get};
-//! use weir_core::Quota;
+//! use weir_rl_core::Quota;
 //! use weir_keyed::{KeyedConfig, KeyedGcra};
 //! use weir_tower::{Key, RateLimitLayer};
 //!
@@ -71,7 +71,7 @@
 //! **A key costs at most [`MAX_KEY_BYTES`] of payload**, wherever it is kept (a
 //! store, the tier cache, a throttle's map) or sent (a remote store): an API key,
 //! user id or custom key longer than 128 bytes is kept as its 128-bit hash
-//! ([`weir_core::long_key_hash`], from SHA-256), the same on every instance of a
+//! ([`weir_rl_core::long_key_hash`], from SHA-256), the same on every instance of a
 //! fleet and in weir-redis ([`Key`], "Long keys"), so a store's `max_keys` bounds its memory whatever its clients send. A
 //! tier lookup receives that hashed key for such a client.
 //! [`KeySource::long_keys`]`(`[`LongKeys::Refuse`]`)` (`long_keys = "refuse"` in
@@ -84,15 +84,15 @@
 //! minutes per IP; everything else: 100 per minute); a skip rule exempts paths; an
 //! on-limit hook sees every refusal ([`LimitEvent`]), and a `tracing` event is
 //! emitted for each (target `weir_tower`). Each limit checks its key in a [`Store`]:
-//! in memory (any [`KeyedLimiter`](weir_core::KeyedLimiter): `weir_keyed::Keyed`
+//! in memory (any [`KeyedLimiter`](weir_rl_core::KeyedLimiter): `weir_keyed::Keyed`
 //! over GCRA, the sliding window, the sliding log or the fixed window), or remote
-//! (any [`AsyncKeyedLimiter`](weir_core::AsyncKeyedLimiter), such as Redis). Or a
+//! (any [`AsyncKeyedLimiter`](weir_rl_core::AsyncKeyedLimiter), such as Redis). Or a
 //! limit throttles ([`KeyedThrottle`], weir-leaky's FIFO throttle per key):
 //! requests over the rate wait their turn up to a deadline instead of being refused,
 //! and a client that disconnects while waiting frees its place.
 //!
 //! **All or nothing.** A policy's limits (per IP and per user, say) and a tier's
-//! quotas (per minute, per day, a burst: an [`AllOf`](weir_core::AllOf)) are checked
+//! quotas (per minute, per day, a burst: an [`AllOf`](weir_rl_core::AllOf)) are checked
 //! in order; a request refused by one consumes nothing from the others, because the
 //! earlier admissions are refunded before the answer is sent. The one transient: a
 //! concurrent request that checks while capacity is held for a request about to be
@@ -125,7 +125,7 @@
 //! 100 ms wait is `1`, never `0`), and an `application/problem+json` body (RFC 9457)
 //! with `retry_after`; the body is configurable
 //! ([`RateLimitLayerBuilder::deny_body`]). A store full of other clients' keys
-//! ([`DenyReason::KeyCapacity`](weir_core::DenyReason::KeyCapacity)) is not this
+//! ([`DenyReason::KeyCapacity`](weir_rl_core::DenyReason::KeyCapacity)) is not this
 //! client's rate: it is answered `503 Too Many Clients` ([`Rejection::KeyCapacity`]),
 //! with the store's `Retry-After` and no `RateLimit` fields (the client has no
 //! bucket they could describe); so is a new client of a [`KeyedThrottle`] whose map
@@ -152,7 +152,7 @@
 //!
 //! ```
 //! # #[cfg(feature = "grpc")] {
-//! use weir_core::Quota;
+//! use weir_rl_core::Quota;
 //! use weir_keyed::{KeyedConfig, KeyedGcra};
 //! use weir_tower::{Key, Limit, Policy, RateLimitLayer};
 //!
@@ -219,7 +219,7 @@
 //! [`until_key_ready`](wait::until_key_ready) (wait until a limiter admits, up to a
 //! deadline, a tokio [`Instant`](wait::Instant)), their `_timeout` forms (up to a
 //! `Duration` from now), and [`FifoWait`](wait::FifoWait) (the waiters of a key in
-//! arrival order). With the `weir` facade, their errors convert into `weir::Error`
+//! arrival order). With the `weir-rl` facade, their errors convert into `weir_rl::Error`
 //! with `?`.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -2,8 +2,8 @@
 
 use crate::config::{Algorithm, QuotaConfig};
 use crate::key::Key;
-use weir_core::{Clock, KeyedLimiter};
 use weir_keyed::{Keyed, KeyedConfig};
+use weir_rl_core::{Clock, KeyedLimiter};
 
 /// The store of one configured quota.
 pub(crate) fn store<C: Clock + Send + Sync + 'static>(

@@ -11,7 +11,7 @@ use core::fmt;
 use http::HeaderValue;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use weir_core::{Decision, KeyedLimiter};
+use weir_rl_core::{Decision, KeyedLimiter};
 
 /// The most limits one policy applies.
 pub const MAX_LIMITS: usize = 8;
@@ -20,7 +20,7 @@ pub const MAX_LIMITS: usize = 8;
 /// each with its own store, or a throttle).
 ///
 /// ```
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_keyed::{KeyedConfig, KeyedGcra, KeyedSlidingWindow};
 /// use weir_tower::{Key, KeySource, Limit, MissingKey, Store};
 ///
@@ -131,13 +131,13 @@ impl fmt::Debug for Limit {
 /// The limits a route group applies, all of them to every request: per IP and per
 /// user at once, say. A request passes only if every limit admits it; one denied by
 /// a limit consumes nothing from the others (their admissions are refunded, with the
-/// same transient as [`AllOf`](weir_core::AllOf): a concurrent request may be denied
+/// same transient as [`AllOf`](weir_rl_core::AllOf): a concurrent request may be denied
 /// spuriously, never over-admitted). Of the admissions, the one with the least
 /// remaining goes in the headers.
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_keyed::{KeyedConfig, KeyedSlidingLog};
 /// use weir_tower::{Key, Limit, Policy};
 ///
@@ -842,7 +842,7 @@ impl CompiledPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_core::Policy as Quota;
+    use weir_rl_core::Policy as Quota;
 
     use crate::test_support::Open;
 

@@ -7,7 +7,7 @@ use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
-use weir_core::Decision;
+use weir_rl_core::Decision;
 
 /// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-10).
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -264,7 +264,7 @@ pub enum Rejection {
     /// A store or the tier lookup failed: 503.
     Unavailable,
     /// A store is full of other clients' keys and refuses a new one
-    /// ([`DenyReason::KeyCapacity`](weir_core::DenyReason::KeyCapacity)): 503, with
+    /// ([`DenyReason::KeyCapacity`](weir_rl_core::DenyReason::KeyCapacity)): 503, with
     /// the store's `Retry-After` and no `RateLimit` fields (the client has no bucket
     /// they could describe). The client did nothing wrong: the server's capacity is
     /// what refuses.
@@ -603,7 +603,7 @@ pub(crate) fn json_string(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_core::Snapshot;
+    use weir_rl_core::Snapshot;
 
     #[test]
     fn waits_round_up_to_whole_seconds_never_zero() {

@@ -8,14 +8,14 @@ use core::pin::Pin;
 use core::task::{Context, Poll};
 use std::sync::Arc;
 use std::time::Duration;
-use weir_core::{AsyncKeyedLimiter, Decision, KeyedLimiter, Policy as Quota};
+use weir_rl_core::{AsyncKeyedLimiter, Decision, KeyedLimiter, Policy as Quota};
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A per-key limiter the middleware checks, and the names of its quotas.
 ///
 /// - **In memory**: any [`KeyedLimiter<Key>`](KeyedLimiter) (a `weir_keyed::Keyed`
-///   store, an [`AllOf`](weir_core::AllOf) of them, your own): checked synchronously
+///   store, an [`AllOf`](weir_rl_core::AllOf) of them, your own): checked synchronously
 ///   inside the middleware's `call`, with no future, no boxing and no allocation.
 /// - **Remote**: any [`AsyncKeyedLimiter<Key>`](AsyncKeyedLimiter) (a Redis store):
 ///   each check is one boxed future, awaited before the request goes on.

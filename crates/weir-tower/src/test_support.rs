@@ -1,7 +1,7 @@
 //! What the unit tests of several modules share.
 
 use crate::Key;
-use weir_core::{Decision, InsufficientCapacity, KeyedLimiter, Policy, Snapshot};
+use weir_rl_core::{Decision, InsufficientCapacity, KeyedLimiter, Policy, Snapshot};
 
 /// A store that admits everything under one policy.
 pub(crate) struct Open(pub(crate) [Policy; 1]);

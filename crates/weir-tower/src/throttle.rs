@@ -6,9 +6,9 @@ use core::fmt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use weir_core::__private::sync::{AtomicU64, Ordering};
-use weir_core::{Clock, Nanos, Quota, TokioClock};
 use weir_leaky::{BuildError, LeakSchedule, LeakSlot};
+use weir_rl_core::__private::sync::{AtomicU64, Ordering};
+use weir_rl_core::{Clock, Nanos, Quota, TokioClock};
 
 /// Throttle mode for a [`Limit`](crate::Limit): each key gets a
 /// [`weir_leaky::Throttle`], so its requests proceed one per emission interval of
@@ -40,7 +40,7 @@ use weir_leaky::{BuildError, LeakSchedule, LeakSlot};
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_tower::KeyedThrottle;
 ///
 /// // Two requests per second per client, up to 10 waiting, none waiting over 5 s.
@@ -244,7 +244,7 @@ impl Line {
 /// Which [`KeyedThrottleBuilder`] option was refused, and why.
 ///
 /// ```
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_tower::{KeyedThrottle, KeyedThrottleError};
 ///
 /// let error = KeyedThrottle::builder(Quota::per_second(2)?, 10).max_keys(0).build().unwrap_err();

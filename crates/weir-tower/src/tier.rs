@@ -14,7 +14,7 @@ use quick_cache::{OptionsBuilder, Weighter};
 use std::hash::RandomState;
 use std::sync::Arc;
 use std::time::Duration;
-use weir_core::{Clock, MonotonicClock};
+use weir_rl_core::{Clock, MonotonicClock};
 
 type LookupFuture = Pin<Box<dyn Future<Output = Result<String, String>> + Send>>;
 type LookupFn = dyn Fn(Key) -> LookupFuture + Send + Sync;
@@ -31,7 +31,7 @@ pub enum OnLookupError {
     Deny,
 }
 
-/// Plans, each enforced by its own store (typically an [`AllOf`](weir_core::AllOf)
+/// Plans, each enforced by its own store (typically an [`AllOf`](weir_rl_core::AllOf)
 /// of a burst, a per-minute and a per-day quota, checked all or nothing), and the
 /// lookup that says which plan a client is on.
 ///
@@ -70,7 +70,7 @@ pub enum OnLookupError {
 /// an answer.
 ///
 /// ```
-/// use weir_core::{AllOf, Quota};
+/// use weir_rl_core::{AllOf, Quota};
 /// use weir_keyed::{KeyedConfig, KeyedFixedWindow, KeyedGcra, KeyedSlidingWindow};
 /// use weir_tower::{Key, OnLookupError, Store, Tiers};
 ///
@@ -316,7 +316,7 @@ impl TiersBuilder {
     }
 
     /// As [`build`](Self::build), the cache expiring by `clock` (a
-    /// [`ManualClock`](weir_core::ManualClock) in tests).
+    /// [`ManualClock`](weir_rl_core::ManualClock) in tests).
     pub fn build_with_clock(self, clock: impl Clock + Send + Sync + 'static) -> Result<Tiers, TiersError> {
         self.build_with_shared_clock(Arc::new(clock))
     }
@@ -550,7 +550,7 @@ impl fmt::Debug for Tiers {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use weir_core::{ManualClock, Policy};
+    use weir_rl_core::{ManualClock, Policy};
 
     use crate::test_support::Open;
 

@@ -7,10 +7,10 @@
 //! request cannot be admitted by the deadline (the retry time is past it), rather
 //! than sleep to find out. The sleeps are tokio's, so under paused time
 //! (`#[tokio::test(start_paused = true)]`) a limiter on a
-//! [`TokioClock`](weir_core::TokioClock) is tested to the nanosecond without sleeping.
+//! [`TokioClock`](weir_rl_core::TokioClock) is tested to the nanosecond without sleeping.
 //!
 //! **Deadlines.** A deadline is a tokio [`Instant`] (re-exported here), not the
-//! limiter's [`Nanos`](weir_core::Nanos): the waits sleep on tokio's timer, which
+//! limiter's [`Nanos`](weir_rl_core::Nanos): the waits sleep on tokio's timer, which
 //! counts in its `Instant`s (and pauses with it in tests), and the limiter's clock
 //! may be any clock, whose origin tokio does not know. (weir-leaky's `Throttle` is
 //! the other way round: it schedules on its own clock, so its `acquire_deadline`
@@ -36,7 +36,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use weir_core::{Limiter, Quota, TokioClock};
+//! use weir_rl_core::{Limiter, Quota, TokioClock};
 //! use weir_gcra::Gcra;
 //! use weir_tower::wait::until_ready;
 //!
@@ -62,7 +62,7 @@ use core::hash::Hash;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use weir_core::{AsyncKeyedLimiter, Decision, InsufficientCapacity, Limiter};
+use weir_rl_core::{AsyncKeyedLimiter, Decision, InsufficientCapacity, Limiter};
 
 /// The deadlines of these waits: tokio's `Instant` (re-exported), since the waits
 /// sleep on tokio's timer (see the [module docs](self)).
@@ -161,7 +161,7 @@ fn deadline_in(timeout: Duration) -> Instant {
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_core::{Limiter, Quota, TokioClock};
+/// use weir_rl_core::{Limiter, Quota, TokioClock};
 /// use weir_gcra::Gcra;
 /// use weir_tower::wait::{WaitError, until_ready_timeout};
 ///
@@ -206,7 +206,7 @@ where
 ///
 /// ```
 /// use std::time::Duration;
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_keyed::{KeyedConfig, KeyedGcra};
 /// use weir_tower::wait::FifoWait;
 ///
@@ -327,9 +327,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_core::__private::sync::{AtomicU64, Ordering};
-    use weir_core::{KeyedLimiter, Local, Quota, TokioClock};
     use weir_keyed::{KeyedConfig, KeyedGcra};
+    use weir_rl_core::__private::sync::{AtomicU64, Ordering};
+    use weir_rl_core::{KeyedLimiter, Local, Quota, TokioClock};
 
     /// A weir-keyed GCRA store on tokio's clock, counting its checks.
     struct PerKey {
@@ -354,10 +354,10 @@ mod tests {
         fn refund(&self, key: &str, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
             KeyedLimiter::refund(&self.store, key, n, admission)
         }
-        fn snapshot(&self, key: &str) -> weir_core::Snapshot {
+        fn snapshot(&self, key: &str) -> weir_rl_core::Snapshot {
             KeyedLimiter::snapshot(&self.store, key)
         }
-        fn policies(&self) -> &[weir_core::Policy] {
+        fn policies(&self) -> &[weir_rl_core::Policy] {
             KeyedLimiter::<str>::policies(&self.store)
         }
     }
@@ -493,14 +493,14 @@ mod tests {
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn a_wait_over_a_remote_store_dropped_mid_check_consumes_at_most_that_check() {
         #[derive(Clone)]
-        struct Charged(Arc<Mutex<u64>>, [weir_core::Policy; 1]);
+        struct Charged(Arc<Mutex<u64>>, [weir_rl_core::Policy; 1]);
         impl AsyncKeyedLimiter<str> for Charged {
             type Error = InsufficientCapacity;
             async fn check_n(&self, _: &str, n: u64) -> Result<Decision, InsufficientCapacity> {
                 let decision = {
                     let mut used = self.0.lock().unwrap();
                     *used += n;
-                    Decision::allowed(weir_core::Snapshot::new(10, 10 - *used, 1_000_000_000))
+                    Decision::allowed(weir_rl_core::Snapshot::new(10, 10 - *used, 1_000_000_000))
                 };
                 tokio::task::yield_now().await;
                 Ok(decision)
@@ -512,16 +512,16 @@ mod tests {
             fn snapshot(
                 &self,
                 _: &str,
-            ) -> impl core::future::Future<Output = Result<weir_core::Snapshot, InsufficientCapacity>> + Send
+            ) -> impl core::future::Future<Output = Result<weir_rl_core::Snapshot, InsufficientCapacity>> + Send
             {
                 let used = *self.0.lock().unwrap();
-                async move { Ok(weir_core::Snapshot::new(10, 10 - used, 0)) }
+                async move { Ok(weir_rl_core::Snapshot::new(10, 10 - used, 0)) }
             }
-            fn policies(&self) -> &[weir_core::Policy] {
+            fn policies(&self) -> &[weir_rl_core::Policy] {
                 &self.1
             }
         }
-        let store = Charged(Arc::new(Mutex::new(0)), [weir_core::Policy::new(10, Duration::from_secs(60))]);
+        let store = Charged(Arc::new(Mutex::new(0)), [weir_rl_core::Policy::new(10, Duration::from_secs(60))]);
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut plain = Box::pin(until_key_ready(&store, "k", 1, deadline));
         assert!(futures_poll(&mut plain).await.is_none(), "its check is in flight");

@@ -10,9 +10,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tower::{ServiceExt, service_fn};
-use weir_core::KeyedLimiter;
-use weir_core::{AllOf, ManualClock, Quota};
 use weir_keyed::{AtCapacity, KeyedConfig, KeyedFixedWindow, KeyedGcra};
+use weir_rl_core::KeyedLimiter;
+use weir_rl_core::{AllOf, ManualClock, Quota};
 use weir_tower::{
     Key, KeySource, KeyedThrottle, Limit, LongKeys, MAX_KEY_BYTES, MissingKey, PeerAddr, Policy, RateLimitLayer, Store,
 };

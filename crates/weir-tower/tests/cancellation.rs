@@ -18,11 +18,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tower::{ServiceExt, service_fn};
-use weir_core::{
+use weir_keyed::{KeyedConfig, KeyedFixedWindow};
+use weir_rl_core::{
     AsyncKeyedLimiter, Decision, InsufficientCapacity, KeyedLimiter, ManualClock, Policy as QuotaPolicy, Quota,
     Snapshot,
 };
-use weir_keyed::{KeyedConfig, KeyedFixedWindow};
 use weir_testkit::each_cancellation;
 use weir_tower::{Key, KeySource, KeyedThrottle, Limit, Policy, RateLimitLayer, Store};
 

@@ -17,8 +17,8 @@ use http::{HeaderMap, HeaderValue, Request, StatusCode};
 use proptest::prelude::*;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use tower::ServiceExt as _;
-use weir_core::{ManualClock, Quota};
 use weir_keyed::{KeyedConfig, KeyedGcra};
+use weir_rl_core::{ManualClock, Quota};
 use weir_tower::{
     ClientIp, ForwardedHeader, Key, KeySource, Limit, MissingKey, PeerAddr, Policy, RateLimitLayer, Store,
 };

@@ -8,7 +8,7 @@ use http::{Request, StatusCode};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use tower::ServiceExt as _;
-use weir_core::{KeyedLimiter, ManualClock};
+use weir_rl_core::{KeyedLimiter, ManualClock};
 use weir_tower::config::{QuotaConfig, memory_store_with_clock};
 use weir_tower::{Config, Key};
 

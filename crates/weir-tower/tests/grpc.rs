@@ -19,8 +19,8 @@ use tonic::codegen::tokio_stream;
 use tonic::transport::{Channel, Server};
 use tonic::{Code, Request, Response, Status};
 use tonic_types::StatusExt as _;
-use weir_core::{ManualClock, Quota};
 use weir_keyed::{KeyedConfig, KeyedGcra};
+use weir_rl_core::{ManualClock, Quota};
 use weir_tower::{Config, Key, KeySource, Limit, Policy, RateLimitLayer, Store};
 
 /// The echo service, counting the calls that reach it.

@@ -10,8 +10,8 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use proptest::prelude::*;
 use std::sync::LazyLock;
 use tower::{ServiceExt, service_fn};
-use weir_core::{ManualClock, Quota};
 use weir_keyed::{KeyedConfig, KeyedGcra};
+use weir_rl_core::{ManualClock, Quota};
 use weir_tower::{Key, KeySource, Limit, LongKeys, MAX_KEY_BYTES, Policy, RateLimitLayer, Store, User};
 
 /// Header-value bytes of any length: mostly short, sometimes past `MAX_KEY_BYTES`,

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tower::ServiceExt;
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
-use weir_core::{ManualClock, Quota};
 use weir_keyed::{KeyedConfig, KeyedGcra};
+use weir_rl_core::{ManualClock, Quota};
 use weir_tower::{Key, KeySource, Limit, MissingKey, Policy, RateLimitLayer, Store};
 
 /// Counts the warnings of target `weir_tower`.

@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tower::{ServiceExt, service_fn};
-use weir_core::{
+use weir_keyed::{KeyedConfig, KeyedFixedWindow};
+use weir_rl_core::{
     AsyncKeyedLimiter, Decision, InsufficientCapacity, KeyedLimiter, ManualClock, Policy as QuotaPolicy, Quota,
     Snapshot,
 };
-use weir_keyed::{KeyedConfig, KeyedFixedWindow};
 use weir_testkit::poll_times;
 use weir_tower::{Key, KeySource, KeyedThrottle, Limit, PeerAddr, Policy, RateLimitLayer, Store, Tiers};
 
@@ -128,7 +128,7 @@ async fn a_throttles_slot_is_given_back_when_the_request_is_dropped_in_a_later_t
 /// A remote store while its backend is down, answering from a local fallback as
 /// weir-redis's `FailPolicy::LocalFallback` does: the fallback's admissions are
 /// marked (weir-redis stamps them `at(Nanos::ZERO)`) and their refund is dropped
-/// (fail.rs: "a local one is dropped"; weir-core: a fallback admission "took
+/// (fail.rs: "a local one is dropped"; weir-rl-core: a fallback admission "took
 /// nothing from the key, so the store gives nothing back"). Counts checks.
 struct FallingBack {
     policy: [QuotaPolicy; 1],

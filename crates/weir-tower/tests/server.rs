@@ -12,8 +12,8 @@ use http::StatusCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use weir_core::{AllOf, KeyedLimiter, ManualClock, Quota};
 use weir_keyed::{KeyedConfig, KeyedFixedWindow, KeyedGcra, KeyedSlidingLog, KeyedSlidingWindow};
+use weir_rl_core::{AllOf, KeyedLimiter, ManualClock, Quota};
 use weir_tower::{
     ClientIp, Key, KeySource, KeyedThrottle, Limit, MissingKey, Policy, RateLimitLayer, Store, Tiers, User,
 };

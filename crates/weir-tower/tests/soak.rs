@@ -29,8 +29,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use weir_core::Quota;
 use weir_keyed::{KeyedConfig, KeyedGcra};
+use weir_rl_core::Quota;
 use weir_tower::{ClientIp, Key, KeySource, Limit, Policy, RateLimitLayer, Store, Tiers, User};
 
 /// Requests sent, all told.

@@ -7,21 +7,21 @@ use core::time::Duration;
 /// validates its input and answers with one of these instead of panicking later.
 ///
 /// ```
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_window::{FixedWindow, WindowError};
 ///
 /// let quota = Quota::per_minute(100)?.with_burst(20)?;
 /// let error = FixedWindow::new(quota).unwrap_err();
 /// assert_eq!(error, WindowError::BurstIsNotCount { count: 100, burst: 20 });
 /// assert!(error.to_string().contains("Quota::per_minute(100)"));
-/// # Ok::<(), weir_core::QuotaError>(())
+/// # Ok::<(), weir_rl_core::QuotaError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum WindowError {
     /// The quota's burst differs from its count. A window limiter admits `count`
     /// requests per window and has no separate burst: a quota built with
-    /// [`Quota::with_burst`](weir_core::Quota::with_burst) would be silently
+    /// [`Quota::with_burst`](weir_rl_core::Quota::with_burst) would be silently
     /// misread, so it is refused.
     BurstIsNotCount {
         /// The quota's count (the window's limit).

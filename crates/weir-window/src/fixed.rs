@@ -46,7 +46,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use weir_core::{ManualClock, Nanos, Quota};
+//! use weir_rl_core::{ManualClock, Nanos, Quota};
 //! use weir_window::FixedWindow;
 //!
 //! let at = |h: u64, m: u64, s: u64| Nanos::new(((h * 60 + m) * 60 + s) * 1_000_000_000);
@@ -66,8 +66,8 @@
 
 use crate::WindowError;
 use crate::frame::{self, Frame};
-use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
+use weir_rl_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
+use weir_rl_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
 
 /// Fixed-window parameters shared by any number of [`FixedWindowState`]s: the limit,
 /// the window length and alignment, and the state's bit layout.
@@ -76,7 +76,7 @@ use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, 
 /// [`FixedWindow`].
 ///
 /// ```
-/// use weir_core::{Algorithm, Nanos, Quota};
+/// use weir_rl_core::{Algorithm, Nanos, Quota};
 /// use weir_window::FixedWindowAlgorithm;
 ///
 /// let algorithm = FixedWindowAlgorithm::new(Quota::per_second(2)?, Nanos::ZERO)?;
@@ -346,7 +346,7 @@ impl Retire for FixedWindowAlgorithm {
         // One CAS to RETIRED while the word is idle (see `replace_if`): an admission
         // that lands first changes the word and it is judged again; one that comes
         // after finds RETIRED and is denied.
-        weir_core::__private::sync::replace_if(&state.word, RETIRED, |word| {
+        weir_rl_core::__private::sync::replace_if(&state.word, RETIRED, |word| {
             let (window, count) = self.unpack(word);
             count == 0 || window_now > window
         })
@@ -358,7 +358,7 @@ impl Retire for FixedWindowAlgorithm {
     }
 }
 
-weir_core::__private::single_limiter! {
+weir_rl_core::__private::single_limiter! {
     /// A fixed window counter: at most `limit` requests per window, one atomic word.
     ///
     /// See the [module docs](crate::fixed) for the algorithm, its boundary burst
@@ -366,7 +366,7 @@ weir_core::__private::single_limiter! {
     /// `Arc<FixedWindow>`); every method takes `&self`.
     ///
     /// ```
-    /// use weir_core::Quota;
+    /// use weir_rl_core::Quota;
     /// use weir_window::FixedWindow;
     ///
     /// let limiter = FixedWindow::new(Quota::per_second(100)?)?;
@@ -381,7 +381,7 @@ weir_core::__private::single_limiter! {
 window_limiter_constructors!(FixedWindow, FixedWindowBuilder, FixedWindowAlgorithm, FixedWindowState;
     ///
     /// ```
-    /// use weir_core::{Clock, ManualClock, Nanos, Quota};
+    /// use weir_rl_core::{Clock, ManualClock, Nanos, Quota};
     /// use weir_window::FixedWindow;
     ///
     /// let clock = ManualClock::starting_at(Nanos::new(25_000_000_000)); // 25 s

@@ -11,11 +11,11 @@
 use crate::WindowError;
 use core::num::NonZeroU64;
 use core::time::Duration;
-use weir_core::{Nanos, Quota, Snapshot};
+use weir_rl_core::{Nanos, Quota, Snapshot};
 
 /// How long every limiter must run after its creation before its window numbers run
 /// out: 2⁵⁸ ns, about 9.1 years, the span of weir's time arithmetic
-/// (`weir_core::__private::MAX_TOLERANCE_TICKS` is 2⁵⁸ ns in ticks).
+/// (`weir_rl_core::__private::MAX_TOLERANCE_TICKS` is 2⁵⁸ ns in ticks).
 pub(crate) const MIN_HORIZON_NS: u64 = 1 << 58;
 
 /// Bits needed to write `value` (0 for 0).
@@ -31,7 +31,7 @@ pub(crate) fn limit_and_period(quota: &Quota) -> Result<(u64, u64), WindowError>
         return Err(WindowError::BurstIsNotCount { count: quota.count(), burst: quota.burst() });
     }
     // A quota's period is non-zero and at most u64::MAX ns (validated by Quota).
-    let period = weir_core::__private::duration_as_nanos_saturating(quota.period()).max(1);
+    let period = weir_rl_core::__private::duration_as_nanos_saturating(quota.period()).max(1);
     Ok((quota.count(), period))
 }
 
@@ -125,7 +125,7 @@ impl Frame {
     }
 
     /// What a decision in `window` made from the reading `now` (relative `rel`) is
-    /// stamped with ([`Decision::at`](weir_core::Decision::at)): `now`, or the
+    /// stamped with ([`Decision::at`](weir_rl_core::Decision::at)): `now`, or the
     /// window's start if the reading is earlier (a reading stepping back is decided
     /// there), so that the stamp's window is the one the decision counted in.
     #[inline]

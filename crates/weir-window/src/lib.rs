@@ -13,13 +13,13 @@
 //!   (`weir-gcra`).
 //!
 //! Every limiter here enforces "`limit` requests per window of length `P`", built
-//! from a [`Quota`](weir_core::Quota) (`limit = quota.count()`, `P =
+//! from a [`Quota`](weir_rl_core::Quota) (`limit = quota.count()`, `P =
 //! quota.period()`; a quota whose burst differs from its count is refused with
-//! [`WindowError::BurstIsNotCount`]), implements weir's [`Limiter`](weir_core::Limiter)
+//! [`WindowError::BurstIsNotCount`]), implements weir's [`Limiter`](weir_rl_core::Limiter)
 //! contract (`check`, `check_n`, `refund`, `snapshot`, with `limit`, `remaining`,
-//! `reset_after` and `retry_after` in every [`Decision`](weir_core::Decision)), and
-//! all but the striped one implement [`Algorithm`](weir_core::Algorithm) and
-//! [`Retire`](weir_core::Retire), so `weir-keyed` can keep one per key and drop idle
+//! `reset_after` and `retry_after` in every [`Decision`](weir_rl_core::Decision)), and
+//! all but the striped one implement [`Algorithm`](weir_rl_core::Algorithm) and
+//! [`Retire`](weir_rl_core::Retire), so `weir-keyed` can keep one per key and drop idle
 //! ones without changing a decision (a retired state is an all-ones word, or for the
 //! log a reserved sequence number, that admits nothing).
 //!
@@ -34,7 +34,7 @@
 //! # Example
 //!
 //! ```
-//! use weir_core::{Limiter, ManualClock, Quota};
+//! use weir_rl_core::{Limiter, ManualClock, Quota};
 //! use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedSlidingWindow};
 //!
 //! let quota = Quota::per_minute(100)?;
@@ -75,7 +75,7 @@
 //! Windows are aligned to the clock's origin by default: window `k` covers
 //! `[k·P, (k+1)·P)` of the clock's readings, so limiters with the same period share
 //! boundaries and, with a clock counting from midnight, a minute window starts on the
-//! minute (the worked examples use a [`ManualClock`](weir_core::ManualClock) set to
+//! minute (the worked examples use a [`ManualClock`](weir_rl_core::ManualClock) set to
 //! 12:00:00 that way). Each limiter's builder takes a `window_start` to align elsewhere, e.g.
 //! its creation reading. The sliding log has no boundaries.
 //!
@@ -89,14 +89,14 @@
 //! Window numbers count from the limiter's creation and last at least 2⁵⁸ ns (9.1
 //! years); quotas whose encoding cannot reach that are refused with
 //! [`WindowError::LimitTooLarge`]. Nothing panics on any input: `check_n(u64::MAX)`
-//! is [`InsufficientCapacity`](weir_core::InsufficientCapacity), readings near
-//! [`Nanos::MAX`](weir_core::Nanos::MAX) saturate.
+//! is [`InsufficientCapacity`](weir_rl_core::InsufficientCapacity), readings near
+//! [`Nanos::MAX`](weir_rl_core::Nanos::MAX) saturate.
 //!
 //! # Refunds
 //!
 //! `refund(n, &admission)` gives back `n` units an admission took and the caller
 //! did not use, to the window the admission was counted in (every decision is
-//! stamped with the reading it was decided at, [`Decision::decided_at`](weir_core::Decision::decided_at)),
+//! stamped with the reading it was decided at, [`Decision::decided_at`](weir_rl_core::Decision::decided_at)),
 //! and only while that window still weighs on decisions: the fixed window while it
 //! is the current window; the sliding counters (one-word and striped) to the current
 //! count while in the same window, to the previous count once it is the previous
@@ -106,7 +106,7 @@
 //! has entries to remove) and may race with checks: each decides before or after it.
 //!
 //! ```
-//! use weir_core::{Limiter, ManualClock, Quota};
+//! use weir_rl_core::{Limiter, ManualClock, Quota};
 //! use weir_window::SlidingWindow;
 //!
 //! let limiter = SlidingWindow::with_clock(Quota::per_minute(10)?, ManualClock::new())?;
@@ -126,7 +126,7 @@
 //! | refund | lock-free, one CAS | blocking (sequence lock; moves the entries admitted after the refunded ones) | lock-free, one CAS on the global line |
 //!
 //! No check allocates, locks (except the log's sequence lock) or makes a syscall;
-//! the clock read is the caller's choice (weir-core's `CoarseClock`
+//! the clock read is the caller's choice (weir-rl-core's `CoarseClock`
 //! costs one load).
 //!
 #![no_std]
@@ -143,9 +143,9 @@ extern crate std;
 macro_rules! window_limiter_constructors {
     ($name:ident, $builder:ident, $algorithm:ty, $state:ty $(; $(#[$start_doc:meta])*)?) => {
         #[cfg(feature = "std")]
-        impl $name<weir_core::MonotonicClock> {
+        impl $name<weir_rl_core::MonotonicClock> {
             /// An empty limiter enforcing `quota` (`count` per `period`) on the default
-            /// [`MonotonicClock`](weir_core::MonotonicClock), windows aligned to its
+            /// [`MonotonicClock`](weir_rl_core::MonotonicClock), windows aligned to its
             /// origin (the first `MonotonicClock` made in the process).
             ///
             /// Errors: see [`WindowError`].
@@ -154,7 +154,7 @@ macro_rules! window_limiter_constructors {
             }
         }
 
-        impl $name<weir_core::DefaultClock> {
+        impl $name<weir_rl_core::DefaultClock> {
             /// A builder for `quota`, for the option of where windows start
             #[doc = concat!("([`", stringify!($builder), "::window_start`]); `build()` or")]
             /// `build_with_clock(clock)` validates and makes the limiter.
@@ -203,12 +203,12 @@ macro_rules! window_limiter_constructors {
                 Self { window_start, ..self }
             }
 
-            /// The limiter, on the default [`MonotonicClock`](weir_core::MonotonicClock).
+            /// The limiter, on the default [`MonotonicClock`](weir_rl_core::MonotonicClock).
             ///
             /// Errors: see [`WindowError`].
             #[cfg(feature = "std")]
             pub fn build(self) -> Result<$name, WindowError> {
-                self.build_with_clock(weir_core::MonotonicClock::new())
+                self.build_with_clock(weir_rl_core::MonotonicClock::new())
             }
 
             /// The limiter, reading time from `clock`.
@@ -235,7 +235,7 @@ pub mod striped;
 #[doc(hidden)]
 pub mod __private {
     use crate::StripedSlidingWindow;
-    use weir_core::{Clock, Decision, InsufficientCapacity, Nanos, Snapshot};
+    use weir_rl_core::{Clock, Decision, InsufficientCapacity, Nanos, Snapshot};
 
     /// A striped window's check of cost `n` on stripe `stripe` at the explicit
     /// reading `now`, ignoring its clock (the loom models pass time in).
@@ -259,3 +259,8 @@ pub use fixed::{FixedWindow, FixedWindowAlgorithm, FixedWindowBuilder, FixedWind
 pub use log::{MAX_LOG_LIMIT, SlidingLog, SlidingLogAlgorithm, SlidingLogState};
 pub use sliding::{SlidingWindow, SlidingWindowAlgorithm, SlidingWindowBuilder, SlidingWindowState};
 pub use striped::{MAX_STRIPES, StripedBuilder, StripedMode, StripedSlidingWindow};
+
+/// The README's example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

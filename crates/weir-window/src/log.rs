@@ -60,7 +60,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use weir_core::{ManualClock, Nanos, Quota};
+//! use weir_rl_core::{ManualClock, Nanos, Quota};
 //! use weir_window::SlidingLog;
 //!
 //! let at = |h: u64, m: u64, s: u64| Nanos::new(((h * 60 + m) * 60 + s) * 1_000_000_000);
@@ -84,8 +84,8 @@ use crate::frame;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt;
-use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering, fence};
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
+use weir_rl_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering, fence};
+use weir_rl_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
 
 /// The largest limit a sliding log accepts: 2²⁴ (16,777,216) timestamps, 128 MiB.
 pub const MAX_LOG_LIMIT: u64 = 1 << 24;
@@ -96,7 +96,7 @@ pub const MAX_LOG_LIMIT: u64 = 1 << 24;
 /// `8 × limit` bytes when it is made); most users want [`SlidingLog`].
 ///
 /// ```
-/// use weir_core::{Algorithm, Nanos, Quota};
+/// use weir_rl_core::{Algorithm, Nanos, Quota};
 /// use weir_window::SlidingLogAlgorithm;
 ///
 /// let algorithm = SlidingLogAlgorithm::new(Quota::per_second(2)?, Nanos::ZERO)?;
@@ -559,7 +559,7 @@ impl Retire for SlidingLogAlgorithm {
     }
 }
 
-weir_core::__private::single_limiter! {
+weir_rl_core::__private::single_limiter! {
     /// A sliding window log: the timestamps of the requests admitted in the last
     /// window-length; exact, at `8 × limit` bytes.
     ///
@@ -567,7 +567,7 @@ weir_core::__private::single_limiter! {
     /// (exact, but blocking under contention). Share it by reference.
     ///
     /// ```
-    /// use weir_core::Quota;
+    /// use weir_rl_core::Quota;
     /// use weir_window::SlidingLog;
     ///
     /// let limiter = SlidingLog::new(Quota::per_second(3)?)?;
@@ -579,14 +579,14 @@ weir_core::__private::single_limiter! {
 }
 
 #[cfg(feature = "std")]
-impl SlidingLog<weir_core::MonotonicClock> {
+impl SlidingLog<weir_rl_core::MonotonicClock> {
     /// An empty log enforcing `quota` on the default
-    /// [`MonotonicClock`](weir_core::MonotonicClock).
+    /// [`MonotonicClock`](weir_rl_core::MonotonicClock).
     ///
     /// Errors: the burst differs from the count; the count is above
     /// [`MAX_LOG_LIMIT`]; the ring cannot be allocated.
     pub fn new(quota: Quota) -> Result<Self, WindowError> {
-        Self::with_clock(quota, weir_core::MonotonicClock::new())
+        Self::with_clock(quota, weir_rl_core::MonotonicClock::new())
     }
 }
 

@@ -64,7 +64,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use weir_core::{ManualClock, Nanos, Quota};
+//! use weir_rl_core::{ManualClock, Nanos, Quota};
 //! use weir_window::SlidingWindow;
 //!
 //! let at = |h: u64, m: u64, s: u64| Nanos::new(((h * 60 + m) * 60 + s) * 1_000_000_000);
@@ -81,8 +81,8 @@
 
 use crate::WindowError;
 use crate::frame::{self, Frame};
-use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
+use weir_rl_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
+use weir_rl_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
 
 /// Sliding-window-counter parameters shared by any number of
 /// [`SlidingWindowState`]s.
@@ -91,7 +91,7 @@ use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, 
 /// [`SlidingWindow`].
 ///
 /// ```
-/// use weir_core::{Algorithm, Nanos, Quota};
+/// use weir_rl_core::{Algorithm, Nanos, Quota};
 /// use weir_window::SlidingWindowAlgorithm;
 ///
 /// let algorithm = SlidingWindowAlgorithm::new(Quota::per_second(10)?, Nanos::ZERO)?;
@@ -437,7 +437,7 @@ const RETIRED: u64 = u64::MAX;
 impl Retire for SlidingWindowAlgorithm {
     fn try_retire(&self, state: &SlidingWindowState, now: Nanos) -> bool {
         // As for the fixed window: one CAS to RETIRED while the word is idle.
-        weir_core::__private::sync::replace_if(&state.word, RETIRED, |word| self.idle_word(word, now))
+        weir_rl_core::__private::sync::replace_if(&state.word, RETIRED, |word| self.idle_word(word, now))
     }
 
     fn is_retired(&self, state: &SlidingWindowState) -> bool {
@@ -446,7 +446,7 @@ impl Retire for SlidingWindowAlgorithm {
     }
 }
 
-weir_core::__private::single_limiter! {
+weir_rl_core::__private::single_limiter! {
     /// A sliding window counter: the previous window's count, weighted by its
     /// overlap with the last window-length, plus the current window's, in one
     /// atomic word.
@@ -455,7 +455,7 @@ weir_core::__private::single_limiter! {
     /// guarantees. Share it by reference (`&SlidingWindow`, `Arc<SlidingWindow>`).
     ///
     /// ```
-    /// use weir_core::Quota;
+    /// use weir_rl_core::Quota;
     /// use weir_window::SlidingWindow;
     ///
     /// let limiter = SlidingWindow::new(Quota::per_minute(600)?)?;

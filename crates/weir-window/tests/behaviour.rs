@@ -4,7 +4,7 @@
 //! back).
 
 use std::time::Duration;
-use weir_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, ManualClock, Nanos, Quota};
+use weir_rl_core::{Algorithm, Clock, Decision, InsufficientCapacity, Limiter, ManualClock, Nanos, Quota};
 use weir_window::{
     FixedWindow, FixedWindowAlgorithm, SlidingLog, SlidingLogAlgorithm, SlidingWindow, SlidingWindowAlgorithm,
     StripedMode, StripedSlidingWindow, WindowError,

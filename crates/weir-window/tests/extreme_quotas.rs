@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use std::time::Duration;
-use weir_core::{Limiter, ManualClock, Nanos, Quota};
+use weir_rl_core::{Limiter, ManualClock, Nanos, Quota};
 use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedMode, StripedSlidingWindow, WindowError};
 
 /// The striped window's count fields hold `limit + batch`: a limit near `u64::MAX`

@@ -25,7 +25,7 @@
 use proptest::prelude::*;
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
-use weir_core::{Decision, Limiter, ManualClock, Nanos, Quota, Snapshot};
+use weir_rl_core::{Decision, Limiter, ManualClock, Nanos, Quota, Snapshot};
 use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedMode, StripedSlidingWindow};
 
 #[derive(Debug, Clone)]
@@ -460,7 +460,7 @@ trait NowU64 {
 
 impl NowU64 for ManualClock {
     fn now_u64(&self) -> u64 {
-        weir_core::Clock::now(self).as_u64()
+        weir_rl_core::Clock::now(self).as_u64()
     }
 }
 

@@ -3,7 +3,7 @@
 //! on decisions; a refund never lets more through than if the refunded requests had
 //! never been admitted.
 
-use weir_core::{Algorithm, Clock, InsufficientCapacity, Limiter, ManualClock, Nanos, Quota};
+use weir_rl_core::{Algorithm, Clock, InsufficientCapacity, Limiter, ManualClock, Nanos, Quota};
 use weir_window::{
     FixedWindow, FixedWindowAlgorithm, SlidingLog, SlidingLogAlgorithm, SlidingWindow, SlidingWindowAlgorithm,
     StripedMode, StripedSlidingWindow,
@@ -243,7 +243,7 @@ fn a_refund_on_a_retired_state_changes_nothing() {
     let b = sliding.check(&s, &now);
     let c = log.check(&l, &now);
     let later = Nanos::new(3 * SECOND);
-    use weir_core::Retire;
+    use weir_rl_core::Retire;
     assert!(fixed.try_retire(&f, later) && sliding.try_retire(&s, later) && log.try_retire(&l, later));
     fixed.refund(&f, 1, &a, &later).unwrap();
     sliding.refund(&s, 1, &b, &later).unwrap();

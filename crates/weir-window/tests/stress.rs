@@ -5,7 +5,7 @@
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use weir_core::{Limiter, ManualClock, Quota};
+use weir_rl_core::{Limiter, ManualClock, Quota};
 use weir_window::{FixedWindow, SlidingLog, SlidingWindow, StripedMode, StripedSlidingWindow};
 
 const THREADS: usize = 8;
@@ -166,7 +166,7 @@ fn phases_across_rollovers_admit_exactly_what_the_sliding_window_allows() {
             .unwrap();
         let mut counts = std::collections::HashMap::<u64, u64>::new();
         for &(t, partial) in &phases {
-            clock.set(weir_core::Nanos::new(t));
+            clock.set(weir_rl_core::Nanos::new(t));
             let (w, e) = (t / period, t % period);
             let prev = if w == 0 { 0 } else { counts.get(&(w - 1)).copied().unwrap_or(0) };
             let curr = counts.get(&w).copied().unwrap_or(0);

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use weir_core::{Clock, ManualClock, Nanos};
+use weir_rl_core::{Clock, ManualClock, Nanos};
 
 type Hook = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
 

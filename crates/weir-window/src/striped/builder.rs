@@ -3,7 +3,7 @@
 use super::protocol::Core;
 use super::{StripedMode, StripedSlidingWindow};
 use crate::WindowError;
-use weir_core::{Clock, Nanos, Quota};
+use weir_rl_core::{Clock, Nanos, Quota};
 
 /// Builds a [`StripedSlidingWindow`]: stripes, batch, mode and window alignment.
 ///
@@ -12,7 +12,7 @@ use weir_core::{Clock, Nanos, Quota};
 /// the limiter or a [`WindowError`] naming the bad one.
 ///
 /// ```
-/// use weir_core::{ManualClock, Quota};
+/// use weir_rl_core::{ManualClock, Quota};
 /// use weir_window::{StripedMode, StripedSlidingWindow};
 ///
 /// let limiter = StripedSlidingWindow::builder(Quota::per_second(1_000_000)?)
@@ -72,9 +72,9 @@ impl StripedBuilder {
         Ok(StripedSlidingWindow { core, clock })
     }
 
-    /// The limiter, on the default [`MonotonicClock`](weir_core::MonotonicClock).
+    /// The limiter, on the default [`MonotonicClock`](weir_rl_core::MonotonicClock).
     #[cfg(feature = "std")]
-    pub fn build(self) -> Result<StripedSlidingWindow<weir_core::MonotonicClock>, WindowError> {
-        self.build_with_clock(weir_core::MonotonicClock::new())
+    pub fn build(self) -> Result<StripedSlidingWindow<weir_rl_core::MonotonicClock>, WindowError> {
+        self.build_with_clock(weir_rl_core::MonotonicClock::new())
     }
 }

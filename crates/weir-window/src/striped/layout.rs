@@ -1,7 +1,7 @@
 //! The striped window's words: the bit layout of the global words and the
 //! stripes' leases, a stripe, the global line, and what a check saw of it.
 
-use weir_core::__private::sync::AtomicU64;
+use weir_rl_core::__private::sync::AtomicU64;
 
 /// The bit layout of the global words and the stripes' lease words:
 /// `window << (c + 2) | closed << (c + 1) | drained << c | count`, `c` count bits.

@@ -172,7 +172,7 @@
 //! # Example
 //!
 //! ```
-//! use weir_core::{ManualClock, Quota};
+//! use weir_rl_core::{ManualClock, Quota};
 //! use weir_window::{StripedSlidingWindow, StripedMode};
 //!
 //! let limiter = StripedSlidingWindow::builder(Quota::per_second(10_000)?)
@@ -199,11 +199,11 @@ mod protocol;
 
 use core::fmt;
 use protocol::Core;
-use weir_core::__private::thread_stripe;
-use weir_core::{Clock, Decision, InsufficientCapacity, Limiter, Nanos, Snapshot};
+use weir_rl_core::__private::thread_stripe;
+use weir_rl_core::{Clock, Decision, InsufficientCapacity, Limiter, Nanos, Snapshot};
 
 pub use builder::StripedBuilder;
-pub use weir_core::stripes::MAX_STRIPES;
+pub use weir_rl_core::stripes::MAX_STRIPES;
 
 /// How a [`StripedSlidingWindow`] trades accuracy for throughput near its limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -225,14 +225,14 @@ pub enum StripedMode {
 /// reference (`&StripedSlidingWindow`, `Arc<StripedSlidingWindow>`).
 ///
 /// ```
-/// use weir_core::Quota;
+/// use weir_rl_core::Quota;
 /// use weir_window::StripedSlidingWindow;
 ///
 /// let limiter = StripedSlidingWindow::new(Quota::per_second(1_000_000)?)?;
 /// assert!(limiter.check().is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct StripedSlidingWindow<C = weir_core::DefaultClock> {
+pub struct StripedSlidingWindow<C = weir_rl_core::DefaultClock> {
     core: Core,
     clock: C,
 }
@@ -252,21 +252,21 @@ impl<C: fmt::Debug> fmt::Debug for StripedSlidingWindow<C> {
 }
 
 #[cfg(feature = "std")]
-impl StripedSlidingWindow<weir_core::MonotonicClock> {
+impl StripedSlidingWindow<weir_rl_core::MonotonicClock> {
     /// The defaults (exact mode, one stripe per hardware thread, batch
     /// `max(1, limit / 1024)`) on the default
-    /// [`MonotonicClock`](weir_core::MonotonicClock).
+    /// [`MonotonicClock`](weir_rl_core::MonotonicClock).
     ///
     /// Errors: see [`WindowError`](crate::WindowError).
-    pub fn new(quota: weir_core::Quota) -> Result<Self, crate::WindowError> {
+    pub fn new(quota: weir_rl_core::Quota) -> Result<Self, crate::WindowError> {
         Self::builder(quota).build()
     }
 }
 
-impl StripedSlidingWindow<weir_core::DefaultClock> {
+impl StripedSlidingWindow<weir_rl_core::DefaultClock> {
     /// A builder for `quota` (`count` per `period`), for the options: stripes,
     /// batch, mode and where windows start (see [`StripedBuilder`]).
-    pub fn builder(quota: weir_core::Quota) -> StripedBuilder {
+    pub fn builder(quota: weir_rl_core::Quota) -> StripedBuilder {
         StripedBuilder::new(quota)
     }
 }
@@ -320,7 +320,7 @@ impl<C: Clock> StripedSlidingWindow<C> {
     /// denial; `n` above the limit is an error.
     ///
     /// ```
-    /// use weir_core::{ManualClock, Quota};
+    /// use weir_rl_core::{ManualClock, Quota};
     /// use weir_window::StripedSlidingWindow;
     ///
     /// let limiter = StripedSlidingWindow::builder(Quota::per_second(10)?).stripes(2).build_with_clock(ManualClock::new())?;

@@ -7,9 +7,9 @@ use super::layout::{Global, GlobalView, Layout, Stripe, Tokens};
 use crate::WindowError;
 use crate::frame::{self, Frame};
 use alloc::boxed::Box;
-use weir_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering, fence};
-use weir_core::stripes::{MAX_STRIPES, default_stripes};
-use weir_core::{Decision, Nanos, Snapshot};
+use weir_rl_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering, fence};
+use weir_rl_core::stripes::{MAX_STRIPES, default_stripes};
+use weir_rl_core::{Decision, Nanos, Snapshot};
 
 /// Everything but the clock.
 pub(super) struct Core {
@@ -30,7 +30,7 @@ impl Core {
         let (limit, period) = frame::limit_and_period(&builder.quota)?;
         let stripes = match builder.stripes {
             Some(0) => return Err(WindowError::ZeroStripes),
-            Some(s) => weir_core::__private::checked_stripes(s)
+            Some(s) => weir_rl_core::__private::checked_stripes(s)
                 .ok_or(WindowError::TooManyStripes { stripes: s, max: MAX_STRIPES })?,
             None => default_stripes(),
         };
