@@ -127,3 +127,8 @@ mod tests {
         assert_eq!(seen, [(0, false), (1, false), (2, true)]);
     }
 }
+
+/// The README's example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
