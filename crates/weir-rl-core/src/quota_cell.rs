@@ -127,13 +127,15 @@ impl QuotaCell {
     /// returns false is the one in force since before `at`.
     #[inline]
     pub fn changed_since(&self, at: Nanos) -> bool {
-        // Ordering: Acquire pairs with the Release stores of `changed_at`; a reader
-        // that loaded a quota published after the value read here sees `UNKNOWN` or
-        // a later reading (the store of `UNKNOWN` precedes the publication).
+        // Ordering: Acquire pairs with the Release stores of `changed_at`. A reader
+        // that loaded the quota of a replacement reads that replacement's `UNKNOWN`
+        // or a later value: the store of `UNKNOWN` precedes the Release store of
+        // `version` that the quota load Acquired.
         match self.changed_at.load(Ordering::Acquire) {
             NEVER => false,
             UNKNOWN => true,
-            changed => changed - 1 >= at.as_u64(),
+            // `changed` is the reading plus one.
+            changed => changed > at.as_u64(),
         }
     }
 
