@@ -429,7 +429,7 @@ impl<C: Clock> LeasedGcra<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_quota(&self, quota: Quota) {
-        self.algorithm.set_quota(quota);
+        self.algorithm.set_quota_with_clock(quota, &self.clock);
         self.stripes.release(&self.algorithm, &self.clock);
     }
 

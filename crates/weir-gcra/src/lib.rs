@@ -101,11 +101,16 @@
 //! (rounded down, so that a call given back in pieces never credits more than it was
 //! charged: [`Quota::credit_ticks`]) less the time since the admission was decided
 //! (that time has been repaying its debt; crediting it again would free capacity a
-//! later admission took), never beyond a full bucket, and nothing for a denial.
-//! `T` is the interval in force; if the quota changed since the admission, the
-//! smaller of that and the interval the admission was charged at (its decision
-//! records it), so a refund never credits more than was charged (see "Changing the
-//! quota at run time"):
+//! later admission took), never beyond a full bucket, and nothing for a denial or
+//! for an admission of 0 (it took nothing, whatever `n` is given back). `T` is the
+//! interval in force, or the interval the admission was charged at (its decision
+//! records it) if that is less, so a refund never credits more than was charged,
+//! whatever quota changes came in between (see "Changing the quota at run time").
+//! A decision that records no charge of this limiter's (another limiter's, such as
+//! the decision an all-of check hands the members that did not decide it) is
+//! credited at `T` only if the quota has not changed since it was made (at or
+//! after its [`decided_at`](weir_rl_core::Decision::decided_at), by the limiter's
+//! clock), and with nothing otherwise, as what it cost here is not known:
 //!
 //! ```
 //! use weir_rl_core::{ManualClock, Quota};
@@ -132,8 +137,9 @@
 //! smaller of its interval then and now: take 10 at 10 per second (1 s of
 //! capacity), change to 1 per second with burst 10, and a refund of 5 of the 10
 //! credits the 0.5 s they were charged, not 5 s; after a change to a faster quota it
-//! credits the new, shorter interval. This holds for refunds within 65 535 quota
-//! changes of their admission (the revision a decision records wraps after that):
+//! credits the new, shorter interval. This holds however many changes come between
+//! the admission and its refund (the decision records the interval itself, not a
+//! count of changes):
 //!
 //! ```
 //! use weir_rl_core::{ManualClock, Quota};
@@ -216,14 +222,10 @@ const PROMOTED: u64 = u64::MAX - 1;
 /// This is the [`Algorithm`] half, for per-key stores; most users want [`Gcra`].
 #[derive(Debug)]
 pub struct GcraAlgorithm {
-    /// The quota in force, stamped with its revision ([`Quota::revision`]): 0 for
-    /// the first, a new one for each [`set_quota`](Self::set_quota).
+    /// The quota in force, and when it last changed.
     quota: CachePadded<QuotaCell>,
     /// Clock reading (ns) that tick 0 of every state corresponds to.
     origin: u64,
-    /// Quota changes so far: each takes the next revision from here, so that two
-    /// racing changes never stamp two quotas alike.
-    revisions: AtomicU64,
 }
 
 /// One bucket's state: the theoretical arrival time, in ticks (1/16 ns) since the
@@ -250,11 +252,7 @@ impl GcraAlgorithm {
     /// Parameters for `quota`, with tick 0 at the clock reading `origin` (use the
     /// clock's `now()` at creation).
     pub fn new(quota: Quota, origin: Nanos) -> Self {
-        Self {
-            quota: CachePadded::new(QuotaCell::new(quota.with_revision(0))),
-            origin: origin.as_u64(),
-            revisions: AtomicU64::new(0),
-        }
+        Self { quota: CachePadded::new(QuotaCell::new(quota)), origin: origin.as_u64() }
     }
 
     /// The current quota.
@@ -262,33 +260,50 @@ impl GcraAlgorithm {
         self.quota.load()
     }
 
-    /// Replaces the quota; every state keeps its TAT (see the crate docs). For a
-    /// weir-keyed store with hot keys, change the quota with the store's own
+    /// Replaces the quota; every state keeps its TAT (see the crate docs). The
+    /// time of the change is not known here, so from now on a refund of an
+    /// admission that recorded no charge of this algorithm's (another limiter's
+    /// decision) credits nothing; prefer
+    /// [`set_quota_with_clock`](Self::set_quota_with_clock) with the states' clock.
+    /// For a weir-keyed store with hot keys, change the quota with the store's own
     /// `set_quota`, which also gives back the hot keys' leases.
     pub fn set_quota(&self, quota: Quota) {
-        // Ordering: Relaxed; only the uniqueness of each change's revision matters,
-        // which the read-modify-write's modification order gives. The quota and its
-        // revision are published together by the cell.
-        let revision = self.revisions.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-        self.quota.store(quota.with_revision(revision as u16)); // wraps after 65 535 changes
+        self.quota.store(quota);
+    }
+
+    /// Replaces the quota, as [`set_quota`](Self::set_quota) does, recording the
+    /// time of the change from `clock` (the clock the states are checked with), so
+    /// that a refund can tell a decision made before the change from one made
+    /// after it (see the crate docs, "Giving back what was not used").
+    pub fn set_quota_with_clock<C: Clock + ?Sized>(&self, quota: Quota, clock: &C) {
+        self.quota.store_with_clock(quota, clock);
     }
 
     /// What giving back `n` units of `admission` credits under `quota` (the quota in
-    /// force), in ticks: `n` units at the price they were charged if the quota
-    /// changed since (the admission's [`Decision::unit_charge`] is from another
-    /// revision), but never more than their price under `quota`; else, or if the
-    /// admission recorded no charge, their price under `quota`.
+    /// force, loaded before this call), in ticks, never more than the admission was
+    /// charged for them:
     ///
-    /// Taking the smaller of the two prices keeps a refund within what was charged
-    /// for its own admissions, and within the member's own price for a decision of
-    /// another limiter (an all-of check gives every member the deciding member's
-    /// decision).
+    /// - nothing for an admission that took nothing ([`Decision::is_zero_cost`]);
+    /// - for an admission that recorded its charge ([`Decision::unit_charge`]), the
+    ///   smaller of their price at that charge and their price under `quota` (just
+    ///   their price under `quota` when that is the same charge and the quota has not
+    ///   changed since the decision, which credits a byte rate's units exactly);
+    /// - for a decision that recorded none (another limiter's, such as an all-of
+    ///   member that did not decide), their price under `quota` if the quota has not
+    ///   changed since the decision was made, else nothing: what it was charged is
+    ///   not known.
     #[inline]
-    pub(crate) fn credit_for(quota: &Quota, n: u64, admission: &Decision) -> u64 {
+    pub(crate) fn credit_for(&self, quota: &Quota, n: u64, admission: &Decision) -> u64 {
+        if admission.is_zero_cost() {
+            return 0;
+        }
+        let changed = self.quota.changed_since(admission.decided_at());
         let current = quota.credit_ticks(n);
         match admission.unit_charge() {
-            Some((charge, revision)) if revision != quota.revision() => current.min(Quota::credit_ticks_at(charge, n)),
-            _ => current,
+            Some(charge) if charge == quota.unit_charge() && !changed => current,
+            Some(charge) => current.min(Quota::credit_ticks_at(charge, n)),
+            None if changed => 0,
+            None => current,
         }
     }
 
@@ -370,9 +385,7 @@ impl GcraAlgorithm {
         // Ordering: Relaxed on success and failure; see `acquire_counting`. The CAS
         // admits only if no other admission landed since `tat` was read.
         match state.tat.compare_exchange(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => Ok(Decision::allowed(Self::snapshot_of(quota, debt))
-                .at(reading)
-                .charged(quota.unit_charge(), quota.revision())),
+            Ok(_) => Ok(Decision::allowed(Self::snapshot_of(quota, debt)).at(reading).charged(quota.unit_charge())),
             Err(actual) => Err(actual),
         }
     }
@@ -513,8 +526,7 @@ impl Algorithm for GcraAlgorithm {
         }
         if n == 0 {
             let now = clock.now();
-            let decision = Decision::allowed(self.snapshot_with(&quota, state, now)).at(now);
-            return Ok(decision.charged(quota.unit_charge(), quota.revision()));
+            return Ok(Decision::allowed(self.snapshot_with(&quota, state, now)).at(now).zero_cost());
         }
         Ok(self.acquire(&quota, state, n, clock))
     }
@@ -526,11 +538,13 @@ impl Algorithm for GcraAlgorithm {
     }
 
     /// Credits `n` units' time less the time since `admission` was decided, never
-    /// below a full bucket; nothing for a denied `admission`. A unit's time is `T`
-    /// under the quota in force (rounded down: [`Quota::credit_ticks`]), or, if the
-    /// quota changed since the admission, the smaller of that and the `T` it was
-    /// charged at (recorded in the decision): never more than the admission was
-    /// charged. The time since repaid that much of the admission's debt already;
+    /// below a full bucket; nothing for a denied `admission` or one of cost 0. A
+    /// unit's time is `T` under the quota in force (rounded down:
+    /// [`Quota::credit_ticks`]), or the `T` it was charged at (recorded in the
+    /// decision) if that is less: never more than the admission was charged. A
+    /// decision that recorded no charge (another limiter's) is credited at `T` if
+    /// the quota has not changed since it was decided, else not at all (see the
+    /// crate docs). The time since repaid that much of the admission's debt already;
     /// crediting it again could give back capacity that a later admission took.
     fn refund<C: Clock + ?Sized>(
         &self,
@@ -548,7 +562,7 @@ impl Algorithm for GcraAlgorithm {
             // been repaying it, and crediting more would give back capacity that a
             // later admission took (over-admission). The same rule as a lease's
             // give-back.
-            let credit = Self::credit_for(&quota, n, admission);
+            let credit = self.credit_for(&quota, n, admission);
             let admitted_at = admission.decided_at().as_u64();
             self.refund_ticks_with(state, clock, |now| {
                 credit.saturating_sub(ticks::from_nanos(now.as_u64().saturating_sub(admitted_at)))
@@ -616,7 +630,8 @@ impl<C: Clock> Gcra<C> {
     }
 
     /// Checks a request of cost `n`, all or nothing. `n` above the burst is an
-    /// error (it can never be admitted); `n == 0` is admitted and consumes nothing.
+    /// error (it can never be admitted); `n == 0` is admitted and consumes nothing
+    /// (and a refund against it gives nothing back).
     #[inline]
     pub fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
         Algorithm::check_n(&self.algorithm, &self.state, n, &self.clock)
@@ -697,7 +712,7 @@ impl<C: Clock> Gcra<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_quota(&self, quota: Quota) {
-        self.algorithm.set_quota(quota);
+        self.algorithm.set_quota_with_clock(quota, &self.clock);
     }
 }
 

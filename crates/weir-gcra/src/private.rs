@@ -33,8 +33,7 @@ pub fn check_n_contended<C: Clock + ?Sized>(
     }
     if n == 0 {
         let now = clock.now();
-        let decision = Decision::allowed(algorithm.snapshot_with(&quota, state, now)).at(now);
-        return Ok((decision.charged(quota.unit_charge(), quota.revision()), 0));
+        return Ok((Decision::allowed(algorithm.snapshot_with(&quota, state, now)).at(now).zero_cost(), 0));
     }
     Ok(algorithm.acquire_counting(&quota, state, n, clock))
 }

@@ -30,10 +30,8 @@ struct Stripe {
     /// The clock reading (ns) the lease was granted at (at or before the bucket's
     /// own reading for the grant).
     granted_at_ns: AtomicU64,
-    /// What each of the lease's permits was charged ([`Quota::unit_charge`]), and
-    /// the revision of the quota it was charged under ([`Quota::revision`]).
+    /// What each of the lease's permits was charged ([`Quota::unit_charge`]).
     granted_interval: AtomicU64,
-    granted_revision: AtomicU64,
     /// The bucket's burst and reset-after (ns) at the grant, for the decisions of
     /// admissions from this lease (the fast path reads nothing shared).
     granted_limit: AtomicU64,
@@ -166,12 +164,11 @@ impl LeaseStripes {
             // The grant's time and charge, read before the CAS: the decision is
             // stamped with them (a refund measures the time since the permits were
             // charged, and credits at most what they were charged).
-            // Ordering: Relaxed (all three); the Acquire load of `word` keeps them
+            // Ordering: Relaxed (both); the Acquire load of `word` keeps them
             // from being an earlier lease's, the Release CAS below from being a
             // later one's.
             let granted_at = stripe.granted_at_ns.load(Ordering::Relaxed);
             let charge = stripe.granted_interval.load(Ordering::Relaxed);
-            let revision = stripe.granted_revision.load(Ordering::Relaxed) as u16;
             // Ordering: Release on success: a refill that claims the stripe after this
             // CAS Acquires the word it wrote (or a later one of its release sequence),
             // so the refill's writes of the next grant's fields happen after the reads
@@ -181,7 +178,7 @@ impl LeaseStripes {
             match stripe.lease.compare_exchange_weak(word, word - n, Ordering::Release, Ordering::Acquire) {
                 Ok(_) => {
                     let decision = Self::leased_decision(stripe, permits - n, granted_at, now);
-                    return Ok(decision.charged(charge, revision));
+                    return Ok(decision.charged(charge));
                 }
                 Err(actual) => word = actual,
             }
@@ -208,7 +205,7 @@ impl LeaseStripes {
             return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
         }
         if n == 0 {
-            return Ok(Decision::allowed(algorithm.snapshot_with(&quota, &self.state, now)).at(now));
+            return Ok(Decision::allowed(algorithm.snapshot_with(&quota, &self.state, now)).at(now).zero_cost());
         }
         // Claim the stripe (the caller has already denied what the bucket denies
         // with nothing of this stripe's lease to give back). If another thread of this stripe is refilling it, do not
@@ -252,10 +249,9 @@ impl LeaseStripes {
         }
         let left = if decision.is_allowed() { granted - n } else { 0 };
         let installed = if left > 0 {
-            // Ordering: Relaxed (all five); published by the Release CAS in `install`.
+            // Ordering: Relaxed (all four); published by the Release CAS in `install`.
             stripe.granted_at_ns.store(now.as_u64(), Ordering::Relaxed);
             stripe.granted_interval.store(quota.unit_charge(), Ordering::Relaxed);
-            stripe.granted_revision.store(u64::from(quota.revision()), Ordering::Relaxed);
             stripe.granted_limit.store(quota.burst(), Ordering::Relaxed);
             stripe.granted_reset_ns.store(decision.reset_after().as_nanos() as u64, Ordering::Relaxed);
             let expiry = self.units(now).saturating_add(self.lifetime_units).min(MAX_EXPIRY);
@@ -270,7 +266,7 @@ impl LeaseStripes {
         // Stamped with the grant's reading, which is at or before the bucket's own
         // (`refund` measures the time since the charge from it).
         let snapshot = Snapshot::new(quota.burst(), left, decision.reset_after().as_nanos() as u64);
-        Ok(Decision::allowed(snapshot).at(now).charged(quota.unit_charge(), quota.revision()))
+        Ok(Decision::allowed(snapshot).at(now).charged(quota.unit_charge()))
     }
 
     /// Ends this thread's ownership of a stripe it claimed by installing `lease` (a
@@ -304,14 +300,14 @@ impl LeaseStripes {
 
     /// Gives back `n` units that `admission` (a decision of these stripes) took and
     /// the caller did not use: credits the bucket with their debt (at the quota in
-    /// force, or at the price they were charged if that is less and the quota has
-    /// changed since: never more than was charged), less the time since they were
+    /// force, or at the price they were charged if that is less: never more than
+    /// was charged; see `GcraAlgorithm::credit_for`), less the time since they were
     /// charged, as a lease's give-back does (the
     /// bucket has been refilling since, and may have repaid part of that debt
     /// already; crediting all of it could credit other stripes' debt). An admission
     /// is stamped with the time its permits were charged: its lease's grant, or the
-    /// bucket check that decided it. Nothing for a denial; `n` above the burst is an
-    /// error.
+    /// bucket check that decided it. Nothing for a denial or an admission of 0; `n`
+    /// above the burst is an error.
     pub fn refund<C: Clock + ?Sized>(
         &self,
         algorithm: &GcraAlgorithm,
@@ -326,7 +322,7 @@ impl LeaseStripes {
         if n == 0 || admission.is_denied() {
             return Ok(());
         }
-        let owed = GcraAlgorithm::credit_for(&quota, n, admission);
+        let owed = algorithm.credit_for(&quota, n, admission);
         let charged_at = admission.decided_at().as_u64();
         algorithm.refund_ticks_with(&self.state, clock, |now| {
             // Ordering: Relaxed; a monotone hint (see `latest_ns`).

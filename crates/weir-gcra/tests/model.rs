@@ -8,7 +8,8 @@
 //!
 //! The model charges and credits per admission: it remembers the quota each
 //! admission was charged under, and a refund after a quota change credits the
-//! smaller of the refunded units' price then and now (never more than was charged).
+//! smaller of the refunded units' price then and now (never more than was charged);
+//! a refund of an admission of 0 credits nothing.
 
 use proptest::prelude::*;
 use std::time::Duration;
@@ -30,15 +31,15 @@ struct Model {
     quota: Quota,
     used: i128,
     last: i128,
-    /// Quota changes so far.
-    changes: u64,
+    /// When the quota last changed (ns of elapsed time), if it has.
+    changed_at: Option<u64>,
 }
 
-/// What an admission was charged under: the quota, and how many changes preceded it.
+/// What an admission was charged under: the quota, and whether it took nothing.
 #[derive(Clone, Copy)]
 struct Charged {
     quota: Quota,
-    changes: u64,
+    zero_cost: bool,
 }
 
 fn ceil_ns(ticks: i128) -> u64 {
@@ -70,7 +71,7 @@ impl Model {
     /// change: their interval then, in whole ticks, or, charged exactly, as the
     /// decision records it: in 2⁻³² tick rounded down (`Quota::unit_charge`).
     fn credit_charged(then: Quota, n: u64) -> i128 {
-        let model = Model { quota: then, used: 0, last: 0, changes: 0 };
+        let model = Model { quota: then, used: 0, last: 0, changed_at: None };
         let (period, count, whole) = model.charging();
         if whole { n as i128 * ((period + count - 1) / count) } else { (n as i128 * ((period << 32) / count)) >> 32 }
     }
@@ -104,20 +105,21 @@ impl Model {
             Some(Decision::denied(self.snapshot(), ceil_ns(self.used + cost - self.tolerance())))
         }
     }
-    fn charged(&self) -> Charged {
-        Charged { quota: self.quota, changes: self.changes }
+    fn charged(&self, n: u64) -> Charged {
+        Charged { quota: self.quota, zero_cost: n == 0 }
     }
-    /// Refunds `n` of an admission (`allowed`, charged as `charged` says) made
-    /// `since_ns` ago, or of a denial (nothing): what is left of its debt, the
-    /// credit less the time since. The credit is the units' price now, or, if the
-    /// quota changed since the admission, the smaller of their price then and now.
-    fn refund(&mut self, n: u64, allowed: bool, charged: Charged, since_ns: u64) -> bool {
+    /// Refunds `n` of an admission (`allowed`, charged as `charged` says) made at
+    /// `at_ns`, `since_ns` ago, or of a denial (nothing): what is left of its debt,
+    /// the credit less the time since. The credit is nothing for an admission of 0,
+    /// else the units' price now, or, if the quota changed at or after the
+    /// admission's reading, the smaller of their price then and now.
+    fn refund(&mut self, n: u64, allowed: bool, charged: Charged, at_ns: u64, since_ns: u64) -> bool {
         if n > self.quota.burst() {
             return false;
         }
-        if allowed {
+        if allowed && !charged.zero_cost {
             let mut credit = self.credit(n);
-            if charged.changes != self.changes {
+            if self.changed_at.is_some_and(|changed| changed >= at_ns) {
                 credit = credit.min(Self::credit_charged(charged.quota, n));
             }
             let credit = (credit - since_ns as i128 * TICKS).max(0);
@@ -152,11 +154,11 @@ proptest! {
     fn decides_exactly_as_the_reference_model(start in 0u64..u64::MAX / 64, q in quota(), ops in prop::collection::vec(op(), 1..120)) {
         let clock = ManualClock::starting_at(Nanos::new(start));
         let limiter = Gcra::with_clock(q, clock.clone());
-        let mut model = Model { quota: q, used: 0, last: 0, changes: 0 };
+        let mut model = Model { quota: q, used: 0, last: 0, changed_at: None };
         let mut elapsed = 0u64;
         let mut last = limiter.check_n(0).unwrap(); // the decision a refund gives back
         let mut last_at = 0u64; // when `last` was decided, in ns of `elapsed`
-        let mut last_charged = model.charged(); // what `last` was charged under
+        let mut last_charged = model.charged(0); // what `last` was charged under
         for op in ops {
             match op {
                 Op::Advance(ns) => {
@@ -170,7 +172,7 @@ proptest! {
                     if let Ok(d) = actual {
                         last = d;
                         last_at = elapsed;
-                        last_charged = model.charged();
+                        last_charged = model.charged(n);
                     }
                     match expected {
                         None => prop_assert!(actual.is_err()),
@@ -181,13 +183,13 @@ proptest! {
                 Op::Refund(n) => {
                     model.drain(elapsed);
                     let since = elapsed - last_at;
-                    let modelled = model.refund(n, last.is_allowed(), last_charged, since);
+                    let modelled = model.refund(n, last.is_allowed(), last_charged, last_at, since);
                     prop_assert_eq!(limiter.refund(n, &last).is_ok(), modelled);
                 }
                 Op::SetQuota(q) => {
                     model.drain(elapsed);
                     model.quota = q;
-                    model.changes += 1;
+                    model.changed_at = Some(elapsed);
                     limiter.set_quota(q);
                 }
                 Op::Snapshot => {

@@ -594,12 +594,14 @@ where
     C: Clock,
     S: BuildHasher + Clone,
 {
-    /// Replaces the quota of every key ([`GcraAlgorithm::set_quota`]: each key
-    /// keeps its state, read under the new quota from its next check). The store's
+    /// Replaces the quota of every key ([`GcraAlgorithm::set_quota_with_clock`],
+    /// with the store's clock: each key keeps its state, read under the new quota
+    /// from its next check, and a refund credits at most what its admission was
+    /// charged). The store's
     /// [`policies`](weir_rl_core::KeyedLimiter::policies) (what middleware reports in
     /// `RateLimit-Policy`) stay those it was built with.
     pub fn set_quota(&self, quota: weir_rl_core::Quota) {
-        self.algorithm.set_quota(quota);
+        self.algorithm.set_quota_with_clock(quota, &self.clock);
     }
 
     /// This store in hot-key mode (see [`HotKeys`]); its type says so
@@ -649,7 +651,7 @@ where
     C: Clock,
     S: BuildHasher + Clone,
 {
-    /// Replaces the quota of every key, as [`GcraAlgorithm::set_quota`] does, and
+    /// Replaces the quota of every key, as [`GcraAlgorithm::set_quota_with_clock`] does, and
     /// gives back what the hot keys' leases hold (the unused permits' debt less
     /// the time since they were charged), as [`LeasedGcra::set_quota`] does: the
     /// new quota then holds within its own lease bound. Changing the quota through
@@ -660,7 +662,7 @@ where
     ///
     /// [`LeasedGcra::set_quota`]: weir_gcra::LeasedGcra::set_quota
     pub fn set_quota(&self, quota: weir_rl_core::Quota) {
-        self.algorithm.set_quota(quota);
+        self.algorithm.set_quota_with_clock(quota, &self.clock);
         let guard = self.collector.enter();
         for (_, stripes) in self.hot_keys.iter(&guard) {
             stripes.release(&self.algorithm, &self.clock);

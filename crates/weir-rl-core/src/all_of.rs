@@ -271,6 +271,22 @@ impl<M> AllOf<M> {
         &self.policies
     }
 
+    /// The member whose decision `admission` is ([`tag`](Self::tag) read backwards),
+    /// and its own policy index; `None` for an index past every policy.
+    fn decider(&self, admission: &Decision) -> Option<(usize, usize)> {
+        let index = admission.policy_index();
+        // A member without policies shares its index with the next member: which
+        // of them decided cannot be told, and none is given the charge.
+        let policyless = self.offsets.windows(2).any(|pair| pair[0] == pair[1])
+            || self.offsets.last().is_some_and(|&last| last == self.policies.len());
+        if index >= self.policies.len() || policyless {
+            return None;
+        }
+        // The last member whose first policy is at or before `index`.
+        let member = self.offsets.partition_point(|&offset| offset <= index).checked_sub(1)?;
+        Some((member, index - self.offsets[member]))
+    }
+
     /// Member `member`'s decision, tagged with its index among all policies.
     #[inline]
     fn tag(&self, member: usize, decision: Decision) -> Decision {
@@ -349,20 +365,38 @@ impl<K: ?Sized, M: AllOfMembers<K>> KeyedLimiter<K> for AllOf<M> {
     /// member can ever admit is that member's [`InsufficientCapacity`], after the
     /// earlier members' admissions are refunded.
     fn check_n(&self, key: &K, n: u64) -> Result<Decision, InsufficientCapacity> {
-        match self.check_from(0, key, n)? {
-            Some(decision) => Ok(decision),
+        let decision = match self.check_from(0, key, n)? {
+            Some(decision) => decision,
             // `new` ruled out an empty list.
-            None => Ok(Decision::allowed(Snapshot::new(u64::MAX, u64::MAX, 0))),
-        }
+            None => Decision::allowed(Snapshot::new(u64::MAX, u64::MAX, 0)),
+        };
+        // A check of 0 took nothing from any member, whoever decided: its refund
+        // gives nothing back to any of them.
+        Ok(if n == 0 { decision.zero_cost() } else { decision })
     }
 
-    /// Gives `n` back to every member, each with `admission` (the all-of decision,
-    /// made at the deciding member's clock reading: members should share a clock).
-    /// Every member is refunded even if one fails; the first failure is returned.
+    /// Gives `n` back to every member. The member that decided `admission` (its
+    /// [`policy_index`](Decision::policy_index)) is given its own decision, with
+    /// the charge it recorded; every other member is given the decision without
+    /// any charge ([`Decision::without_charge`]), since the deciding member's charge
+    /// is not what it charged: a member that records charges then credits the
+    /// units' price under its quota only if that quota has not changed since the
+    /// decision was made (at the deciding member's clock reading: members should
+    /// share a clock), and nothing otherwise. So no member is credited more than it
+    /// charged, whatever quota changes came in between, except that a member's quota
+    /// change landing during the all-of check itself, after that member checked and
+    /// before the deciding member read its clock, goes unseen. An admission of 0
+    /// credits nothing. Every member is refunded even if one fails; the first
+    /// failure is returned.
     fn refund(&self, key: &K, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+        let decider = self.decider(admission);
+        let others = admission.without_charge();
         let mut result = Ok(());
-        for member in (0..self.members.len()).filter_map(|i| self.members.member(i)) {
-            let refunded = member.refund(key, n, admission);
+        for (index, member) in (0..self.members.len()).filter_map(|i| Some((i, self.members.member(i)?))) {
+            let refunded = match decider {
+                Some((at, local)) if at == index => member.refund(key, n, &admission.for_policy(local)),
+                _ => member.refund(key, n, &others),
+            };
             if result.is_ok() {
                 result = refunded;
             }
@@ -594,6 +628,62 @@ mod tests {
         let d = all.check_n(&0, 2).unwrap();
         all.refund(&0, 2, &d).unwrap();
         assert_eq!((all.members().0.used(0), all.members().1.used(0)), (0, 0));
+    }
+
+    /// Admits everything with `remaining` left, recording `charge`; remembers the
+    /// charges its refunds were handed.
+    struct Charges {
+        policy: Vec<Policy>,
+        remaining: u64,
+        charge: u64,
+        refunded_with: Mutex<Vec<(Option<u64>, usize, bool)>>,
+    }
+
+    impl Charges {
+        fn new(policies: usize, remaining: u64, charge: u64) -> Self {
+            let policy = vec![Policy::new(100, Duration::from_secs(1)); policies];
+            Self { policy, remaining, charge, refunded_with: Mutex::new(Vec::new()) }
+        }
+    }
+
+    impl KeyedLimiter<u32> for Charges {
+        fn check_n(&self, _: &u32, _: u64) -> Result<Decision, InsufficientCapacity> {
+            let last = self.policy.len().saturating_sub(1);
+            Ok(Decision::allowed(Snapshot::new(100, self.remaining, 0)).charged(self.charge).for_policy(last))
+        }
+        fn refund(&self, _: &u32, _: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+            let seen = (admission.unit_charge(), admission.policy_index(), admission.is_zero_cost());
+            self.refunded_with.lock().unwrap().push(seen);
+            Ok(())
+        }
+        fn snapshot(&self, _: &u32) -> Snapshot {
+            Snapshot::new(100, self.remaining, 0)
+        }
+        fn policies(&self) -> &[Policy] {
+            &self.policy
+        }
+    }
+
+    /// A refund hands the deciding member its own decision (its charge, its own
+    /// policy index) and every other member the decision without a charge, also
+    /// through a member of several policies and a nested all-of.
+    #[test]
+    fn a_refund_hands_only_the_decider_its_charge() {
+        let inner = AllOf::new((Charges::new(1, 50, 7), Charges::new(2, 3, 11))).unwrap();
+        let all = AllOf::new((Charges::new(2, 9, 5), inner, Charges::new(1, 40, 13))).unwrap();
+        let d = all.check_n(&0, 1).unwrap();
+        assert_eq!((d.policy_index(), d.unit_charge()), (4, Some(11)), "the inner member of two policies");
+        all.refund(&0, 1, &d).unwrap();
+        let (first, inner, last) = all.members();
+        assert_eq!(*first.refunded_with.lock().unwrap(), [(None, 4, false)]);
+        assert_eq!(*inner.members().0.refunded_with.lock().unwrap(), [(None, 2, false)]);
+        assert_eq!(*inner.members().1.refunded_with.lock().unwrap(), [(Some(11), 1, false)]);
+        assert_eq!(*last.refunded_with.lock().unwrap(), [(None, 4, false)]);
+        // An admission of 0 is one that took nothing, for every member.
+        let free = all.check_n(&0, 0).unwrap();
+        all.refund(&0, 1, &free).unwrap();
+        assert_eq!(last.refunded_with.lock().unwrap()[1], (None, 4, true));
+        assert_eq!(inner.members().1.refunded_with.lock().unwrap()[1], (None, 1, true));
     }
 
     /// The documented transient: while a request holds the first quota's last unit

@@ -83,6 +83,11 @@ impl core::hash::Hash for Snapshot {
     }
 }
 
+/// The charge word of an admission that took nothing ([`Decision::zero_cost`]):
+/// above every unit charge ([`Quota::unit_charge`](crate::Quota::unit_charge) is a
+/// whole-tick interval of at most 2⁶², or a fixed-point one below 2⁶³ + 2⁴²).
+const ZERO_COST: u64 = u64::MAX;
+
 /// Why a request was denied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -123,14 +128,10 @@ pub struct Decision {
     /// Which of a store's [`Policy`](crate::Policy)s decided (0 for a single quota).
     policy: u16,
     /// On a denial, the retry-after in nanoseconds. On an admission, what each unit
-    /// was charged ([`Quota::unit_charge`](crate::Quota::unit_charge)), or zero if
-    /// the limiter did not say: one word serves both, since only an admission is
-    /// ever refunded and only a denial has a retry-after.
+    /// was charged ([`Quota::unit_charge`](crate::Quota::unit_charge)), [`ZERO_COST`]
+    /// if it took nothing, or zero if the limiter did not say: one word serves all,
+    /// since only an admission is ever refunded and only a denial has a retry-after.
     retry_after_or_charge: u64,
-    /// On an admission with a charge, the [`Quota::revision`](crate::Quota::revision)
-    /// it was charged under. (Fits the padding after `policy`: a `Decision` stays 56
-    /// bytes.)
-    revision: u16,
     /// The clock reading the decision was made at, in the deciding limiter's time
     /// base (zero if the limiter did not say).
     decided_at: u64,
@@ -142,15 +143,7 @@ impl Decision {
     /// An admission; `snapshot` is the state after it.
     #[inline]
     pub const fn allowed(snapshot: Snapshot) -> Self {
-        Self {
-            snapshot,
-            denial: None,
-            policy: 0,
-            retry_after_or_charge: 0,
-            revision: 0,
-            decided_at: 0,
-            fallback: false,
-        }
+        Self { snapshot, denial: None, policy: 0, retry_after_or_charge: 0, decided_at: 0, fallback: false }
     }
 
     /// A denial for [`DenyReason::RateLimited`]: the same request would be admitted
@@ -162,7 +155,6 @@ impl Decision {
             denial: Some(DenyReason::RateLimited),
             policy: 0,
             retry_after_or_charge: retry_after_ns,
-            revision: 0,
             decided_at: 0,
             fallback: false,
         }
@@ -176,7 +168,6 @@ impl Decision {
             denial: Some(reason),
             policy: 0,
             retry_after_or_charge: retry_after_ns,
-            revision: 0,
             decided_at: 0,
             fallback: false,
         }
@@ -199,27 +190,60 @@ impl Decision {
     }
 
     /// The same admission, recording that each of its units was charged
-    /// `unit_charge` ([`Quota::unit_charge`](crate::Quota::unit_charge)) under the
-    /// quota of revision `revision` ([`Quota::revision`](crate::Quota::revision)), so
-    /// that a refund after a quota change credits what was charged, not the units'
-    /// price under the new quota. A denial is returned unchanged (it took nothing).
+    /// `unit_charge` ([`Quota::unit_charge`](crate::Quota::unit_charge), never zero),
+    /// so that a refund after a quota change credits at most what was charged, not
+    /// the units' price under the new quota. A denial, or an admission that took
+    /// nothing ([`zero_cost`](Self::zero_cost)), is returned unchanged.
     #[doc(hidden)] // what token-bucket algorithms record for their refunds: not part of the public API
     #[inline]
-    pub const fn charged(self, unit_charge: u64, revision: u16) -> Self {
-        match self.denial {
-            Some(_) => self,
-            None => Self { retry_after_or_charge: unit_charge, revision, ..self },
+    pub const fn charged(self, unit_charge: u64) -> Self {
+        match (self.denial, self.retry_after_or_charge) {
+            (Some(_), _) | (None, ZERO_COST) => self,
+            (None, _) if unit_charge == 0 || unit_charge == ZERO_COST => self,
+            (None, _) => Self { retry_after_or_charge: unit_charge, ..self },
         }
     }
 
     /// For an admission that recorded its charge ([`charged`](Self::charged)): what
-    /// each unit was charged and the revision of the quota it was charged under.
+    /// each unit was charged.
     #[doc(hidden)] // what token-bucket algorithms record for their refunds: not part of the public API
     #[inline]
-    pub const fn unit_charge(&self) -> Option<(u64, u16)> {
+    pub const fn unit_charge(&self) -> Option<u64> {
         match (self.denial, self.retry_after_or_charge) {
-            (None, charge) if charge != 0 => Some((charge, self.revision)),
+            (None, charge) if charge != 0 && charge != ZERO_COST => Some(charge),
             _ => None,
+        }
+    }
+
+    /// The same admission, recording that it took nothing (a check of cost 0): a
+    /// refund against it credits nothing, whatever it is asked to give back. A
+    /// denial is returned unchanged.
+    #[doc(hidden)] // what limiters record for their refunds: not part of the public API
+    #[inline]
+    pub const fn zero_cost(self) -> Self {
+        match self.denial {
+            Some(_) => self,
+            None => Self { retry_after_or_charge: ZERO_COST, ..self },
+        }
+    }
+
+    /// Whether this is an admission that took nothing ([`zero_cost`](Self::zero_cost)).
+    #[doc(hidden)] // what limiters record for their refunds: not part of the public API
+    #[inline]
+    pub const fn is_zero_cost(&self) -> bool {
+        self.denial.is_none() && self.retry_after_or_charge == ZERO_COST
+    }
+
+    /// The same decision without the charge it recorded (still one that took
+    /// nothing if it was): what a limiter that did not make it may be handed, such
+    /// as the members of an all-of check other than the one that decided, so that
+    /// none of them credits another's charge.
+    #[doc(hidden)] // what limiters record for their refunds: not part of the public API
+    #[inline]
+    pub const fn without_charge(self) -> Self {
+        match (self.denial, self.retry_after_or_charge) {
+            (None, charge) if charge != ZERO_COST => Self { retry_after_or_charge: 0, ..self },
+            _ => self,
         }
     }
 
@@ -400,7 +424,7 @@ mod tests {
     #[test]
     fn a_decision_stays_seven_words() {
         // Returned by every check: the charge an admission records shares the
-        // retry-after's word, and its revision the padding after the policy.
+        // retry-after's word.
         assert!(core::mem::size_of::<Decision>() <= 7 * 8);
     }
 
@@ -409,11 +433,25 @@ mod tests {
         let snapshot = Snapshot::new(10, 9, 100);
         let allowed = Decision::allowed(snapshot);
         assert_eq!(allowed.unit_charge(), None);
-        let charged = allowed.charged(1_600, 3);
-        assert_eq!(charged.unit_charge(), Some((1_600, 3)));
+        let charged = allowed.charged(1_600);
+        assert_eq!(charged.unit_charge(), Some(1_600));
         assert_eq!(charged.retry_after(), None);
         assert_eq!(charged, allowed);
-        let denied = Decision::denied(snapshot, 42).charged(1_600, 3);
+        assert_eq!(charged.without_charge().unit_charge(), None);
+        let denied = Decision::denied(snapshot, 42).charged(1_600);
         assert_eq!((denied.unit_charge(), denied.retry_after()), (None, Some(Duration::from_nanos(42))));
+    }
+
+    #[test]
+    fn a_zero_cost_admission_stays_one() {
+        let free = Decision::allowed(Snapshot::new(10, 10, 0)).zero_cost();
+        assert!(free.is_zero_cost() && free.is_allowed());
+        assert_eq!(free.unit_charge(), None);
+        assert!(free.charged(1_600).is_zero_cost(), "a charge does not undo it");
+        assert!(free.without_charge().is_zero_cost());
+        assert_eq!(free.retry_after(), None);
+        assert!(!Decision::allowed(Snapshot::new(10, 10, 0)).is_zero_cost());
+        let denied = Decision::denied(Snapshot::new(10, 0, 1), 1).zero_cost();
+        assert!(!denied.is_zero_cost() && denied.retry_after() == Some(Duration::from_nanos(1)));
     }
 }

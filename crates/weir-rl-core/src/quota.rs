@@ -27,14 +27,6 @@ const MAX_UNITS_PER_TICK: u128 = 1_000_000;
 /// than whole ticks. A whole-tick interval is at most 2⁶² ticks, clear of it.
 const FRACTIONAL_CHARGE: u64 = 1 << 63;
 
-/// Bits of the fixed-point interval of a quota charged exactly: an interval under
-/// 1000 ticks is below 2⁴² in 2⁻³² tick.
-const FRACTION_BITS: u32 = 42;
-
-/// Where a quota's revision ([`Quota::revision`]) sits in the word it shares with
-/// the fixed-point interval.
-const REVISION_SHIFT: u32 = 48;
-
 /// A rate limit: `count` requests per `period`, with up to `burst` admitted back to
 /// back from a full bucket.
 ///
@@ -107,21 +99,17 @@ pub struct Quota {
     /// 0 if every unit is charged `interval_ticks`; for a quota charged exactly, as
     /// `n × period / count` rounded up per call (intervals under 1000 ticks that are
     /// not whole), the interval in 2⁻³² tick rounded down (non-zero, below
-    /// 2^[`FRACTION_BITS`]).
+    /// 2⁴²: an interval under 1000 ticks).
     fraction: u64,
     /// `burst` calls' worth of capacity, `⌈burst × interval⌉` ticks, at most
     /// [`MAX_TOLERANCE_TICKS`].
     tolerance_ticks: u64,
-    /// Which of a limiter's successive quotas this is ([`Quota::revision`]); not
-    /// part of the quota's value (equality and hashing ignore it).
-    revision: u16,
 }
 
-/// Quotas are equal when they enforce the same limit; the [`revision`](Quota::revision)
-/// a limiter stamps its quota with is not compared.
+/// Quotas are equal when they enforce the same limit.
 impl PartialEq for Quota {
     fn eq(&self, other: &Self) -> bool {
-        self.value_words() == other.value_words()
+        self.to_words() == other.to_words()
     }
 }
 
@@ -129,7 +117,7 @@ impl Eq for Quota {}
 
 impl core::hash::Hash for Quota {
     fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
-        self.value_words().hash(state);
+        self.to_words().hash(state);
     }
 }
 
@@ -183,7 +171,6 @@ impl Quota {
             interval_ticks: if interval > u64::MAX as u128 { u64::MAX } else { interval as u64 },
             fraction,
             tolerance_ticks: 0,
-            revision: 0,
         };
         quota.with_burst(count)
     }
@@ -363,34 +350,9 @@ impl Quota {
         }
     }
 
-    /// Which of a limiter's successive quotas this is: a limiter stamps each quota
-    /// it is given with a new revision (0 for its first, wrapping after 65 535
-    /// changes), and each admission with the revision it was charged under, so a
-    /// refund can tell whether the quota changed since. Ignored by `==`.
-    #[doc(hidden)] // bookkeeping that weir's crates share: not part of the public API
-    #[inline]
-    pub const fn revision(&self) -> u16 {
-        self.revision
-    }
-
-    /// The same quota stamped with `revision` (see [`revision`](Self::revision)).
-    #[doc(hidden)] // bookkeeping that weir's crates share: not part of the public API
-    #[inline]
-    pub const fn with_revision(self, revision: u16) -> Self {
-        Self { revision, ..self }
-    }
-
-    /// The words that make the quota's value (the revision left out).
-    const fn value_words(&self) -> [u64; 6] {
-        [self.count, self.period_ns, self.burst, self.interval_ticks, self.fraction, self.tolerance_ticks]
-    }
-
-    /// The quota as words, for [`QuotaCell`](crate::QuotaCell): the revision shares
-    /// the fixed-point interval's word, above its 42 bits.
+    /// The quota as words, for [`QuotaCell`](crate::QuotaCell) (and equality).
     pub(crate) const fn to_words(self) -> [u64; 6] {
-        let mut words = self.value_words();
-        words[4] |= (self.revision as u64) << REVISION_SHIFT;
-        words
+        [self.count, self.period_ns, self.burst, self.interval_ticks, self.fraction, self.tolerance_ticks]
     }
 
     /// The inverse of [`to_words`](Self::to_words), for words that came from it.
@@ -400,9 +362,8 @@ impl Quota {
             period_ns: words[1],
             burst: words[2],
             interval_ticks: words[3],
-            fraction: words[4] & ((1 << FRACTION_BITS) - 1),
+            fraction: words[4],
             tolerance_ticks: words[5],
-            revision: (words[4] >> REVISION_SHIFT) as u16,
         }
     }
 
@@ -613,13 +574,10 @@ mod tests {
     }
 
     #[test]
-    fn a_revision_travels_with_the_words_and_is_not_part_of_the_value() {
+    fn a_quota_travels_as_words() {
         for q in [Quota::per_second(10).unwrap(), Quota::per_second(300_000_000).unwrap()] {
-            let stamped = q.with_revision(u16::MAX);
-            assert_eq!(Quota::from_words(stamped.to_words()).revision(), u16::MAX);
-            assert_eq!(Quota::from_words(stamped.to_words()).to_words(), stamped.to_words());
-            assert_eq!(stamped, q);
-            assert_eq!(Quota::from_words(q.to_words()).revision(), 0);
+            assert_eq!(Quota::from_words(q.to_words()), q);
+            assert_eq!(Quota::from_words(q.to_words()).to_words(), q.to_words());
         }
     }
 

@@ -1,11 +1,17 @@
 //! [`QuotaCell`]: a [`Quota`] that can be replaced at run time while the hot path
 //! reads it without a lock.
 
-use crate::Quota;
 use crate::sync::{AtomicBool, AtomicU64, Ordering, fence, spin_loop};
+use crate::{Clock, Nanos, Quota};
 
 /// Words per stored quota.
 const WORDS: usize = 6;
+
+/// `changed_at` of a cell whose quota was never replaced.
+const NEVER: u64 = 0;
+/// `changed_at` while a replacement is being published, and after a
+/// [`QuotaCell::store`] that named no time: the quota may have changed at any time.
+const UNKNOWN: u64 = u64::MAX;
 
 /// A [`Quota`] that a writer replaces at run time while readers on the hot path read
 /// it without a lock and without ever waiting for the writer.
@@ -21,6 +27,11 @@ const WORDS: usize = 6;
 ///
 /// Writers exclude each other with a flag and may wait for one another; writing is
 /// not on any check path. Modelled under loom in `loom-tests/tests/quota_cell.rs`.
+///
+/// The cell also records when its quota was last replaced
+/// ([`store_with_clock`](Self::store_with_clock)), so that a refund of an admission
+/// whose charge it does not know can tell whether the quota it was decided under
+/// may have been another ([`changed_since`](Self::changed_since)).
 ///
 /// ```
 /// use weir_rl_core::{Quota, QuotaCell};
@@ -39,6 +50,10 @@ pub struct QuotaCell {
     slots: [[AtomicU64; WORDS]; 2],
     /// Writer exclusion: true while a writer fills the spare slot.
     writing: AtomicBool,
+    /// When the quota was last replaced: [`NEVER`], [`UNKNOWN`], or the clock
+    /// reading (ns) taken after the replacement was published, plus one. Stored
+    /// only by the writer holding `writing`.
+    changed_at: AtomicU64,
 }
 
 impl QuotaCell {
@@ -49,6 +64,7 @@ impl QuotaCell {
             version: AtomicU64::new(0),
             slots: [core::array::from_fn(|i| AtomicU64::new(words[i])), core::array::from_fn(|_| AtomicU64::new(0))],
             writing: AtomicBool::new(false),
+            changed_at: AtomicU64::new(NEVER),
         }
     }
 
@@ -76,15 +92,77 @@ impl QuotaCell {
         }
     }
 
-    /// Replaces the quota. Readers see the old or the new one, never a mix.
+    /// Replaces the quota. Readers see the old or the new one, never a mix. The
+    /// time of the change is not known, so from now on
+    /// [`changed_since`](Self::changed_since) is true for every reading; prefer
+    /// [`store_with_clock`](Self::store_with_clock).
     pub fn store(&self, quota: Quota) {
+        self.lock();
+        self.publish(quota);
+        self.unlock();
+    }
+
+    /// Replaces the quota, as [`store`](Self::store) does, and records the time of
+    /// the change: `clock`'s reading taken once the new quota is published, so that
+    /// every check that read the old quota began before it.
+    pub fn store_with_clock<C: Clock + ?Sized>(&self, quota: Quota, clock: &C) {
+        self.lock();
+        self.publish(quota);
+        // Ordering: SeqCst fence: the new version is visible to every thread before
+        // the clock is read, so a check that began after the reading loads the new
+        // quota.
+        fence(Ordering::SeqCst);
+        let at = clock.now().as_u64().saturating_add(1).min(UNKNOWN - 1);
+        // Ordering: Release, as for the Release store of `UNKNOWN` in `publish`
+        // (a reader that sees this reading sees the quota published before it).
+        self.changed_at.store(at, Ordering::Release);
+        self.unlock();
+    }
+
+    /// Whether the quota may have been replaced at or after the clock reading `at`
+    /// (in the writer's time base): true if the latest replacement was recorded at
+    /// `at` or later, is being published right now, or named no time
+    /// ([`store`](Self::store)); false if the quota was never replaced or last
+    /// replaced before `at`. Load the quota first: a quota loaded before this call
+    /// returns false is the one in force since before `at`.
+    #[inline]
+    pub fn changed_since(&self, at: Nanos) -> bool {
+        // Ordering: Acquire pairs with the Release stores of `changed_at`. A reader
+        // that loaded the quota of a replacement reads that replacement's `UNKNOWN`
+        // or a later value: the store of `UNKNOWN` precedes the Release store of
+        // `version` that the quota load Acquired.
+        match self.changed_at.load(Ordering::Acquire) {
+            NEVER => false,
+            UNKNOWN => true,
+            // `changed` is the reading plus one.
+            changed => changed > at.as_u64(),
+        }
+    }
+
+    /// Takes the writer flag.
+    fn lock(&self) {
         // Ordering: Acquire pairs with the Release store that ends the previous write,
-        // so this writer sees its `version` and its slot contents.
+        // so this writer sees its `version`, its slot contents and its `changed_at`.
         while self.writing.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
             spin_loop();
         }
+    }
+
+    /// Releases the writer flag.
+    fn unlock(&self) {
+        // Ordering: Release hands `version`, the slots and `changed_at` to the next
+        // writer.
+        self.writing.store(false, Ordering::Release);
+    }
+
+    /// Publishes `quota` in the spare slot, marking the time of the change unknown
+    /// first. The caller holds the writer flag.
+    fn publish(&self, quota: Quota) {
+        // Ordering: Relaxed; published by the Release store of `version` below, so a
+        // reader that loads the new quota also sees this (or a later) value.
+        self.changed_at.store(UNKNOWN, Ordering::Relaxed);
         // Ordering: Relaxed; only the writer holding `writing` stores `version`, and
-        // the Acquire above made the previous store visible.
+        // the Acquire in `lock` made the previous store visible.
         let v = self.version.load(Ordering::Relaxed);
         let spare = &self.slots[((v + 1) & 1) as usize];
         // Ordering: Release fence pairs with the Acquire fence in `load`: a reader that
@@ -95,9 +173,32 @@ impl QuotaCell {
             // Ordering: Relaxed; published by the Release store of `version` below.
             word.store(value, Ordering::Relaxed);
         }
-        // Ordering: Release publishes the spare slot; pairs with the Acquire load in `load`.
+        // Ordering: Release publishes the spare slot (and `changed_at` above); pairs
+        // with the Acquire load in `load`.
         self.version.store(v + 1, Ordering::Release);
-        // Ordering: Release hands `version` and the slots to the next writer.
-        self.writing.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+    use core::time::Duration;
+
+    #[test]
+    fn a_cell_records_when_its_quota_last_changed() {
+        let clock = ManualClock::new();
+        let cell = QuotaCell::new(Quota::per_second(10).unwrap());
+        assert!(!cell.changed_since(Nanos::ZERO), "never changed");
+        clock.advance(Duration::from_nanos(100));
+        cell.store_with_clock(Quota::per_second(20).unwrap(), &clock);
+        assert_eq!(cell.load().count(), 20);
+        assert!(cell.changed_since(Nanos::new(100)), "a change at the same reading may be after it");
+        assert!(cell.changed_since(Nanos::new(99)));
+        assert!(!cell.changed_since(Nanos::new(101)));
+        cell.store(Quota::per_second(30).unwrap());
+        assert!(cell.changed_since(Nanos::new(u64::MAX)), "a change at an unknown time");
+        cell.store_with_clock(Quota::per_second(40).unwrap(), &clock);
+        assert!(!cell.changed_since(Nanos::new(101)));
     }
 }

@@ -39,6 +39,10 @@ pub enum WindowError {
         /// The requested window length.
         window: Duration,
         /// The largest limit that fits with this window length (0 if none does).
+        /// For a [`StripedSlidingWindow`](crate::StripedSlidingWindow), whose count
+        /// fields hold the limit plus the batch, the largest that fits with the
+        /// batch asked for (or, where that batch is larger than the limit named, a
+        /// batch as large as that limit): a smaller batch fits a larger limit.
         max_limit: u64,
     },
     /// A striped limiter needs at least one stripe.
@@ -86,9 +90,11 @@ impl fmt::Display for WindowError {
             Self::LimitTooLarge { limit, window, max_limit } => write!(
                 f,
                 "a limit of {limit} per {window:?} does not fit this algorithm's one-word encoding for \
-                 the 9 years every weir limiter must run; use at most {max_limit} per {window:?}, or a \
-                 shorter window (the same rate in shorter windows needs fewer bits), or \
-                 StripedSlidingWindow, whose encoding holds far larger limits"
+                 the 9 years every weir limiter must run; use at most {max_limit} per {window:?} (for \
+                 StripedSlidingWindow, whose counts hold the limit plus the batch: with the batch asked \
+                 for, or one no larger than the limit; a smaller batch fits a larger limit), or a \
+                 shorter window (the same rate in shorter windows needs fewer bits), or, for the other \
+                 windows, StripedSlidingWindow, whose encoding holds far larger limits"
             ),
             Self::ZeroStripes => f.write_str("a striped limiter needs at least 1 stripe; use 1 for no striping"),
             Self::TooManyStripes { stripes, max } => {

@@ -308,7 +308,8 @@ impl<C: Clock> StripedSlidingWindow<C> {
             return Err(InsufficientCapacity { requested: n, capacity: limit });
         }
         if n == 0 {
-            return Ok(Decision::allowed(self.core.snapshot_at(now)).at(now));
+            // Took nothing: a refund against it gives nothing back.
+            return Ok(Decision::allowed(self.core.snapshot_at(now)).at(now).zero_cost());
         }
         Ok(self.core.check(stripe, n, now))
     }
@@ -317,7 +318,8 @@ impl<C: Clock> StripedSlidingWindow<C> {
     /// the caller did not use, to the window it was counted in: that window's count
     /// while it is the current or the previous window, nothing once it is older (it
     /// no longer weighs on any estimate), as a returned lease is. Nothing for a
-    /// denial; `n` above the limit is an error.
+    /// denial or an admission of 0 (it took nothing); `n` above the limit is an
+    /// error.
     ///
     /// ```
     /// use weir_rl_core::{ManualClock, Quota};
@@ -334,7 +336,7 @@ impl<C: Clock> StripedSlidingWindow<C> {
         if n > limit {
             return Err(InsufficientCapacity { requested: n, capacity: limit });
         }
-        if n > 0 && admission.is_allowed() {
+        if n > 0 && admission.is_allowed() && !admission.is_zero_cost() {
             self.core.refund(n, admission.decided_at());
         }
         Ok(())
