@@ -227,3 +227,42 @@ fn refund_racing_with_a_quota_change() {
         ],
     );
 }
+
+#[test]
+fn a_refund_of_another_limiters_decision_racing_a_timed_quota_change() {
+    // The first thread is checked as the member of an all-of check that did not
+    // decide it: its refund is handed the decision without its charge. A change to
+    // burst 3 (T = 20 ns), recorded at reading 0, races it, and a third check adds
+    // debt. The refund may credit the price under the quota in force only if that
+    // quota has not changed since the decision: crediting 20 ns for a unit charged
+    // 10 ns would give back the third check's debt.
+    loom::model(|| {
+        let algorithm = Arc::new(GcraAlgorithm::new(quota(1), Nanos::ZERO));
+        let state = Arc::new(algorithm.new_state());
+        let member = {
+            let (algorithm, state) = (algorithm.clone(), state.clone());
+            thread::spawn(move || {
+                let d = algorithm.check_n(&state, 1, &Nanos::ZERO).unwrap();
+                Algorithm::refund(&*algorithm, &state, 1, &d.without_charge(), &Nanos::ZERO).unwrap();
+                d
+            })
+        };
+        let change = {
+            let algorithm = algorithm.clone();
+            thread::spawn(move || algorithm.set_quota_with_clock(quota(3), &Nanos::ZERO))
+        };
+        let other = algorithm.check_n(&state, 1, &Nanos::ZERO).unwrap();
+        let mine = member.join().unwrap();
+        change.join().unwrap();
+        // Debt in ns at reading 0: every admission's price, less the refund's credit.
+        let price = |d: Decision| if d.is_allowed() { if d.limit() == 1 { 10 } else { 20 } } else { 0 };
+        let used = algorithm.snapshot(&state, Nanos::ZERO).reset_after().as_nanos() as u64;
+        assert!(used >= price(other), "the refund credited another admission's debt: {used} ns left");
+        if mine.limit() == 3 {
+            // Decided under the new quota, after the change: it cannot be told
+            // whether the quota changed after it, so nothing comes back.
+            assert_eq!(used, price(other) + price(mine));
+        }
+        assert!(used <= price(other) + price(mine));
+    });
+}

@@ -63,12 +63,16 @@
 //! ```
 //!
 //! where `T` is the emission interval. The last term is the over-admission bound,
-//! [`LeasedGcra::over_admission_bound`]. For requests of cost 1, over any prefix of
-//! a schedule the leased limiter also admits at most what the exact [`Gcra`] admits
-//! plus that bound; with larger costs that comparison does not hold (once the two
-//! states differ by a permit, the exact limiter may deny an `n`-unit request the
-//! leased one admits), and the span formula above is the guarantee. The
-//! formula is asserted by property tests against random schedules
+//! [`LeasedGcra::over_admission_bound`]. Over any prefix of a schedule the leased
+//! limiter admits at most what an exact [`Gcra`] with a burst larger by that bound
+//! admits, not what a [`Gcra`] of the same burst admits plus the bound: a lease
+//! taken while the bucket refills holds its permits outside the bucket, so the
+//! bucket keeps refilling where the exact one, full, lets the refill go, and the
+//! lease is then spent on top of a full bucket. Every such period adds up to the
+//! bound to what the leased limiter admits beyond the exact one of the same burst,
+//! so that difference has no bound of its own over a long schedule; the span
+//! formula above, and the comparison with the larger burst, are the guarantees.
+//! The formula is asserted by property tests against random schedules
 //! (`tests/leased.rs`) and by a loom model of concurrent checks with the clock
 //! moving (`loom-tests/tests/leased.rs`), the comparison with [`Gcra`] by property
 //! tests (`tests/leased_model.rs`); with a frozen clock no permit is ever admitted
@@ -78,9 +82,9 @@
 //! Across a quota change the bound holds for each quota in turn: what is admitted
 //! before the change is within the old quota's bound, and from the change on every
 //! span obeys the formula with the new quota's burst, `T` and bound (no lease priced
-//! under the old quota is spent after it). Compared with [`Gcra`] given the same
-//! change, the leased limiter admits at most `over_admission_bound() × T` more in
-//! *time* per quota in force: a permit admitted within the old quota's bound is time
+//! under the old quota is spent after it). Compared with a [`Gcra`] of the larger
+//! burst given the same change, the leased limiter admits at most
+//! `over_admission_bound() × T` more in *time* per quota change: a permit admitted within the old quota's bound is time
 //! the exact bucket still owes at the change, and the new quota re-reads that time,
 //! as it re-reads the whole bucket ([`Gcra::set_quota`](crate::Gcra::set_quota)),
 //! in its own permits, which are more of them when the new `T` is shorter.

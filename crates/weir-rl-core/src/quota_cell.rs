@@ -51,7 +51,8 @@ pub struct QuotaCell {
     /// Writer exclusion: true while a writer fills the spare slot.
     writing: AtomicBool,
     /// When the quota was last replaced: [`NEVER`], [`UNKNOWN`], or the clock
-    /// reading (ns) taken after the replacement was published, plus one. Stored
+    /// reading (ns) taken after the replacement was published, plus one, saturating
+    /// (so [`UNKNOWN`] for a reading of `u64::MAX - 1` or later). Stored
     /// only by the writer holding `writing`.
     changed_at: AtomicU64,
 }
@@ -112,7 +113,9 @@ impl QuotaCell {
         // the clock is read, so a check that began after the reading loads the new
         // quota.
         fence(Ordering::SeqCst);
-        let at = clock.now().as_u64().saturating_add(1).min(UNKNOWN - 1);
+        // The reading plus one; a reading too late to be stored so is recorded as
+        // an unknown time (a change "at any time"), never as an earlier one.
+        let at = clock.now().as_u64().saturating_add(1);
         // Ordering: Release, as for the Release store of `UNKNOWN` in `publish`
         // (a reader that sees this reading sees the quota published before it).
         self.changed_at.store(at, Ordering::Release);
@@ -200,5 +203,22 @@ mod tests {
         assert!(cell.changed_since(Nanos::new(u64::MAX)), "a change at an unknown time");
         cell.store_with_clock(Quota::per_second(40).unwrap(), &clock);
         assert!(!cell.changed_since(Nanos::new(101)));
+    }
+
+    /// A change at the clock's last readings cannot be recorded as the reading plus
+    /// one: it is recorded as made at an unknown time, never as an earlier one (it
+    /// was recorded at u64::MAX − 2, so a decision at u64::MAX − 1 looked older
+    /// than the change and was credited at the new quota's price).
+    #[test]
+    fn a_change_at_the_last_readings_is_never_recorded_as_earlier() {
+        for reading in [u64::MAX - 2, u64::MAX - 1, u64::MAX] {
+            let clock = ManualClock::new();
+            clock.set(Nanos::new(reading));
+            let cell = QuotaCell::new(Quota::per_second(10).unwrap());
+            cell.store_with_clock(Quota::per_second(20).unwrap(), &clock);
+            for at in [reading - 1, reading] {
+                assert!(cell.changed_since(Nanos::new(at)), "a change at {reading} is at or after {at}");
+            }
+        }
     }
 }

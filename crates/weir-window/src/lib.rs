@@ -101,7 +101,8 @@
 //! is the current window; the sliding counters (one-word and striped) to the current
 //! count while in the same window, to the previous count once it is the previous
 //! window; the log removes `n` of the entries recorded at the admission's time.
-//! Nothing for a denial; never more than the window holds. A refund is one CAS on
+//! Nothing for a denial or for an admission of 0 (it took nothing, whatever `n` is
+//! given back); never more than the window holds. A refund is one CAS on
 //! the state word (the striped limiter's global line; the log's write side when it
 //! has entries to remove) and may race with checks: each decides before or after it.
 //!

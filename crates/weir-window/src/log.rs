@@ -494,7 +494,8 @@ impl Algorithm for SlidingLogAlgorithm {
         }
         if n == 0 {
             let now = clock.now();
-            return Ok(Decision::allowed(self.snapshot(state, now)).at(now));
+            // Took nothing: a refund against it gives nothing back.
+            return Ok(Decision::allowed(self.snapshot(state, now)).at(now).zero_cost());
         }
         Ok(self.acquire(state, n, clock))
     }
@@ -518,7 +519,7 @@ impl Algorithm for SlidingLogAlgorithm {
         if n > self.limit {
             return Err(InsufficientCapacity { requested: n, capacity: self.limit });
         }
-        if n > 0 && admission.is_allowed() {
+        if n > 0 && admission.is_allowed() && !admission.is_zero_cost() {
             self.remove_entries(state, n, self.rel(admission.decided_at()), clock);
         }
         Ok(())

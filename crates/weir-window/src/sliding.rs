@@ -351,7 +351,8 @@ impl Algorithm for SlidingWindowAlgorithm {
         }
         if n == 0 {
             let now = clock.now();
-            return Ok(Decision::allowed(self.snapshot(state, now)).at(now));
+            // Took nothing: a refund against it gives nothing back.
+            return Ok(Decision::allowed(self.snapshot(state, now)).at(now).zero_cost());
         }
         Ok(self.acquire(state, n, clock))
     }
@@ -376,8 +377,8 @@ impl Algorithm for SlidingWindowAlgorithm {
         if n > f.limit {
             return Err(InsufficientCapacity { requested: n, capacity: f.limit });
         }
-        if n == 0 || admission.is_denied() {
-            return Ok(());
+        if n == 0 || admission.is_denied() || admission.is_zero_cost() {
+            return Ok(()); // nothing taken, nothing to give back
         }
         let counted_in = f.window_at(admission.decided_at());
         // Ordering: Relaxed; see `acquire`.
