@@ -256,7 +256,7 @@ return now
 /// expiry lets the request fit.
 ///
 /// Calls: `ZRANGE` (newest), `ZCOUNT` (live entries); then `ZREMRANGEBYSCORE` (the
-/// entries that left) + `ZADD` + `PEXPIRE` when admitted, or one `ZRANGE … BYSCORE
+/// entries that left) + `ZADD` + `PEXPIRE` when admitted, or one `ZRANGEBYSCORE …
 /// LIMIT` for the blocking entry when denied. A denial or a peek writes nothing,
 /// not even the removal of entries that left (an admission removes them), so the
 /// set holds at most the limit and the entries that left since the last admission.
@@ -298,7 +298,7 @@ local blocking = 0
 if n > 0 and live > 0 then
   local idx = live + n - limit - 1
   if idx >= live then idx = live - 1 end
-  local e = redis.call('ZRANGE', key, '(' .. gone, '+inf', 'BYSCORE', 'LIMIT', idx, 1, 'WITHSCORES')
+  local e = redis.call('ZRANGEBYSCORE', key, '(' .. gone, '+inf', 'WITHSCORES', 'LIMIT', idx, 1)
   if e[2] then blocking = tonumber(e[2]) end
 end
 if live == 0 then newest = 0 end
