@@ -18,8 +18,8 @@ work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
     --pidfile "$work/redis.pid" --logfile "$work/redis.log"
-trap 'kill "$(cat "$work/redis.pid")" 2>/dev/null; rm -rf "$work"' EXIT
 cli() { redis-cli -p "$port" "$@"; }
+trap 'cli SHUTDOWN NOSAVE >/dev/null 2>&1 || kill "$(cat "$work/redis.pid")" 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 100); do cli PING >/dev/null 2>&1 && break; sleep 0.05; done
 python3 "$here/extract.py" "$here/../../crates/weir-redis/src/scripts.rs" "$work"
 cp "$here"/anchor-*.lua "$work"
