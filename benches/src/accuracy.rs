@@ -1,5 +1,15 @@
 //! The accuracy suite: every limiter under overload, on every thread, for several
-//! refill periods; admitted requests against the ideal `burst + rate × elapsed`.
+//! refill periods; admitted requests against the ideal `burst + rate × span`.
+//!
+//! `span` is the time the limiter itself saw, on its own clock: every thread reads
+//! the limiter's clock just before its first check and just after its last, and the
+//! span runs from the earliest of those readings to the latest
+//! ([`ClockSpan`](crate::harness::ClockSpan)).
+//! Every reading the limiter took lies inside it, so an exact limiter reads at most
+//! 1.0 however the threads were scheduled; a span taken by the main thread instead
+//! (which may wake after the workers have started) made exact limiters read up to
+//! 1.02 on a loaded machine. Peers whose clock cannot be read from outside
+//! (`ratelimit`, `leaky-bucket`, the mutex bucket) read `Instant`, the clock they use.
 //!
 //! The window limiters run 1 000 per 10 ms: the same rate and initial burst, so the
 //! same ideal. A ratio above 1 is over-admission (documented for the fixed window's
@@ -13,9 +23,9 @@ use crate::peers::{MutexTokenBucket, leaky_bucket, ratelimit};
 use crate::report::{Machine, Table};
 use crate::windows::WindowKind;
 use serde::Serialize;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use weir_gcra::{Gcra, LeaseConfig, LeasedGcra};
-use weir_rl_core::{CoarseClock, MonotonicClock, Quota};
+use weir_rl_core::{Clock, CoarseClock, MonotonicClock, Quota};
 
 /// The overload quota: 100 000 per second, burst 1 000.
 pub const RATE: u64 = 100_000;
@@ -33,9 +43,30 @@ pub struct Subject {
     pub name: &'static str,
     /// Its documented over-admission bound in requests (0: exact), for the report.
     pub bound: fn() -> u64,
-    /// Runs it under overload on `threads` threads for `duration`; returns
-    /// (admitted, elapsed).
-    pub run: fn(usize, Duration) -> (u64, Duration),
+    /// Runs it under overload on `threads` threads for about `duration`.
+    pub run: fn(usize, Duration) -> Measured,
+}
+
+/// What one overload run measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measured {
+    /// Requests admitted.
+    pub admitted: u64,
+    /// The span of the limiter's own clock that its checks read
+    /// ([`ClockSpan`](crate::harness::ClockSpan)).
+    pub span: Duration,
+}
+
+impl Measured {
+    /// `burst + rate × span`: the most an exact limiter can admit in `span`.
+    pub fn ideal(&self) -> f64 {
+        BURST as f64 + RATE as f64 * self.span.as_secs_f64()
+    }
+
+    /// `admitted / ideal`: at most 1.0 for an exact limiter.
+    pub fn ratio(&self) -> f64 {
+        self.admitted as f64 / self.ideal()
+    }
 }
 
 struct Overload<L>(L);
@@ -49,9 +80,28 @@ impl<L: Check> Workload for Overload<L> {
     }
 }
 
-fn overload<L: Check>(limiter: L, threads: usize, duration: Duration) -> (u64, Duration) {
-    let sample = crate::harness::run(&Overload(limiter), threads, duration);
-    (sample.admitted, sample.elapsed)
+/// Runs `limiter` under overload; `read` reads the limiter's clock in nanoseconds
+/// (any origin), before each thread's first check and after its last.
+pub fn overload<L: Check>(limiter: L, read: impl Fn(&L) -> u64 + Sync, threads: usize, duration: Duration) -> Measured {
+    let workload = Overload(limiter);
+    let (sample, span) = crate::harness::run_clocked(&workload, threads, duration, &|| read(&workload.0));
+    Measured { admitted: sample.admitted, span: span.map_or(Duration::ZERO, |s| s.duration()) }
+}
+
+/// A reader of a weir clock (a clone shares the limiter's time and origin).
+fn weir_clock<L>(clock: impl Clock + Sync) -> impl Fn(&L) -> u64 + Sync {
+    move |_| clock.now().as_u64()
+}
+
+/// A reader of `Instant`, for limiters that read it and do not expose their clock.
+fn instant<L>() -> impl Fn(&L) -> u64 + Sync {
+    let origin = Instant::now();
+    move |_| u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Runs weir's GCRA on `clock`, read by a clone of it.
+fn gcra<C: Clock + Clone + Sync>(clock: C, threads: usize, duration: Duration) -> Measured {
+    overload(Gcra::with_clock(quota(), clock.clone()), weir_clock(clock), threads, duration)
 }
 
 fn coarse() -> CoarseClock {
@@ -64,34 +114,49 @@ fn zero() -> u64 {
 
 /// A window limiter with the same rate and initial burst as the token buckets:
 /// [`BURST`] per `BURST / RATE` (1 000 per 10 ms).
-fn window(kind: WindowKind) -> Weir<Box<dyn weir_rl_core::Limiter + Send + Sync>> {
+fn window(kind: WindowKind, threads: usize, duration: Duration) -> Measured {
     let period = Duration::from_nanos(1_000_000_000 * BURST / RATE);
     let quota = Quota::new(BURST, period).expect("a valid quota");
-    Weir(crate::windows::with_clock(quota, MonotonicClock::new(), kind))
+    let clock = MonotonicClock::new();
+    let limiter = Weir(crate::windows::with_clock(quota, clock.clone(), kind));
+    overload(limiter, weir_clock(clock), threads, duration)
+}
+
+fn governor(threads: usize, duration: Duration) -> Measured {
+    use governor::clock::{Clock as _, Reference as _};
+    let limiter = crate::peers::governor(RATE as u32, BURST as u32);
+    let origin = limiter.clock().now();
+    let read = move |g: &crate::peers::Governor| g.clock().now().duration_since(origin).as_u64();
+    overload(limiter, read, threads, duration)
 }
 
 /// Every subject of the accuracy suite.
 pub fn subjects() -> Vec<Subject> {
     let s = |name, bound, run| Subject { name, bound, run };
     vec![
-        s("weir-gcra", zero, |t, d| overload(Gcra::with_clock(quota(), MonotonicClock::new()), t, d)),
-        s("weir-gcra+coarse", zero, |t, d| overload(Gcra::with_clock(quota(), coarse()), t, d)),
+        s("weir-gcra", zero, |t, d| gcra(MonotonicClock::new(), t, d)),
+        s("weir-gcra+coarse", zero, |t, d| gcra(coarse(), t, d)),
         s(
             "weir-leased",
             || LeaseConfig::default().over_admission_bound(&quota()),
-            |t, d| overload(LeasedGcra::with_clock(quota(), LeaseConfig::default(), MonotonicClock::new()), t, d),
+            |t, d| {
+                let clock = MonotonicClock::new();
+                let limiter = LeasedGcra::with_clock(quota(), LeaseConfig::default(), clock.clone());
+                overload(limiter, weir_clock(clock), t, d)
+            },
         ),
-        s("governor", zero, |t, d| overload(crate::peers::governor(RATE as u32, BURST as u32), t, d)),
-        s("ratelimit", zero, |t, d| overload(ratelimit(RATE, BURST), t, d)),
+        s("governor", zero, governor),
+        s("ratelimit", zero, |t, d| overload(ratelimit(RATE, BURST), instant(), t, d)),
         s("leaky-bucket", zero, |t, d| {
-            overload(leaky_bucket(BURST as usize, (RATE / 1_000) as usize, Duration::from_millis(1)), t, d)
+            let limiter = leaky_bucket(BURST as usize, (RATE / 1_000) as usize, Duration::from_millis(1));
+            overload(limiter, instant(), t, d)
         }),
-        s("mutex-bucket", zero, |t, d| overload(MutexTokenBucket::new(RATE as f64, BURST as f64), t, d)),
-        s("weir-fixed", || BURST, |t, d| overload(window(WindowKind::Fixed), t, d)),
-        s("weir-sliding", zero, |t, d| overload(window(WindowKind::Sliding), t, d)),
-        s("weir-log", zero, |t, d| overload(window(WindowKind::Log), t, d)),
-        s("weir-striped", zero, |t, d| overload(window(WindowKind::StripedExact), t, d)),
-        s("weir-striped-approx", || BURST / 1_024, |t, d| overload(window(WindowKind::StripedApproximate), t, d)),
+        s("mutex-bucket", zero, |t, d| overload(MutexTokenBucket::new(RATE as f64, BURST as f64), instant(), t, d)),
+        s("weir-fixed", || BURST, |t, d| window(WindowKind::Fixed, t, d)),
+        s("weir-sliding", zero, |t, d| window(WindowKind::Sliding, t, d)),
+        s("weir-log", zero, |t, d| window(WindowKind::Log, t, d)),
+        s("weir-striped", zero, |t, d| window(WindowKind::StripedExact, t, d)),
+        s("weir-striped-approx", || BURST / 1_024, |t, d| window(WindowKind::StripedApproximate, t, d)),
     ]
 }
 
@@ -104,7 +169,7 @@ pub struct AccuracyResult {
     pub threads: usize,
     /// Admitted requests.
     pub admitted: u64,
-    /// `burst + rate × elapsed`.
+    /// `burst + rate × span`, the span of the limiter's clock that its checks read.
     pub ideal: f64,
     /// `admitted / ideal`.
     pub ratio: f64,
@@ -123,15 +188,14 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
         .iter()
         .map(|s| {
             bar.set_message(s.name);
-            let (admitted, elapsed) = (s.run)(threads, duration);
+            let measured = (s.run)(threads, duration);
             bar.inc(1);
-            let ideal = BURST as f64 + RATE as f64 * elapsed.as_secs_f64();
             AccuracyResult {
                 subject: s.name,
                 threads,
-                admitted,
-                ideal,
-                ratio: admitted as f64 / ideal,
+                admitted: measured.admitted,
+                ideal: measured.ideal(),
+                ratio: measured.ratio(),
                 bound: (s.bound)(),
             }
         })
@@ -168,7 +232,8 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
         "Accuracy under overload: admitted against the ideal",
         format!(
             "{}. {RATE}/s, burst {BURST}, every limiter hammered by {threads} threads for {duration:?} (one run each); \
-             ideal = burst + rate × elapsed; bound = the documented over-admission, in requests.",
+             ideal = burst + rate × span, the span of its own clock that the limiter's checks read; \
+             bound = the documented over-admission, in requests.",
             machine.describe()
         ),
         ["limiter", "admitted", "ideal", "admitted / ideal", "bound"].map(String::from).to_vec(),
@@ -189,7 +254,7 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
     )?;
     Ok(format!(
         "weir-bench accuracy ({} profile)\nmachine: {}\n{RATE}/s, burst {BURST}, every limiter hammered by {threads} threads for \
-         {duration:?}; ideal = burst + rate × elapsed\n\n{}",
+         {duration:?}; ideal = burst + rate × span (the limiter's own clock, first to last check)\n\n{}",
         config.profile,
         machine.describe(),
         table.render()
@@ -199,4 +264,56 @@ pub fn run(config: &Config, out: &Output) -> Result<String, BenchError> {
 /// Subject ids for `--only`.
 pub fn ids() -> Vec<String> {
     subjects().iter().map(|s| format!("accuracy/{}", s.name)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_rl_core::ManualClock;
+
+    /// Half a GCRA emission interval of the overload quota (10 µs).
+    const STEP: Duration = Duration::from_micros(5);
+
+    /// GCRA on a manual clock that every check moves on by [`STEP`]: the limiter's
+    /// time runs far faster than the wall clock, and only its own clock knows how much
+    /// of it passed.
+    struct Ticking {
+        gcra: Gcra<ManualClock>,
+        clock: ManualClock,
+    }
+
+    impl Check for Ticking {
+        fn check_one(&self) -> bool {
+            let admitted = self.gcra.check_one();
+            self.clock.advance(STEP);
+            admitted
+        }
+    }
+
+    fn ticking(threads: usize) -> Measured {
+        let clock = ManualClock::new();
+        let limiter = Ticking { gcra: Gcra::with_clock(quota(), clock.clone()), clock: clock.clone() };
+        overload(limiter, weir_clock(clock), threads, Duration::from_millis(5))
+    }
+
+    #[test]
+    fn the_ideal_is_taken_on_the_limiters_own_clock() {
+        let measured = ticking(1);
+        // One thread: the span is exactly the time the checks moved the clock by.
+        let checks = measured.span.as_nanos() / STEP.as_nanos();
+        assert_eq!(measured.span, STEP * checks as u32);
+        assert!(measured.ratio() <= 1.0, "an exact limiter read {} of ideal: {measured:?}", measured.ratio());
+        // Every check admitted until the burst ran out, then one in two: the ideal,
+        // less at most the one emission interval after the last check (in integers:
+        // the ideal in doubles carries rounding).
+        let ideal = BURST + (measured.span.as_nanos() * u128::from(RATE) / 1_000_000_000) as u64;
+        let all = measured.admitted == checks as u64;
+        assert!(all || measured.admitted + 1 >= ideal, "{measured:?} after {checks} checks");
+    }
+
+    #[test]
+    fn an_exact_limiter_reads_at_most_one_whatever_the_threads_do() {
+        let measured = ticking(3);
+        assert!(measured.ratio() <= 1.0, "an exact limiter read {} of ideal: {measured:?}", measured.ratio());
+    }
 }

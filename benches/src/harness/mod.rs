@@ -16,4 +16,4 @@ mod sweep;
 pub use config::{BenchError, Config, Profile};
 pub use output::{Output, progress};
 pub use stats::{NOISY_SPREAD, Spread, median};
-pub use sweep::{BATCH, Sample, Workload, run};
+pub use sweep::{BATCH, ClockSpan, Sample, Workload, run, run_clocked};

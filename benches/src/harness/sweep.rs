@@ -52,6 +52,50 @@ impl Sample {
 /// Runs `workload` on `threads` threads for about `duration`; thread `t` is pinned to
 /// the core for slot `t` where pinning is on ([`pin`]).
 pub fn run<W: Workload>(workload: &W, threads: usize, duration: Duration) -> Sample {
+    run_clocked(workload, threads, duration, &|| 0).0
+}
+
+/// The interval of a clock that a run's operations read: from the earliest reading a
+/// thread took just before its first operation to the latest one a thread took just
+/// after its last. Every reading an operation took on the same (monotonic) clock lies
+/// inside it, whenever the threads ran and however late the main thread woke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockSpan {
+    /// The earliest reading before a first operation, in the clock's nanoseconds.
+    pub first: u64,
+    /// The latest reading after a last operation, in the clock's nanoseconds.
+    pub last: u64,
+}
+
+impl ClockSpan {
+    /// The span of per-thread `(before first operation, after last operation, operations)`
+    /// readings; threads that ran no operation read nothing for the run and are left
+    /// out. `None` when no thread ran an operation.
+    pub fn of(threads: impl IntoIterator<Item = (u64, u64, u64)>) -> Option<Self> {
+        threads.into_iter().filter(|&(_, _, ops)| ops > 0).fold(None, |span, (first, last, _)| {
+            Some(match span {
+                None => ClockSpan { first, last },
+                Some(ClockSpan { first: f, last: l }) => ClockSpan { first: f.min(first), last: l.max(last) },
+            })
+        })
+    }
+
+    /// `last − first` (zero if a clock stepped back).
+    pub fn duration(&self) -> Duration {
+        Duration::from_nanos(self.last.saturating_sub(self.first))
+    }
+}
+
+/// [`run`], with every thread reading `read` (a clock, in nanoseconds) just before its
+/// first operation and just after its last: the [`ClockSpan`] that the operations saw
+/// on that clock (`None` if no thread ran an operation). The readings are outside the
+/// timed loop.
+pub fn run_clocked<W: Workload, R: Fn() -> u64 + Sync>(
+    workload: &W,
+    threads: usize,
+    duration: Duration,
+    read: &R,
+) -> (Sample, Option<ClockSpan>) {
     let barrier = Barrier::new(threads + 1);
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -63,6 +107,7 @@ pub fn run<W: Workload>(workload: &W, threads: usize, duration: Duration) -> Sam
                     let mut local = workload.local(t);
                     barrier.wait();
                     let (mut ops, mut admitted) = (0u64, 0u64);
+                    let first = read();
                     // Ordering: Relaxed; the flag carries no data, only "stop soon".
                     while !stop.load(Ordering::Relaxed) {
                         for _ in 0..BATCH {
@@ -70,7 +115,8 @@ pub fn run<W: Workload>(workload: &W, threads: usize, duration: Duration) -> Sam
                         }
                         ops += BATCH;
                     }
-                    (ops, admitted, pinned)
+                    let last = read();
+                    (ops, admitted, pinned, (first, last, ops))
                 })
             })
             .collect();
@@ -80,16 +126,18 @@ pub fn run<W: Workload>(workload: &W, threads: usize, duration: Duration) -> Sam
         // Ordering: Relaxed; see the load above.
         stop.store(true, Ordering::Relaxed);
         let (mut ops, mut admitted, mut slowest, mut all_pinned) = (0, 0, u64::MAX, true);
+        let mut readings = Vec::with_capacity(threads);
         for handle in handles {
-            let (o, a, pinned) = handle.join().expect("a benchmark thread panicked");
+            let (o, a, pinned, reading) = handle.join().expect("a benchmark thread panicked");
             ops += o;
             admitted += a;
             slowest = slowest.min(o);
             all_pinned &= pinned;
+            readings.push(reading);
         }
         let elapsed = start.elapsed();
         let fairness = slowest as f64 * threads as f64 / ops.max(1) as f64;
-        Sample { threads, ops, admitted, elapsed, fairness, pinned: all_pinned }
+        (Sample { threads, ops, admitted, elapsed, fairness, pinned: all_pinned }, ClockSpan::of(readings))
     })
 }
 
@@ -117,6 +165,32 @@ mod tests {
         assert!(sample.ops.is_multiple_of(BATCH));
         assert_eq!(sample.admitted * 2, sample.ops);
         assert!((0.0..=1.0).contains(&sample.fairness));
+    }
+
+    #[test]
+    fn a_clock_span_runs_from_the_earliest_first_reading_to_the_latest_last() {
+        // The second thread started first and the first ended last; the third ran
+        // nothing, so its readings (outside the others') do not count.
+        let span = ClockSpan::of([(20, 90, 256), (10, 70, 512), (0, 1_000, 0)]);
+        assert_eq!(span, Some(ClockSpan { first: 10, last: 90 }));
+        assert_eq!(span.map(|s| s.duration()), Some(Duration::from_nanos(80)));
+        assert_eq!(ClockSpan::of([(5, 9, 0)]), None);
+        assert_eq!(ClockSpan { first: 9, last: 5 }.duration(), Duration::ZERO);
+    }
+
+    #[test]
+    fn every_thread_reads_the_clock_around_its_operations() {
+        // A clock that counts its readings: two per thread, one span over all.
+        let readings = std::sync::atomic::AtomicU64::new(0);
+        // Ordering: Relaxed; a counter, read after the threads are joined.
+        let read = || readings.fetch_add(1, Ordering::Relaxed) + 1;
+        let (sample, span) = run_clocked(&Count, 3, Duration::from_millis(5), &read);
+        // Ordering: Relaxed; the scope joined every thread.
+        assert_eq!(readings.load(Ordering::Relaxed), 6);
+        if sample.ops > 0 {
+            let span = span.expect("a thread ran, so it read the clock");
+            assert!(1 <= span.first && span.first < span.last && span.last <= 6);
+        }
     }
 
     #[test]

@@ -9,37 +9,43 @@
 //! - Times and costs are integers in microseconds, held in Lua's doubles: exact up
 //!   to 2⁵³ µs (the year 2255 as a Unix time). Numbers are written with
 //!   `string.format('%.0f')` so Redis stores them as plain integers.
-//! - A denial writes nothing (the sliding log removes its expired entries, which
-//!   changes no decision); every write sets the key's expiry to the instant its
-//!   state becomes indistinguishable from a missing key, so idle clients cost Redis
-//!   nothing (unless `p`: then no expiry, and a state past its time reads as a
+//! - A denial writes nothing (nor does a peek); every write sets the key's expiry
+//!   to the instant its state becomes indistinguishable from a missing key, so idle
+//!   clients cost Redis nothing (unless `p`: then no expiry, and a state past its time reads as a
 //!   missing key's).
 //! - A key holding another Redis type fails inside `GET`/`ZRANGE` with Redis's own
 //!   `WRONGTYPE` error; a string this script cannot read fails with `WEIRSTATE`.
 //!   Either way nothing is admitted.
 //! - Replies are arrays of integers.
+//! - What Redis spends on a script is mostly its `redis.call`s (`TIME` among them),
+//!   then whatever the Lua allocates: the scripts define no closures and build no
+//!   tables on the common path, and a denial makes as few calls as the decision
+//!   needs (BENCHMARKS.md, "Redis scripts: server time", has the figures).
 
 use redis::Script;
 use std::sync::LazyLock;
 
 /// Common prologue: `now` from `ARGV[1]` or `TIME`; `persist` if `ARGV[1]`
-/// starts with `p`; `put(key, value, ttl_ms)` writes a state with its expiry
-/// (none if `persist`).
+/// starts with `p` (byte 112); `fmt` is `string.format`, for `fmt('%.0f', x)`.
+/// A write of a state with its expiry is `SET key value PX ttl_ms`, or a plain
+/// `SET` if `persist` (written out at each write: a helper function would be a
+/// closure allocated on every call).
 macro_rules! now_prologue {
     () => {
         r#"
-local clock = ARGV[1]
-local persist = string.sub(clock, 1, 1) == 'p'
-if persist then clock = string.sub(clock, 2) end
-local now = tonumber(clock)
+local clock, persist, now = ARGV[1], false, nil
+if clock ~= '' then
+  if string.byte(clock, 1) == 112 then
+    persist = true
+    clock = string.sub(clock, 2)
+  end
+  now = tonumber(clock)
+end
 if not now then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = t[1] * 1000000 + t[2]
 end
-local function int(x) return string.format('%.0f', x) end
-local function put(key, value, ttl)
-  if persist then redis.call('SET', key, value) else redis.call('SET', key, value, 'PX', ttl) end
-end
+local fmt = string.format
 "#
     };
 }
@@ -57,10 +63,9 @@ pub(crate) static GCRA: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         now_prologue!(),
         r#"
-local admit = ARGV[2] == '1'
-local fits = true
-local used = {}
 local k = #KEYS
+local reply = {0, now}
+local fits = true
 for i = 1, k do
   local tat = now
   local v = redis.call('GET', KEYS[i])
@@ -71,21 +76,22 @@ for i = 1, k do
     end
     if tat < now then tat = now end
   end
-  used[i] = tat - now
-  if used[i] + tonumber(ARGV[2 * i + 1]) > tonumber(ARGV[2 * i + 2]) then fits = false end
+  local used = tat - now
+  reply[i + 2] = used
+  if used + tonumber(ARGV[2 * i + 1]) > tonumber(ARGV[2 * i + 2]) then fits = false end
 end
-local reply = {0, now}
-if fits and admit then
+if fits and ARGV[2] == '1' then
   reply[1] = 1
   for i = 1, k do
-    local debt = used[i] + tonumber(ARGV[2 * i + 1])
-    used[i] = debt
+    local debt = reply[i + 2] + tonumber(ARGV[2 * i + 1])
+    reply[i + 2] = debt
     if debt > 0 then
-      put(KEYS[i], int(now + debt), int(math.ceil(debt / 1000)))
+      local tat = fmt('%.0f', now + debt)
+      if persist then redis.call('SET', KEYS[i], tat)
+      else redis.call('SET', KEYS[i], tat, 'PX', fmt('%.0f', math.ceil(debt / 1000))) end
     end
   end
 end
-for i = 1, k do reply[i + 2] = used[i] end
 return reply
 "#
     ))
@@ -116,7 +122,8 @@ for i = 1, #KEYS do
       if new <= now then
         redis.call('DEL', KEYS[i])
       else
-        put(KEYS[i], int(new), int(math.ceil((new - now) / 1000)))
+        if persist then redis.call('SET', KEYS[i], fmt('%.0f', new))
+        else redis.call('SET', KEYS[i], fmt('%.0f', new), 'PX', fmt('%.0f', math.ceil((new - now) / 1000))) end
       end
     end
   end
@@ -126,17 +133,13 @@ return now
     ))
 });
 
-/// Parses a window state `"<window>:<a>[:<b>]"`, or fails the script.
+/// The patterns of a window state: `FIXED_STATE` matches `"<window>:<count>"` (a
+/// trailing `:` tolerated), `SLIDING_STATE` `"<window>:<prev>:<curr>"`; a state
+/// that does not match fails the script.
 macro_rules! window_parse {
     () => {
         r#"
-local function parse(v, fields)
-  local w, a, b = string.match(v, '^(%d+):(%d+):?(%d*)$')
-  if not w or (fields == 3 and b == '') or (fields == 2 and b ~= '') then
-    return nil
-  end
-  return tonumber(w), tonumber(a), tonumber(b) or 0
-end
+local FIXED_STATE, SLIDING_STATE = '^(%d+):(%d+):?$', '^(%d+):(%d+):(%d+)$'
 "#
     };
 }
@@ -157,13 +160,16 @@ local n, limit, p = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local window, count = math.floor(now / p), 0
 local v = redis.call('GET', KEYS[1])
 if v then
-  local w, c = parse(v, 2)
+  local w, c = string.match(v, FIXED_STATE)
   if not w then return redis.error_reply('WEIRSTATE ' .. KEYS[1] .. ' does not hold a fixed window') end
-  if w >= window then window, count = w, c end
+  w = tonumber(w)
+  if w >= window then window, count = w, tonumber(c) end
 end
 if n > 0 and count + n <= limit then
   count = count + n
-  put(KEYS[1], int(window) .. ':' .. int(count), int(math.ceil(((window + 1) * p - now) / 1000)))
+  local state = fmt('%.0f:%.0f', window, count)
+  if persist then redis.call('SET', KEYS[1], state)
+  else redis.call('SET', KEYS[1], state, 'PX', fmt('%.0f', math.ceil(((window + 1) * p - now) / 1000))) end
   return {1, now, window, count}
 end
 return {0, now, window, count}
@@ -188,17 +194,20 @@ local window = math.floor(now / p)
 local prev, curr = 0, 0
 local v = redis.call('GET', KEYS[1])
 if v then
-  local w, a, b = parse(v, 3)
+  local w, a, b = string.match(v, SLIDING_STATE)
   if not w then return redis.error_reply('WEIRSTATE ' .. KEYS[1] .. ' does not hold a sliding window') end
-  if w >= window then window, prev, curr = w, a, b
-  elseif w == window - 1 then prev = b end
+  w = tonumber(w)
+  if w >= window then window, prev, curr = w, tonumber(a), tonumber(b)
+  elseif w == window - 1 then prev = tonumber(b) end
 end
 local elapsed = now - window * p
 if elapsed < 0 then elapsed = 0 end
 local room = limit - curr - n
 if n > 0 and room >= 0 and prev * (p - elapsed) <= room * p then
   curr = curr + n
-  put(KEYS[1], int(window) .. ':' .. int(prev) .. ':' .. int(curr), int(math.ceil(((window + 2) * p - now) / 1000)))
+  local state = fmt('%.0f:%.0f:%.0f', window, prev, curr)
+  if persist then redis.call('SET', KEYS[1], state)
+  else redis.call('SET', KEYS[1], state, 'PX', fmt('%.0f', math.ceil(((window + 2) * p - now) / 1000))) end
   return {1, now, window, prev, curr}
 end
 return {0, now, window, prev, curr}
@@ -217,19 +226,21 @@ local n, at, kind = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local v = redis.call('GET', KEYS[1])
 if not v then return now end
 if kind == 'f' then
-  local w, c = parse(v, 2)
+  local w, c = string.match(v, FIXED_STATE)
   if not w then return redis.error_reply('WEIRSTATE ' .. KEYS[1] .. ' does not hold a fixed window') end
+  w, c = tonumber(w), tonumber(c)
   if w == at and c > 0 then
     c = c - math.min(n, c)
     if c == 0 then redis.call('DEL', KEYS[1])
-    else redis.call('SET', KEYS[1], int(w) .. ':' .. int(c), 'KEEPTTL') end
+    else redis.call('SET', KEYS[1], fmt('%.0f:%.0f', w, c), 'KEEPTTL') end
   end
 else
-  local w, a, b = parse(v, 3)
+  local w, a, b = string.match(v, SLIDING_STATE)
   if not w then return redis.error_reply('WEIRSTATE ' .. KEYS[1] .. ' does not hold a sliding window') end
+  w, a, b = tonumber(w), tonumber(a), tonumber(b)
   if w == at then b = b - math.min(n, b) elseif w == at + 1 then a = a - math.min(n, a) else return now end
   if a == 0 and b == 0 then redis.call('DEL', KEYS[1])
-  else redis.call('SET', KEYS[1], int(w) .. ':' .. int(a) .. ':' .. int(b), 'KEEPTTL') end
+  else redis.call('SET', KEYS[1], fmt('%.0f:%.0f:%.0f', w, a, b), 'KEEPTTL') end
 end
 return now
 "#
@@ -244,43 +255,50 @@ return now
 /// decision, the newest one's time, and on denial the time of the entry whose
 /// expiry lets the request fit.
 ///
-/// Calls: `ZRANGE` (newest), `ZREMRANGEBYSCORE`, `ZCARD`; then `ZADD` + `PEXPIRE`
-/// when admitted, or one `ZRANGE` for the blocking entry when denied.
+/// Calls: `ZRANGE` (newest), `ZCOUNT` (live entries); then `ZREMRANGEBYSCORE` (the
+/// entries that left) + `ZADD` + `PEXPIRE` when admitted, or one `ZRANGEBYSCORE …
+/// LIMIT` for the blocking entry when denied. A denial or a peek writes nothing,
+/// not even the removal of entries that left (an admission removes them), so the
+/// set holds at most the limit and the entries that left since the last admission.
 pub(crate) static LOG: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         now_prologue!(),
         r#"
 local n, limit, p, tag = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local key = KEYS[1]
 local at, newest = now, 0
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 if last[2] then
   newest = tonumber(last[2])
   if newest > at then at = newest end
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(at - p))
-local live = redis.call('ZCARD', KEYS[1])
+local gone = fmt('%.0f', at - p)
+local live = redis.call('ZCOUNT', key, '(' .. gone, '+inf')
 if n > 0 and live + n <= limit then
-  local stamp = int(at)
-  local i = 1
-  while i <= n do
-    local batch = {}
-    local j = 0
-    while i <= n and j < 1000 do
-      batch[#batch + 1] = stamp
-      batch[#batch + 1] = tag .. ':' .. i
-      i = i + 1
-      j = j + 1
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', gone)
+  local stamp = fmt('%.0f', at)
+  if n == 1 then
+    redis.call('ZADD', key, stamp, tag .. ':1')
+  else
+    local i = 1
+    while i <= n do
+      local batch, j = {}, 0
+      while i <= n and j < 2000 do
+        batch[j + 1] = stamp
+        batch[j + 2] = tag .. ':' .. i
+        i, j = i + 1, j + 2
+      end
+      redis.call('ZADD', key, unpack(batch))
     end
-    redis.call('ZADD', KEYS[1], unpack(batch))
   end
-  if not persist then redis.call('PEXPIRE', KEYS[1], int(math.ceil((at + p - now) / 1000))) end
+  if not persist then redis.call('PEXPIRE', key, fmt('%.0f', math.ceil((at + p - now) / 1000))) end
   return {1, now, at, live + n, at, 0}
 end
 local blocking = 0
 if n > 0 and live > 0 then
   local idx = live + n - limit - 1
   if idx >= live then idx = live - 1 end
-  local e = redis.call('ZRANGE', KEYS[1], idx, idx, 'WITHSCORES')
+  local e = redis.call('ZRANGEBYSCORE', key, '(' .. gone, '+inf', 'WITHSCORES', 'LIMIT', idx, 1)
   if e[2] then blocking = tonumber(e[2]) end
 end
 if live == 0 then newest = 0 end
@@ -331,7 +349,9 @@ if used + lease <= tolerance then granted, cost = 2, lease
 elseif used + request <= tolerance then granted, cost = 1, request end
 if granted > 0 and cost > 0 then
   used = used + cost
-  put(KEYS[1], int(now + used), int(math.ceil(used / 1000)))
+  local tat = fmt('%.0f', now + used)
+  if persist then redis.call('SET', KEYS[1], tat)
+  else redis.call('SET', KEYS[1], tat, 'PX', fmt('%.0f', math.ceil(used / 1000))) end
 end
 return {granted, now, used}
 "#
