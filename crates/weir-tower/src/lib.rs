@@ -232,6 +232,8 @@ mod ip;
 mod key;
 mod layer;
 mod memory;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod policy;
 mod response;
 mod store;
