@@ -65,6 +65,78 @@ pub struct KeyedConfig {
     pub(crate) sweep_every: usize,
     pub(crate) sweep_from: usize,
     pub(crate) capacity_retry_after: Duration,
+    /// The store's name: the `store` label of its metrics.
+    pub(crate) name: Arc<str>,
+    /// The store's metric handles, registered when a store is built from this
+    /// configuration (`metrics` feature).
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics: StoreMetrics,
+}
+
+/// The name a store is given unless [`KeyedConfigBuilder::name`] says otherwise.
+pub const DEFAULT_STORE_NAME: &str = "default";
+
+/// A store's metric handles (the `metrics` feature), registered once, when the
+/// store is built, with the recorder installed then: a store built before a
+/// recorder is installed records nothing.
+#[cfg(feature = "metrics")]
+#[derive(Debug, Clone)]
+pub(crate) struct StoreMetrics {
+    /// `weir_keyed_keys`: keys stored.
+    pub(crate) keys: metrics::Gauge,
+    /// `weir_keyed_hot_keys`: keys in hot-key mode.
+    pub(crate) hot_keys: metrics::Gauge,
+    /// `weir_keyed_evictions_total{cause="sweep"}`.
+    pub(crate) evicted_by_sweep: metrics::Counter,
+    /// `weir_keyed_evictions_total{cause="room"}`.
+    pub(crate) evicted_for_room: metrics::Counter,
+    /// `weir_keyed_evictions_total{cause="removed"}`.
+    pub(crate) removed: metrics::Counter,
+    /// `weir_keyed_capacity_denials_total`.
+    pub(crate) capacity_denials: metrics::Counter,
+    /// `weir_keyed_overflow_checks_total`.
+    pub(crate) overflow_checks: metrics::Counter,
+    /// `weir_keyed_shard_sweeps_total`.
+    pub(crate) shard_sweeps: metrics::Counter,
+    /// `weir_keyed_hot_promotions_total`.
+    pub(crate) hot_promotions: metrics::Counter,
+}
+
+#[cfg(feature = "metrics")]
+impl StoreMetrics {
+    /// Handles that record nothing: a configuration's, until a store registers its
+    /// own.
+    pub(crate) fn noop() -> Self {
+        let (c, g) = (metrics::Counter::noop, metrics::Gauge::noop);
+        Self {
+            keys: g(),
+            hot_keys: g(),
+            evicted_by_sweep: c(),
+            evicted_for_room: c(),
+            removed: c(),
+            capacity_denials: c(),
+            overflow_checks: c(),
+            shard_sweeps: c(),
+            hot_promotions: c(),
+        }
+    }
+
+    /// Registers the handles of store `name` with the recorder installed now.
+    pub(crate) fn register(name: &Arc<str>) -> Self {
+        let store = metrics::SharedString::from(name.to_string());
+        let evictions = |cause: &'static str| metrics::counter!("weir_keyed_evictions_total", "store" => store.clone(), "cause" => cause);
+        Self {
+            keys: metrics::gauge!("weir_keyed_keys", "store" => store.clone()),
+            hot_keys: metrics::gauge!("weir_keyed_hot_keys", "store" => store.clone()),
+            evicted_by_sweep: evictions("sweep"),
+            evicted_for_room: evictions("room"),
+            removed: evictions("removed"),
+            capacity_denials: metrics::counter!("weir_keyed_capacity_denials_total", "store" => store.clone()),
+            overflow_checks: metrics::counter!("weir_keyed_overflow_checks_total", "store" => store.clone()),
+            shard_sweeps: metrics::counter!("weir_keyed_shard_sweeps_total", "store" => store.clone()),
+            hot_promotions: metrics::counter!("weir_keyed_hot_promotions_total", "store" => store),
+        }
+    }
 }
 
 /// Builds a [`KeyedConfig`]: `max_keys` is given, every other option starts at its
@@ -89,6 +161,9 @@ impl KeyedConfig {
                 sweep_every: 64,
                 sweep_from: max_keys / 2,
                 capacity_retry_after: Duration::from_secs(1),
+                name: Arc::from(DEFAULT_STORE_NAME),
+                #[cfg(feature = "metrics")]
+                metrics: StoreMetrics::noop(),
             },
         }
     }
@@ -116,6 +191,11 @@ impl KeyedConfig {
     /// The `Retry-After` given to a key denied for capacity.
     pub fn capacity_retry_after(&self) -> Duration {
         self.capacity_retry_after
+    }
+
+    /// The store's name: the `store` label of its metrics (`metrics` feature).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 }
 
@@ -147,6 +227,14 @@ impl KeyedConfigBuilder {
     /// The `Retry-After` given to a key denied for capacity. Default: 1 s.
     pub fn capacity_retry_after(mut self, after: Duration) -> Self {
         self.config.capacity_retry_after = after;
+        self
+    }
+
+    /// The store's name, the `store` label of its metrics (the `metrics` feature;
+    /// see the crate docs, "Metrics"): a name from your configuration (`per_ip`),
+    /// never a client's key. Default: [`DEFAULT_STORE_NAME`] (`default`).
+    pub fn name(mut self, name: impl AsRef<str>) -> Self {
+        self.config.name = Arc::from(name.as_ref());
         self
     }
 

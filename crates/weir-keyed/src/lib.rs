@@ -246,10 +246,46 @@
 //! stripes it finds then belong to the key's current state. Only a promotion of
 //! the key's current, live state drops stripes left by an earlier state.
 
+//!
+//! # Metrics
+//!
+//! With the `metrics` feature, a store reports through the [`metrics`] facade
+//! (any recorder: `metrics-exporter-prometheus`, say). Each series has the label
+//! `store`, the store's name from its configuration
+//! ([`KeyedConfigBuilder::name`]; default `default`), and never a key:
+//!
+//! | metric | type | labels | what |
+//! |---|---|---|---|
+//! | `weir_keyed_keys` | gauge | `store` | keys stored (set when a key is inserted, removed or swept) |
+//! | `weir_keyed_hot_keys` | gauge | `store` | keys in hot-key mode (set when a check promotes a key, and by sweeps and removals) |
+//! | `weir_keyed_evictions_total` | counter | `store`, `cause` | keys dropped: `sweep` (idle, by a sweep: explicit, paced by insertions, or background), `room` (idle, by a full store making room), `removed` ([`Keyed::remove`]) |
+//! | `weir_keyed_capacity_denials_total` | counter | `store` | new keys a full store refused ([`DenyReason::KeyCapacity`]) |
+//! | `weir_keyed_overflow_checks_total` | counter | `store` | new keys a full store checked against its overflow limiter ([`AtCapacity::EvictIdleOrOverflow`]) |
+//! | `weir_keyed_shard_sweeps_total` | counter | `store` | shards swept for idle keys, by any sweep |
+//! | `weir_keyed_hot_promotions_total` | counter | `store` | keys a check moved into hot-key mode (two checks racing to promote one key may count it twice; [`Keyed::promote`] is not counted) |
+//!
+//! The handles are registered once, when the store is built: **install the
+//! recorder before building the store** (a store built before records nothing).
+//! A check of a stored key records nothing; only insertions, refusals of new keys,
+//! promotions, removals and sweeps do (a few relaxed atomic operations in the
+//! recorder). Without the feature, no metric code is compiled.
+
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(doc)]
 use weir_rl_core::{Algorithm, DenyReason, Retire};
+
+/// Runs `$body` with the store's metric handles bound to `$m` (the `metrics`
+/// feature); without the feature, expands to nothing.
+macro_rules! metric {
+    ($store:expr, |$m:ident| $body:expr) => {
+        #[cfg(feature = "metrics")]
+        {
+            let $m = &$store.config.metrics;
+            $body;
+        }
+    };
+}
 
 mod algorithm;
 mod config;
@@ -282,7 +318,7 @@ pub mod loom_table {
 }
 
 pub use algorithm::KeyedAlgorithm;
-pub use config::{AtCapacity, KeyedConfig, KeyedConfigBuilder};
+pub use config::{AtCapacity, DEFAULT_STORE_NAME, KeyedConfig, KeyedConfigBuilder};
 pub use error::{KeyedConfigError, SweeperError};
 pub use hot::{HotKeyMode, HotKeys, HotKeysBuilder, NoHotKeys};
 pub use store::{Keyed, KeyedGcra, KeyedGcraHot};

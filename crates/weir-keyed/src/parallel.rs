@@ -63,6 +63,11 @@ where
         self.shards.par_iter().with_min_len(SHARDS_PER_TASK).for_each(|shard| {
             shard.compact(&self.hasher, true, &self.collector.enter());
         });
+        metric!(self, |m| {
+            m.shard_sweeps.increment(self.shards.len() as u64);
+            m.evicted_by_sweep.increment(evicted as u64);
+            self.record_len();
+        });
         evicted
     }
 

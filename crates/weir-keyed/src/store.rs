@@ -285,7 +285,12 @@ where
 {
     /// A store applying `algorithm` to each key, reading `clock` (the algorithm's
     /// time origin must be this clock's), hashing keys with `hasher`.
+    ///
+    /// With the `metrics` feature, the store's metric handles are registered here,
+    /// with the recorder installed now (see the crate docs, "Metrics").
     pub fn with_hasher(algorithm: A, config: KeyedConfig, clock: C, hasher: S) -> Self {
+        #[cfg(feature = "metrics")]
+        let config = KeyedConfig { metrics: crate::config::StoreMetrics::register(&config.name), ..config };
         let shards = config.max_keys.div_ceil(KEYS_PER_SHARD).next_power_of_two().min(MAX_SHARDS);
         let slack = (SLAB_SLACK / shards).max(MIN_SHARD_SLACK);
         let shards: Vec<_> = (0..shards).map(|_| Shard::with_slack(slack)).collect();
@@ -396,6 +401,7 @@ where
                 // After the new key's first check: from now on a sweep of its shard
                 // sees it busy, not idle (see `note_new_key`).
                 self.note_new_key(index, state, now);
+                metric!(self, |m| m.keys.set(self.len() as f64));
             }
             let (decision, lost_races) = checked?;
             if decision.is_denied() {
@@ -425,6 +431,12 @@ where
                 let guard = self.collector.enter();
                 if let Some(state) = shard.get(hash, key, &guard) {
                     H::contended(self, index, hash, key, state, owned, &guard);
+                    // `wants_promotion` found the state not promoted: promoted now, by
+                    // this check (or by a racing one, which then counts it too).
+                    metric!(self, |m| if H::kind(&self.algorithm, state) == StateKind::Promoted {
+                        m.hot_promotions.increment(1);
+                        m.hot_keys.set(self.hot_len() as f64);
+                    });
                 }
             }
             if inserted {
@@ -517,6 +529,11 @@ where
         // CAS in `reserve`.
         self.live.fetch_sub(1, Ordering::Relaxed);
         H::forget(self, hash, key, state, &guard);
+        metric!(self, |m| {
+            m.removed.increment(1);
+            m.keys.set(self.len() as f64);
+            m.hot_keys.set(self.hot_len() as f64);
+        });
         true
     }
 
@@ -524,6 +541,20 @@ where
     pub fn len(&self) -> usize {
         // Ordering: Relaxed; a statistic.
         self.live.load(Ordering::Relaxed)
+    }
+
+    /// Keys in hot-key mode (for the `weir_keyed_hot_keys` gauge).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn hot_len(&self) -> usize {
+        // Ordering: Relaxed; a statistic.
+        self.hot_count.load(Ordering::Relaxed)
+    }
+
+    /// Sets the key-count gauges (`metrics` feature).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn record_len(&self) {
+        self.config.metrics.keys.set(self.len() as f64);
+        self.config.metrics.hot_keys.set(self.hot_len() as f64);
     }
 
     /// Whether no key is stored.
@@ -727,8 +758,14 @@ where
 
     pub(crate) fn at_capacity(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
         match &self.config.at_capacity {
-            AtCapacity::EvictIdleOrOverflow(overflow) => overflow.check_n(n).map(Decision::from_fallback),
-            AtCapacity::EvictIdle | AtCapacity::Deny => Ok(self.capacity_denial()),
+            AtCapacity::EvictIdleOrOverflow(overflow) => {
+                metric!(self, |m| m.overflow_checks.increment(1));
+                overflow.check_n(n).map(Decision::from_fallback)
+            }
+            AtCapacity::EvictIdle | AtCapacity::Deny => {
+                metric!(self, |m| m.capacity_denials.increment(1));
+                Ok(self.capacity_denial())
+            }
         }
     }
 

@@ -134,6 +134,11 @@ where
         // one above is gone, and what it held back reclaimed if no other guard
         // holds it.
         self.shards[index].compact(&self.hasher, shrink_index, &self.collector.enter());
+        metric!(self, |m| {
+            m.shard_sweeps.increment(1);
+            m.evicted_by_sweep.increment(evicted as u64);
+            self.record_len();
+        });
         evicted
     }
 
@@ -296,6 +301,10 @@ where
                     continue;
                 }
                 let (evicted, shard_bound) = self.sweep_shard(index, now, &guard, publishing.as_ref());
+                metric!(self, |m| {
+                    m.shard_sweeps.increment(1);
+                    m.evicted_for_room.increment(evicted as u64);
+                });
                 if evicted > 0 {
                     // Ordering: Relaxed; see above. The next search starts after it.
                     self.cursor.store(index.wrapping_add(1), Ordering::Relaxed);
@@ -307,7 +316,12 @@ where
                 self.publish_bound(&self.store_bound, no_idle_before, insertions);
             }
         }
-        H::evict_idle_hot_key(self, now, &guard)
+        let evicted = H::evict_idle_hot_key(self, now, &guard);
+        metric!(self, |m| {
+            m.evicted_for_room.increment(u64::from(evicted));
+            self.record_len();
+        });
+        evicted
     }
 }
 

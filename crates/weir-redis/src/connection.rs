@@ -1,6 +1,7 @@
 //! [`Redis`]: one multiplexed, self-reconnecting connection shared by every limiter
 //! and every task of an instance, with a time limit on every call.
 
+use crate::metrics::Metrics;
 use crate::{ConfigError, Error};
 use core::fmt;
 use core::time::Duration;
@@ -210,6 +211,43 @@ impl ConnectionLike for Conn {
     }
 }
 
+/// A connection that counts the scripts loaded through it (`SCRIPT LOAD`: redis-rs
+/// sends one when `EVALSHA` is answered `NOSCRIPT`).
+#[cfg(feature = "metrics")]
+struct Watched<'a> {
+    conn: Conn,
+    reloads: &'a metrics::Counter,
+}
+
+#[cfg(feature = "metrics")]
+impl ConnectionLike for Watched<'_> {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let mut args = cmd.args_iter().map(|arg| match arg {
+            redis::Arg::Simple(bytes) => bytes,
+            _ => &[],
+        });
+        if args.next().is_some_and(|a| a.eq_ignore_ascii_case(b"SCRIPT"))
+            && args.next().is_some_and(|a| a.eq_ignore_ascii_case(b"LOAD"))
+        {
+            self.reloads.increment(1);
+        }
+        self.conn.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.conn.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+}
+
 impl Redis {
     /// Connects to one Redis server with the default [`RedisOptions`].
     pub async fn connect(url: &str) -> Result<Self, Error> {
@@ -278,10 +316,35 @@ impl Redis {
         if reply == "PONG" { Ok(()) } else { Err(Error::reply(format_args!("PING answered {reply:?}"))) }
     }
 
-    /// Runs one script (by `EVALSHA`, loading it on `NOSCRIPT`) within the time limit.
-    pub(crate) async fn invoke<T: FromRedisValue>(&self, invocation: &ScriptInvocation<'_>) -> Result<T, Error> {
-        let mut conn = self.conn.clone();
-        self.bounded(invocation.invoke_async(&mut conn)).await
+    /// Runs one script (by `EVALSHA`, loading it on `NOSCRIPT`) within the time
+    /// limit, recorded in `metrics` (its time, a timeout, a reload).
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        metrics: &Metrics,
+    ) -> Result<T, Error> {
+        let started = metrics.is_on().then(std::time::Instant::now);
+        let result = self.bounded(self.invoke_watched(invocation, metrics)).await;
+        if let Some(started) = started {
+            metrics.called(started.elapsed().as_secs_f64(), &result);
+        }
+        result
+    }
+
+    /// `invocation.invoke_async` on a clone of the connection; with the `metrics`
+    /// feature, counting the script's reloads (redis-rs loads it, by `SCRIPT
+    /// LOAD`, when `EVALSHA` is answered `NOSCRIPT`).
+    async fn invoke_watched<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        metrics: &Metrics,
+    ) -> redis::RedisResult<T> {
+        #[cfg(feature = "metrics")]
+        if let Some(reloads) = metrics.reloads() {
+            return invocation.invoke_async(&mut Watched { conn: self.conn.clone(), reloads }).await;
+        }
+        let _ = metrics;
+        invocation.invoke_async(&mut self.conn.clone()).await
     }
 
     /// Runs one script like [`invoke`](Self::invoke), with no time limit: the
@@ -290,9 +353,14 @@ impl Redis {
     pub(crate) async fn invoke_unbounded<T: FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
+        metrics: &Metrics,
     ) -> Result<T, Error> {
-        let mut conn = self.conn.clone();
-        invocation.invoke_async(&mut conn).await.map_err(Error::from_redis)
+        let started = metrics.is_on().then(std::time::Instant::now);
+        let result = self.invoke_watched(invocation, metrics).await.map_err(Error::from_redis);
+        if let Some(started) = started {
+            metrics.called(started.elapsed().as_secs_f64(), &result);
+        }
+        result
     }
 
     /// Runs one command within the time limit (see `__private::command`).

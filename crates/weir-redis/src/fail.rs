@@ -94,7 +94,7 @@ impl LocalFallback {
         if instances == 0 {
             return Err(ConfigError::Zero { what: "LocalFallback::instances" });
         }
-        keyed_config(max_keys)?;
+        keyed_config(max_keys, weir_keyed::DEFAULT_STORE_NAME)?;
         Ok(Self { instances, max_keys })
     }
 
@@ -109,9 +109,10 @@ impl LocalFallback {
     }
 }
 
-/// The local store's configuration for `max_keys` keys.
-fn keyed_config(max_keys: usize) -> Result<KeyedConfig, ConfigError> {
-    KeyedConfig::builder(max_keys).build().map_err(|e| match e {
+/// The local store's configuration for `max_keys` keys, named `name` (the `store`
+/// label of its metrics: the limiter's name).
+fn keyed_config(max_keys: usize, name: &str) -> Result<KeyedConfig, ConfigError> {
+    KeyedConfig::builder(max_keys).name(name).build().map_err(|e| match e {
         weir_keyed::KeyedConfigError::ZeroMaxKeys => ConfigError::Zero { what: "LocalFallback::max_keys" },
         e => ConfigError::Fallback { message: format!("LocalFallback::max_keys: {e}") },
     })
@@ -307,7 +308,7 @@ impl ResilientBuilder {
         let Self { limiter, policy, backoff } = self;
         let mut fallback = Vec::new();
         if let FailPolicy::LocalFallback(local) = policy {
-            let config = keyed_config(local.max_keys)?;
+            let config = keyed_config(local.max_keys, limiter.name())?;
             for quota in limiter.quotas() {
                 let quota = divided(quota, local.instances)?;
                 fallback.push(Keyed::gcra_with_clock(quota, config.clone(), clock.clone()));
@@ -357,7 +358,7 @@ impl<C: Clock> Resilient<C> {
         // Held across the call: a probe is released however this future ends,
         // dropped at the await included (a client that disconnects).
         let Some(_call) = self.may_call() else {
-            return self.decide_locally(key, n);
+            return self.counted(self.decide_locally(key, n), n);
         };
         let reply = self.limiter.check_n(key, n).await;
         match reply {
@@ -367,10 +368,22 @@ impl<C: Clock> Resilient<C> {
             }
             Err(e) if e.is_unavailable() => {
                 self.failed();
-                self.decide_locally(key, n)
+                self.counted(self.decide_locally(key, n), n)
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Counts a local decision of a request of cost `n` (not a peek) in the
+    /// limiter's metrics (Redis's are counted by the limiter).
+    #[inline]
+    fn counted(&self, checked: Result<Checked, Error>, n: u64) -> Result<Checked, Error> {
+        if let Ok(checked) = &checked
+            && n > 0
+        {
+            self.limiter.metrics.decided_by(checked.path, checked.decision.is_allowed());
+        }
+        checked
     }
 
     /// Gives back `n` units of `admission`. A Redis admission is refunded in Redis

@@ -447,10 +447,14 @@ impl<C: Clock> Leased<C> {
                     lease.permits -= n;
                     let remaining = lease.permits.saturating_add(lease.headroom).min(burst);
                     let snapshot = Snapshot::new(burst, remaining, lease.reset_ns);
+                    self.limiter.metrics.decided(crate::metrics::LEASE, true);
+                    self.limiter.metrics.saved_round_trip();
                     return Ok(Decision::allowed(snapshot).at(lease.granted_at));
                 }
                 if lease.denied_until_ns > now && n >= lease.denied_n {
                     let snapshot = Snapshot::new(burst, 0, lease.reset_ns);
+                    self.limiter.metrics.decided(crate::metrics::LEASE, false);
+                    self.limiter.metrics.saved_round_trip();
                     return Ok(Decision::denied(snapshot, lease.denied_until_ns - now).at(lease.granted_at));
                 }
                 match &lease.renewal {
@@ -500,7 +504,11 @@ impl<C: Clock> Leased<C> {
             Err(_) => return Err(Error::Timeout { after: timeout }),
         };
         delivery.grant = None;
-        delivery.settle(reply, true)
+        let decision = delivery.settle(reply, true);
+        if let Ok(decision) = &decision {
+            self.limiter.metrics.decided_by(crate::Path::Redis, decision.is_allowed());
+        }
+        decision
     }
 
     /// One round trip: `want` permits if they fit, else `n`, else none. Resolves
@@ -513,11 +521,12 @@ impl<C: Clock> Leased<C> {
         let keys = self.limiter.keys_named(name);
         let now = self.limiter.now_arg();
         let redis = self.limiter.redis().clone();
+        let metrics = self.limiter.metrics.clone();
         let quota = self.quota;
         Box::pin(async move {
             let mut invocation = scripts::LEASE.prepare_invoke();
             invocation.key(&keys[0]).arg(now).arg(quota.cost_us(want)).arg(quota.cost_us(n)).arg(quota.tolerance_us());
-            let reply: Vec<u64> = redis.invoke_unbounded(&invocation).await?;
+            let reply: Vec<u64> = redis.invoke_unbounded(&invocation, &metrics).await?;
             match *reply.as_slice() {
                 [granted, now, used] => Ok((
                     match granted {

@@ -1,6 +1,7 @@
 //! [`RedisLimiter`]: one quota (or a tier of quotas) per client key, state in Redis.
 
 use crate::math::{GcraMicros, NS, WindowMicros};
+use crate::metrics::Metrics;
 use crate::{ConfigError, Error, Redis, scripts};
 use core::fmt;
 use std::sync::Arc;
@@ -162,6 +163,9 @@ pub struct RedisLimiter {
     time: TimeSource,
     /// A random tag unique to this limiter, for sliding-log entries.
     tag: u64,
+    /// The limiter's name: the `limiter` label of its metrics.
+    name: Arc<str>,
+    pub(crate) metrics: Metrics,
 }
 
 impl fmt::Debug for RedisLimiter {
@@ -268,6 +272,7 @@ pub struct RedisLimiterBuilder {
     /// `None`: the build's default (`WhenIdle` with Redis's time, `Never` with a
     /// client clock).
     expiry: Option<Expiry>,
+    name: String,
 }
 
 impl RedisLimiterBuilder {
@@ -333,6 +338,14 @@ impl RedisLimiterBuilder {
     /// [`max_key_bytes`](Self::max_key_bytes). Default: [`LongKeys::Hash`].
     pub fn long_keys(self, long_keys: LongKeys) -> Self {
         Self { long_keys, ..self }
+    }
+
+    /// The limiter's name: the `limiter` label of its metrics (the `metrics`
+    /// feature; see the crate docs, "Metrics"), and of those of a [`Resilient`](crate::Resilient)
+    /// or [`Leased`](crate::Leased) over it. A name from your configuration
+    /// (`per_key`), never a client's key. Default: `default`.
+    pub fn name(self, name: &str) -> Self {
+        Self { name: name.to_owned(), ..self }
     }
 
     /// When Redis forgets a key's state (see [`Expiry`]). Default:
@@ -420,6 +433,8 @@ impl RedisLimiterBuilder {
             }),
             time,
             tag: random_tag(),
+            metrics: Metrics::register(&self.name),
+            name: Arc::from(self.name),
         })
     }
 }
@@ -436,7 +451,13 @@ impl RedisLimiter {
             max_key_bytes: DEFAULT_MAX_KEY_BYTES,
             long_keys: LongKeys::Hash,
             expiry: None,
+            name: "default".to_owned(),
         }
+    }
+
+    /// The limiter's name (the `limiter` label of its metrics).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The algorithm this limiter runs.
@@ -608,8 +629,18 @@ impl RedisLimiter {
     /// at, in nanoseconds of Unix time (Redis's clock, or the limiter's clock), so
     /// that [`refund`](Self::refund) finds the window it was counted in.
     pub async fn check_n(&self, key: &(impl AsRef<[u8]> + ?Sized), n: u64) -> Result<Decision, Error> {
+        let decision = self.decide(key.as_ref(), n).await;
+        if let Ok(decision) = &decision
+            && n > 0
+        {
+            self.metrics.decided_by(crate::Path::Redis, decision.is_allowed());
+        }
+        decision
+    }
+
+    async fn decide(&self, key: &[u8], n: u64) -> Result<Decision, Error> {
         self.too_many(n)?;
-        let keys = self.keys_of(key.as_ref())?;
+        let keys = self.keys_of(key)?;
         let now = self.now_arg();
         match &self.algo {
             Algo::Gcra(quotas) => self.gcra_check(&keys, quotas, n, &now).await,
@@ -617,7 +648,7 @@ impl RedisLimiter {
                 let script = if matches!(self.algo, Algo::Fixed(_)) { &*scripts::FIXED } else { &*scripts::SLIDING };
                 let mut invocation = script.prepare_invoke();
                 invocation.key(&keys[0]).arg(&now).arg(n).arg(w.limit).arg(w.period_us);
-                let reply: Vec<u64> = self.redis.invoke(&invocation).await?;
+                let reply: Vec<u64> = self.redis.invoke(&invocation, &self.metrics).await?;
                 match (&self.algo, reply.as_slice()) {
                     (Algo::Fixed(_), &[admitted, now, window, count]) => {
                         let at = now.max(window.saturating_mul(w.period_us));
@@ -637,7 +668,7 @@ impl RedisLimiter {
                 let tag = format!("{:x}.{call:x}", self.tag);
                 let mut invocation = scripts::LOG.prepare_invoke();
                 invocation.key(&keys[0]).arg(&now).arg(n).arg(w.limit).arg(w.period_us).arg(tag);
-                let reply: Vec<u64> = self.redis.invoke(&invocation).await?;
+                let reply: Vec<u64> = self.redis.invoke(&invocation, &self.metrics).await?;
                 match *reply.as_slice() {
                     [admitted, now, at, live, newest, blocking] => Ok(w
                         .log(admitted == 1 || n == 0, now, live, newest, blocking)
@@ -658,7 +689,7 @@ impl RedisLimiter {
     }
 
     async fn gcra_check(&self, keys: &[String], quotas: &[GcraMicros], n: u64, now: &str) -> Result<Decision, Error> {
-        let reply: Vec<u64> = self.redis.invoke(&Self::gcra_invocation(keys, quotas, n, now)).await?;
+        let reply: Vec<u64> = self.redis.invoke(&Self::gcra_invocation(keys, quotas, n, now), &self.metrics).await?;
         Self::gcra_decision(quotas, n, &reply)
     }
 
@@ -680,7 +711,7 @@ impl RedisLimiter {
         let now = self.now_arg();
         // A peek first (it writes nothing), which loads the script if Redis lacks
         // it: a transaction cannot reload a script it does not find.
-        let _: Vec<u64> = self.redis.invoke(&Self::gcra_invocation(&keys, quotas, 0, &now)).await?;
+        let _: Vec<u64> = self.redis.invoke(&Self::gcra_invocation(&keys, quotas, 0, &now), &self.metrics).await?;
         let invocation = Self::gcra_invocation(&keys, quotas, n, &now);
         let mut pipe = redis::pipe();
         pipe.atomic().cmd("TIME").invoke_script(&invocation);
@@ -749,7 +780,7 @@ impl RedisLimiter {
                 invocation.key(&keys[0]).arg(&now).arg(n).arg(at_us);
             }
         }
-        let _now: u64 = self.redis.invoke(&invocation).await?;
+        let _now: u64 = self.redis.invoke(&invocation, &self.metrics).await?;
         Ok(())
     }
 

@@ -6,7 +6,13 @@
 //! cargo bench -p weir-tower --bench layer            # 5 rounds of 200 000 requests per case
 //! cargo bench -p weir-tower --bench layer -- --quick # 5 rounds of 20 000
 //! cargo bench -p weir-tower --bench layer -- --serve 2 127.0.0.1:3000   # case 2 on a port, for wrk
+//! cargo bench -p weir-tower --features metrics --bench layer   # + the layer under a Prometheus recorder
 //! ```
+//!
+//! With the `metrics` feature, the weir cases run with the feature's handles and no
+//! recorder (every handle a no-op), and two more cases run a layer built under a
+//! Prometheus recorder (`metrics-exporter-prometheus`, as a server would install
+//! it): the difference is what counting a decision costs.
 //!
 //! Each round runs every case in turn, each in 20 slices that alternate with slices
 //! of the bare router; "added" is the median of the paired differences in a round,
@@ -136,7 +142,8 @@ fn main() {
     let allowed: SocketAddr = "192.0.2.1:5000".parse().expect("an address");
     let denied: SocketAddr = "192.0.2.2:5000".parse().expect("an address");
 
-    let cases = [
+    #[allow(unused_mut)] // pushed to with the `metrics` feature
+    let mut cases = vec![
         Case { name: "bare router (baseline)", router: finished(handler()), peer: allowed, expect: StatusCode::OK },
         Case {
             name: "empty Identity layer",
@@ -181,6 +188,19 @@ fn main() {
             expect: StatusCode::TOO_MANY_REQUESTS,
         },
     ];
+    // The layer's handles registered with a Prometheus recorder, as a server that
+    // installs one before building its layer has them (the other cases are built
+    // with no recorder: their handles are no-ops).
+    #[cfg(feature = "metrics")]
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    #[cfg(feature = "metrics")]
+    for (name, (legacy, deny), peer, expect) in [
+        ("weir, allowed, RateLimit headers only, Prometheus recorder", (false, false), allowed, StatusCode::OK),
+        ("weir, 429 + problem+json, Prometheus recorder", (true, true), denied, StatusCode::TOO_MANY_REQUESTS),
+    ] {
+        let router = metrics::with_local_recorder(&prometheus, || finished(weir(legacy, deny)));
+        cases.push(Case { name, router, peer, expect });
+    }
 
     if let Some(serve) = std::env::args().skip_while(|a| a != "--serve").nth(1) {
         // One case on a loopback port, for a load generator in another process:

@@ -9,6 +9,14 @@
 //! curl -i localhost:3000/health                             # never limited
 //! ```
 //!
+//! With the `metrics` feature, `/metrics` serves the limiter's metrics (and its
+//! stores') in the Prometheus text format:
+//!
+//! ```text
+//! cargo run -p weir-tower --features metrics --example server
+//! curl -s localhost:3000/metrics | grep weir_
+//! ```
+//!
 //! `WEIR_ADDR` sets the address (default `127.0.0.1:3000`).
 
 use axum::Router;
@@ -33,6 +41,11 @@ async fn plan_of(key: Key) -> Result<&'static str, std::io::Error> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The recorder first: the layer and its stores register their metrics when
+    // they are built.
+    #[cfg(feature = "metrics")]
+    let prometheus = prometheus()?;
+
     let layer = Config::from_toml(include_str!("tiers.toml"))?
         .tier_lookup(plan_of)
         .builder()?
@@ -51,6 +64,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/reports", get(|| async { "a report\n" }))
         .route("/api/hello", get(|| async { "hello\n" }))
         .layer(layer);
+    // Added after the layer: the scrape itself is not limited.
+    #[cfg(feature = "metrics")]
+    let app = app.route("/metrics", get(move || std::future::ready(prometheus.render())));
 
     let addr = std::env::var("WEIR_ADDR").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
@@ -58,4 +74,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The peer address is how clients are told apart: serve with ConnectInfo.
     axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
     Ok(())
+}
+
+/// Installs the Prometheus recorder (histograms in seconds, with buckets from
+/// 100 µs to 10 s) and keeps its histograms' windows fresh.
+#[cfg(feature = "metrics")]
+fn prometheus() -> Result<metrics_exporter_prometheus::PrometheusHandle, Box<dyn std::error::Error>> {
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    let buckets = [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0];
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)?
+        .install_recorder()?;
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            upkeep.run_upkeep();
+        }
+    });
+    Ok(handle)
 }

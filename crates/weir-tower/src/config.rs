@@ -15,6 +15,7 @@
 //! name = "auth"
 //! routes = ["/auth"]                # path prefixes; the longest match wins (gRPC: "/pkg.Service/", "/pkg.Service/Method")
 //! [[policy.limit]]
+//! name = "per_ip"                   # the `limit` label of its metrics (default: its place, from 1)
 //! key = "ip"                        # ip | user | global | header:<name>, or a list: the first that the request has
 //! quotas = [{ name = "5min", algorithm = "sliding_window", limit = 5, window = "5m" }]
 //!
@@ -127,6 +128,10 @@ pub struct QuotaConfig {
     pub quota: Quota,
     /// The most keys its store keeps.
     pub max_keys: usize,
+    /// The name of its store (the `store` label of weir-keyed's metrics):
+    /// `<policy>.<limit>.<quota>` (the limit's `name`, or its place from 1), or
+    /// `tiers.<tier>.<quota>`.
+    pub store: String,
 }
 
 /// Builds the in-memory store of one quota.
@@ -202,6 +207,7 @@ enum KeyList {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LimitSpec {
+    name: Option<Spanned<String>>,
     key: Spanned<KeyList>,
     on_missing_key: Option<Spanned<String>>,
     long_keys: Option<Spanned<String>>,
@@ -416,7 +422,9 @@ impl Config {
             }
             for (l, limit) in spec.limits.iter().enumerate() {
                 let field = format!("policy[{p}].limit[{l}]");
-                policy = policy.limit(self.limit(&ctx, limit, &field, &client, &mut tiers)?);
+                let name = limit.name.as_ref().map_or_else(|| (l + 1).to_string(), |n| n.get_ref().clone());
+                let store = format!("{}.{name}", spec.name.get_ref());
+                policy = policy.limit(self.limit(&ctx, limit, (&field, &store), &client, &mut tiers)?.named(name));
             }
             // The builder names the option it refused; the file's field and line come
             // from the value that set it.
@@ -642,7 +650,7 @@ impl Config {
         for (name, tier) in &file.tiers {
             let max_keys = max_keys(ctx, tier.max_keys.as_ref(), &format!("tiers.{name}.max_keys"))?;
             let field = format!("tiers.{name}.quotas");
-            let store = self.all_of(ctx, tier.quotas.get_ref(), &field, max_keys)?;
+            let store = self.all_of(ctx, tier.quotas.get_ref(), (&field, &format!("tiers.{name}")), max_keys)?;
             tiers = tiers.tier(name, store);
         }
         let clock = self.tier_clock.clone().unwrap_or_else(|| Arc::new(weir_rl_core::MonotonicClock::new()));
@@ -659,12 +667,21 @@ impl Config {
     }
 
     /// The store enforcing `quotas` all or nothing.
-    fn all_of(&self, ctx: &Ctx<'_>, quotas: &[QuotaSpec], field: &str, max_keys: usize) -> Result<Store, ConfigError> {
+    /// `at`: the field of `quotas`, and the start of their stores' names.
+    fn all_of(
+        &self,
+        ctx: &Ctx<'_>,
+        quotas: &[QuotaSpec],
+        at: (&str, &str),
+        max_keys: usize,
+    ) -> Result<Store, ConfigError> {
+        let (field, store) = at;
         let mut names = Vec::new();
         let mut members: Vec<Box<dyn KeyedLimiter<Key> + Send + Sync>> = Vec::new();
         for (q, spec) in quotas.iter().enumerate() {
             let field = format!("{field}[{q}]");
-            let config = quota_config(ctx, spec, &field, max_keys)?;
+            let mut config = quota_config(ctx, spec, &field, max_keys)?;
+            config.store = format!("{store}.{}", config.name);
             members.push((self.factory)(&config).map_err(|e| ctx.at(&spec.algorithm, field, e))?);
             names.push(config.name);
         }
@@ -685,10 +702,11 @@ impl Config {
         &self,
         ctx: &Ctx<'_>,
         spec: &LimitSpec,
-        field: &str,
+        at: (&str, &str),
         client: &ClientIp,
         tiers: &mut Option<Arc<Tiers>>,
     ) -> Result<Limit, ConfigError> {
+        let (field, store) = at;
         let key = key_source(ctx, &spec.key, &format!("{field}.key"), client)?.long_keys(long_keys(
             ctx,
             spec.long_keys.as_ref(),
@@ -703,7 +721,7 @@ impl Config {
             Limit::throttle(key, throttle_of(ctx, throttle, &format!("{field}.throttle"))?)
         } else {
             let max_keys = max_keys(ctx, spec.max_keys.as_ref(), &format!("{field}.max_keys"))?;
-            Limit::new(key, self.all_of(ctx, &spec.quotas, &format!("{field}.quotas"), max_keys)?)
+            Limit::new(key, self.all_of(ctx, &spec.quotas, (&format!("{field}.quotas"), store), max_keys)?)
         };
         Ok(limit.on_missing_key(missing))
     }
@@ -837,7 +855,7 @@ fn quota_config(ctx: &Ctx<'_>, spec: &QuotaSpec, field: &str, max_keys: usize) -
         None if algorithm == Algorithm::Gcra && quota.burst() != quota.count() => "burst".into(),
         None => crate::store::window_name(window),
     };
-    Ok(QuotaConfig { name, algorithm, quota, max_keys })
+    Ok(QuotaConfig { store: name.clone(), name, algorithm, quota, max_keys })
 }
 
 fn throttle_of(ctx: &Ctx<'_>, spec: &Spanned<ThrottleSpec>, field: &str) -> Result<KeyedThrottle, ConfigError> {

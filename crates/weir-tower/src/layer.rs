@@ -533,6 +533,13 @@ where
         let (parts, body) = request.into_parts();
         let policy_index = match shared.policy_for(parts.uri.path()) {
             Some(policy) if !shared.skips(&parts) => policy,
+            #[cfg(feature = "metrics")]
+            Some(policy) => {
+                if let Some(policy) = shared.policies.get(policy) {
+                    policy.metrics.skipped.increment(1);
+                }
+                return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), None);
+            }
             _ => return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), None),
         };
         let Some(policy) = shared.policies.get(policy_index) else {
@@ -540,6 +547,7 @@ where
         };
         let mut keys: Keys = Default::default();
         if let Err((limit, too_long)) = policy.keys(&parts, &mut keys) {
+            policy.count_unidentified(limit);
             return ResponseFuture::rejected(shared.unidentified(policy_index, limit, &parts, too_long));
         }
         let (tiers, ready) = policy.cached_tiers(&keys);

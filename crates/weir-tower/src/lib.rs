@@ -188,6 +188,52 @@
 //! what a check already sent admits (see [`wait`], "Cancellation"). Each is dropped
 //! at every await in the tests (`weir_testkit::each_cancellation`).
 //!
+//! # Metrics
+//!
+//! With the `metrics` feature, the layer reports through the [`metrics`](https://docs.rs/metrics)
+//! facade (any recorder: `metrics-exporter-prometheus`, say; `examples/server.rs`
+//! serves `/metrics` with it):
+//!
+//! | metric | type | labels | what |
+//! |---|---|---|---|
+//! | `weir_tower_decisions_total` | counter | `policy`, `limit`, `tier`, `quota`, `outcome` | requests a policy matched, by what became of them: `outcome` is `allowed`, `denied` (a rate limit, or a throttle that turned it away: `quota="throttle"`), `key_capacity` (a store or throttle full of other clients), `unidentified` (no key for `limit`), `unavailable` (a store or tier lookup failed), `skipped` (a skip rule); `limit` and `quota` are those that decided (the admission with the least left, the refusal with the longest wait; empty when none did), `tier` the client's tier for a tiered limit |
+//! | `weir_tower_throttle_wait_seconds` | histogram | `policy`, `limit` | how long a request a throttle admitted waited for its turn |
+//! | `weir_tower_throttle_give_ups_total` | counter | `policy`, `limit` | requests a throttle turned away (their turn would come after `max_wait`, or its line was full) |
+//! | `weir_tower_tier_lookups_total` | counter | `tiers` | tier lookups run (cache misses; concurrent misses for one key share one) |
+//! | `weir_tower_tier_lookup_failures_total` | counter | `tiers` | lookups that failed or named no tier |
+//! | `weir_tower_tier_cache_hits_total` | counter | `tiers` | requests whose tier the cache held |
+//!
+//! Every label value comes from configuration, never from a request: `policy` is the
+//! policy's name, `limit` the limit's ([`Limit::named`], `name` in the file; by default
+//! its place in its policy, from 1), `quota` the quota's (as in the `RateLimit`
+//! headers), `tiers` the [`TiersBuilder::name`] (default `default`), `tier` the tier's.
+//! With the feature, weir-keyed's store metrics are on too (`weir_keyed_keys`,
+//! evictions, capacity denials; a store built from the file is named
+//! `<policy>.<limit>.<quota>` or `tiers.<tier>.<quota>`, one of your own by its
+//! `KeyedConfigBuilder::name`).
+//!
+//! **Install the recorder before building the layer** (before the builder's `policy`
+//! and `route` calls, and before building the stores and tiers): the handles are
+//! registered then, once, and kept, so a request increments a counter and builds no
+//! key. A layer built before the recorder is installed records nothing. With no
+//! recorder, every handle is a no-op (one branch each); without the feature, no
+//! metric code is compiled.
+//!
+//! ```
+//! # #[cfg(feature = "metrics")] {
+//! use weir_tower::Config;
+//!
+//! // Install the recorder first (`PrometheusBuilder::new().install_recorder()?`,
+//! // whose handle's `render()` a `/metrics` route returns); then build the layer.
+//! let toml = "[[policy]]\nname = \"api\"\ndefault = true\n[[policy.limit]]\nname = \"per_ip\"\nkey = \"ip\"\n\
+//!             quotas = [{ algorithm = \"gcra\", limit = 100, window = \"1m\" }]\n";
+//! let layer = Config::from_toml(toml)?.layer()?;
+//! // Counts weir_tower_decisions_total{policy="api",limit="per_ip",quota="minute",outcome="allowed"|...}
+//! # let _ = layer;
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Configuration
 //!
 //! [`Config`] reads policies and tiers from TOML (see [`config`]), with errors that
@@ -232,6 +278,8 @@ mod ip;
 mod key;
 mod layer;
 mod memory;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod policy;
 mod response;
 mod store;

@@ -10,7 +10,7 @@ pub(crate) fn store<C: Clock + Send + Sync + 'static>(
     config: &QuotaConfig,
     clock: C,
 ) -> Result<Box<dyn KeyedLimiter<Key> + Send + Sync>, String> {
-    let keyed = KeyedConfig::builder(config.max_keys).build().map_err(|e| e.to_string())?;
+    let keyed = KeyedConfig::builder(config.max_keys).name(&config.store).build().map_err(|e| e.to_string())?;
     let quota = config.quota;
     Ok(match config.algorithm {
         Algorithm::Gcra => Box::new(Keyed::<Key, _, C>::gcra_with_clock(quota, keyed, clock)),

@@ -38,6 +38,7 @@ pub struct Limit {
     key: KeySource,
     missing: MissingKey,
     kind: LimitKind,
+    name: Option<Arc<str>>,
 }
 
 #[derive(Clone)]
@@ -50,7 +51,7 @@ enum LimitKind {
 impl Limit {
     /// Requests counted by `key` in `store`.
     pub fn new(key: KeySource, store: Store) -> Self {
-        Self { key, missing: MissingKey::Deny, kind: LimitKind::Store(store) }
+        Self { key, name: None, missing: MissingKey::Deny, kind: LimitKind::Store(store) }
     }
 
     /// Each client IP (the peer address; IPv6 by `/64`) counted in the in-memory
@@ -63,31 +64,44 @@ impl Limit {
 
     /// Requests counted by `key` in the store of the key's tier.
     pub fn tiered(key: KeySource, tiers: Tiers) -> Self {
-        Self { key, missing: MissingKey::Deny, kind: LimitKind::Tiered(Arc::new(tiers)) }
+        Self { key, name: None, missing: MissingKey::Deny, kind: LimitKind::Tiered(Arc::new(tiers)) }
     }
 
     /// [`tiered`](Self::tiered), with tiers shared by several limits.
     pub fn tiered_shared(key: KeySource, tiers: Arc<Tiers>) -> Self {
-        Self { key, missing: MissingKey::Deny, kind: LimitKind::Tiered(tiers) }
+        Self { key, name: None, missing: MissingKey::Deny, kind: LimitKind::Tiered(tiers) }
     }
 
     /// Requests of each `key` paced by `throttle`: they wait their turn instead of
     /// being rejected. A policy checks its throttles after its other limits, so a
     /// request waits only once the other limits have admitted it.
     pub fn throttle(key: KeySource, throttle: KeyedThrottle) -> Self {
-        Self { key, missing: MissingKey::Deny, kind: LimitKind::Throttle(Arc::new(throttle)) }
+        Self { key, name: None, missing: MissingKey::Deny, kind: LimitKind::Throttle(Arc::new(throttle)) }
     }
 
     /// [`throttle`](Self::throttle), with the throttle kept by the caller too (to
     /// read [`KeyedThrottle::waiting`]).
     pub fn throttle_shared(key: KeySource, throttle: Arc<KeyedThrottle>) -> Self {
-        Self { key, missing: MissingKey::Deny, kind: LimitKind::Throttle(throttle) }
+        Self { key, name: None, missing: MissingKey::Deny, kind: LimitKind::Throttle(throttle) }
     }
 
     /// What to do with a request that has no key from this limit's source (default
     /// [`MissingKey::Deny`]).
     pub fn on_missing_key(self, missing: MissingKey) -> Self {
         Self { missing, ..self }
+    }
+
+    /// Names the limit: the `limit` label of its metrics (the `metrics` feature;
+    /// see the crate docs, "Metrics"). Default: its place among its policy's
+    /// limits, as added (`1`, `2`, ...). A name from your configuration (`per_ip`),
+    /// never anything a client sends.
+    pub fn named(self, name: impl AsRef<str>) -> Self {
+        Self { name: Some(Arc::from(name.as_ref())), ..self }
+    }
+
+    /// The limit's name, if [`named`](Self::named).
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
     }
 
     /// The tiers of a tiered limit.
@@ -118,7 +132,7 @@ impl Limit {
 impl fmt::Debug for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Limit");
-        d.field("key", &self.key).field("missing", &self.missing);
+        d.field("key", &self.key).field("missing", &self.missing).field("name", &self.name);
         match &self.kind {
             LimitKind::Store(store) => d.field("store", store),
             LimitKind::Tiered(tiers) => d.field("tiers", tiers),
@@ -327,10 +341,15 @@ struct QuotaText {
     /// The end of a problem body refusing a request for this quota: the policy's
     /// name and this one's (see [`problem_tail`]).
     problem_tail: Box<[u8]>,
+    /// Its decisions' counters.
+    #[cfg(feature = "metrics")]
+    metrics: crate::metrics::QuotaMetrics,
 }
 
 impl Variant {
-    fn new(policy: &str, store: &Store, names: impl Iterator<Item = String>) -> Self {
+    /// `labels`: the limit's and the tier's names, for the metrics.
+    fn new(policy: &str, store: &Store, names: impl Iterator<Item = String>, labels: (&str, &str)) -> Self {
+        let _ = labels;
         let quoted_names: Vec<String> = names.map(|n| sf_string(&n)).collect();
         let items: Vec<String> = quoted_names
             .iter()
@@ -345,6 +364,8 @@ impl Variant {
                     ratelimit_prefix: format!("{quoted};r=").into_bytes().into_boxed_slice(),
                     name: name.into(),
                     problem_tail: problem_tail(policy, name).into_bytes().into_boxed_slice(),
+                    #[cfg(feature = "metrics")]
+                    metrics: crate::metrics::QuotaMetrics::register(policy, labels.0, labels.1, name),
                 }
             })
             .collect();
@@ -367,6 +388,9 @@ pub(crate) struct CompiledLimit {
     /// The `detail` of a 400 for a request without this limit's key: it names
     /// where the key is read from.
     missing_detail: Box<str>,
+    /// Its metrics beside its quotas' decisions.
+    #[cfg(feature = "metrics")]
+    metrics: crate::metrics::LimitMetrics,
 }
 
 /// A policy ready to check.
@@ -380,37 +404,57 @@ pub(crate) struct CompiledPolicy {
     local: bool,
     /// `RateLimit-Policy` when every limit applies with its one variant.
     full_policy_header: Option<HeaderValue>,
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics: crate::metrics::PolicyMetrics,
 }
 
 /// A policy made ready to check (a built policy is valid: see [`PolicyBuilder::build`]).
 pub(crate) fn compile(policy: Policy) -> CompiledPolicy {
     let name = policy.name.clone();
     let mut limits = policy.limits;
+    // Unnamed limits are named by their place, as added (before throttles move).
+    for (i, limit) in limits.iter_mut().enumerate() {
+        if limit.name.is_none() {
+            limit.name = Some(Arc::from((i + 1).to_string()));
+        }
+    }
     // Throttles wait: only once every other limit has admitted.
     limits.sort_by_key(|l| matches!(l.kind, LimitKind::Throttle(_)));
     let mut seen: Vec<String> = Vec::new();
     let mut compiled = Vec::with_capacity(limits.len());
     for (i, limit) in limits.into_iter().enumerate() {
-        let stores: Vec<&Store> = match &limit.kind {
-            LimitKind::Store(store) => vec![store],
-            LimitKind::Tiered(tiers) => tiers.tiers().map(|(_, store)| store).collect(),
+        let stores: Vec<(&str, &Store)> = match &limit.kind {
+            LimitKind::Store(store) => vec![("", store)],
+            LimitKind::Tiered(tiers) => tiers.tiers().collect(),
             LimitKind::Throttle(_) => Vec::new(),
         };
+        let limit_name = limit.name.clone().unwrap_or_else(|| Arc::from(""));
         // Names must tell quotas apart across limits: a name another limit uses gets
         // this limit's number (`minute` and `minute-2`).
-        let mine: Vec<String> = stores.iter().flat_map(|s| s.names().iter().map(|n| n.to_string())).collect();
+        let mine: Vec<String> = stores.iter().flat_map(|(_, s)| s.names().iter().map(|n| n.to_string())).collect();
         let clash = mine.iter().any(|n| seen.contains(n));
         seen.extend(mine);
         let rename = |n: &Arc<str>| if clash { format!("{n}-{}", i + 1) } else { n.to_string() };
-        let variants =
-            stores.iter().map(|store| Variant::new(&name, store, store.names().iter().map(rename))).collect();
+        let variants = stores
+            .iter()
+            .map(|(tier, store)| Variant::new(&name, store, store.names().iter().map(rename), (&limit_name, tier)))
+            .collect();
         let missing_detail = format!(
             "The request does not say which client it is from: this limit counts requests by {}, which the request \
              lacks or leaves empty.",
             limit.key.describe()
         )
         .into_boxed_str();
-        compiled.push(CompiledLimit { limit, variants, missing_detail });
+        #[cfg(feature = "metrics")]
+        let metrics =
+            crate::metrics::LimitMetrics::register(&name, &limit_name, matches!(limit.kind, LimitKind::Throttle(_)));
+        compiled.push(CompiledLimit {
+            limit,
+            variants,
+            missing_detail,
+            #[cfg(feature = "metrics")]
+            metrics,
+        });
     }
     let local = compiled.iter().all(|l| match &l.limit.kind {
         LimitKind::Store(store) => store.is_local(),
@@ -423,7 +467,15 @@ pub(crate) fn compile(policy: Policy) -> CompiledPolicy {
     } else {
         None
     };
-    CompiledPolicy { name, limits: compiled.into_boxed_slice(), cost: policy.cost, local, full_policy_header }
+    CompiledPolicy {
+        #[cfg(feature = "metrics")]
+        metrics: crate::metrics::PolicyMetrics::register(&name),
+        name,
+        limits: compiled.into_boxed_slice(),
+        cost: policy.cost,
+        local,
+        full_policy_header,
+    }
 }
 
 /// The admissions of a request being decided. Dropped before its decision is made
@@ -595,6 +647,7 @@ impl CompiledPolicy {
                             Ok(tier) => tier,
                             Err(e) => {
                                 held.give_back().await;
+                                self.count_unavailable(i);
                                 let key = held.keys[i].take().unwrap_or_else(Key::global);
                                 return Verdict::Refused(Refusal::Unavailable { error: StoreError::new(e), key });
                             }
@@ -607,12 +660,19 @@ impl CompiledPolicy {
                     }
                 }
                 LimitKind::Throttle(throttle) => {
+                    #[cfg(feature = "metrics")]
+                    let asked = tokio::time::Instant::now();
                     let turn = match throttle.line_of(key) {
                         Ok(line) => lines[i].get_or_init(|| line).turn(throttle.max_wait()).await,
                         Err(away) => Err(away),
                     };
                     match turn {
                         Ok(turn) => {
+                            #[cfg(feature = "metrics")]
+                            if let Some(m) = self.limits.get(i).map(|l| &l.metrics) {
+                                m.throttled.increment(1);
+                                m.wait.record(asked.elapsed().as_secs_f64());
+                            }
                             turns.0[i] = Some(turn);
                             continue;
                         }
@@ -622,6 +682,16 @@ impl CompiledPolicy {
                             turns.give_back();
                             held.give_back().await;
                             let key = held.keys[i].take().unwrap_or_else(Key::global);
+                            #[cfg(feature = "metrics")]
+                            if let Some(m) = self.limits.get(i).map(|l| &l.metrics) {
+                                match away {
+                                    Away::Turned { .. } => {
+                                        m.turned_away.increment(1);
+                                        m.give_ups.increment(1);
+                                    }
+                                    Away::Keys { .. } => m.throttle_full.increment(1),
+                                }
+                            }
                             return Verdict::Refused(match away {
                                 Away::Turned { retry_after } => Refusal::TurnedAway { retry_after, key },
                                 Away::Keys { retry_after } => Refusal::ThrottleFull { retry_after, key },
@@ -644,6 +714,7 @@ impl CompiledPolicy {
                 }
                 Err(error) => {
                     held.give_back().await;
+                    self.count_unavailable(i);
                     let key = held.keys[i].take().unwrap_or_else(Key::global);
                     return Verdict::Refused(Refusal::Unavailable { error, key });
                 }
@@ -680,6 +751,7 @@ impl CompiledPolicy {
                 }
                 Err(error) => {
                     self.refund_now(keys, tiers, &mut admitted);
+                    self.count_unavailable(i);
                     let key = keys[i].take().unwrap_or_else(Key::global);
                     return Verdict::Refused(Refusal::Unavailable { error: StoreError::new(error), key });
                 }
@@ -755,6 +827,13 @@ impl CompiledPolicy {
         tiers: &[Option<usize>; MAX_LIMITS],
         legacy: bool,
     ) -> Verdict {
+        #[cfg(feature = "metrics")]
+        if let Some(quota) = self.variant(i, tiers[i]).and_then(|v| v.quota(decision.policy_index())) {
+            match decision.deny_reason() {
+                Some(weir_rl_core::DenyReason::KeyCapacity) => quota.metrics.key_capacity.increment(1),
+                _ => quota.metrics.denied.increment(1),
+            }
+        }
         let prefix = self.ratelimit_prefix(i, tiers[i], &decision);
         let headers = RateLimitHeaders::new(self.policy_header(keys, tiers), prefix, &decision, legacy);
         let key = keys[i].take().unwrap_or_else(Key::global);
@@ -769,10 +848,35 @@ impl CompiledPolicy {
         tiers: &[Option<usize>; MAX_LIMITS],
         legacy: bool,
     ) -> Verdict {
+        #[cfg(feature = "metrics")]
+        match best.and_then(|(i, d)| self.variant(i, tiers[i]).and_then(|v| v.quota(d.policy_index()))) {
+            Some(quota) => quota.metrics.allowed.increment(1),
+            None => self.metrics.unlimited.increment(1),
+        }
         Verdict::Allowed(best.map(|(i, decision)| {
             let prefix = self.ratelimit_prefix(i, tiers[i], &decision);
             RateLimitHeaders::new(self.policy_header(keys, tiers), prefix, &decision, legacy)
         }))
+    }
+
+    /// Counts an `unavailable` answer of limit `i` (`metrics` feature).
+    #[inline]
+    fn count_unavailable(&self, i: usize) {
+        #[cfg(feature = "metrics")]
+        if let Some(limit) = self.limits.get(i) {
+            limit.metrics.unavailable.increment(1);
+        }
+        let _ = i;
+    }
+
+    /// Counts an `unidentified` answer of limit `i` (`metrics` feature).
+    #[inline]
+    pub(crate) fn count_unidentified(&self, i: usize) {
+        #[cfg(feature = "metrics")]
+        if let Some(limit) = self.limits.get(i) {
+            limit.metrics.unidentified.increment(1);
+        }
+        let _ = i;
     }
 
     /// Gives back the admissions made so far by in-memory stores (and forgets them).

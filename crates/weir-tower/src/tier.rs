@@ -106,6 +106,9 @@ pub struct Tiers {
     /// The index of [`OnLookupError::Tier`]'s tier (checked by `build`).
     fallback: Option<usize>,
     clock: Arc<dyn Clock + Send + Sync>,
+    name: Arc<str>,
+    #[cfg(feature = "metrics")]
+    metrics: crate::metrics::TierMetrics,
 }
 
 type AnswerCache = Cache<Key, Cached, Weigh, RandomState, DefaultLifecycle<Key, Cached>>;
@@ -259,6 +262,7 @@ pub struct TiersBuilder {
     failure_ttl: Duration,
     max_entries: usize,
     on_error: OnLookupError,
+    name: Arc<str>,
 }
 
 impl fmt::Debug for TiersBuilder {
@@ -303,6 +307,12 @@ impl TiersBuilder {
         Self { max_entries: n, ..self }
     }
 
+    /// The tiers' name: the `tiers` label of their metrics (the `metrics` feature;
+    /// see the crate docs, "Metrics"). Default: `default`.
+    pub fn name(self, name: impl AsRef<str>) -> Self {
+        Self { name: Arc::from(name.as_ref()), ..self }
+    }
+
     /// What to do when the lookup fails. Default: [`OnLookupError::Deny`].
     pub fn on_lookup_error(self, on_error: OnLookupError) -> Self {
         Self { on_error, ..self }
@@ -322,7 +332,7 @@ impl TiersBuilder {
     }
 
     pub(crate) fn build_with_shared_clock(self, clock: Arc<dyn Clock + Send + Sync>) -> Result<Tiers, TiersError> {
-        let Self { tiers, lookup, ttl, failure_ttl, max_entries, on_error } = self;
+        let Self { tiers, lookup, ttl, failure_ttl, max_entries, on_error, name } = self;
         if tiers.is_empty() {
             return Err(TiersError::NoTiers);
         }
@@ -339,7 +349,20 @@ impl TiersBuilder {
             OnLookupError::Deny => None,
         };
         let cache = answer_cache(max_entries);
-        Ok(Tiers { tiers, lookup, cache, ttl, failure_ttl, max_entries, on_error, fallback, clock })
+        Ok(Tiers {
+            tiers,
+            lookup,
+            cache,
+            ttl,
+            failure_ttl,
+            max_entries,
+            on_error,
+            fallback,
+            clock,
+            #[cfg(feature = "metrics")]
+            metrics: crate::metrics::TierMetrics::register(&name),
+            name,
+        })
     }
 }
 
@@ -411,6 +434,7 @@ impl Tiers {
             failure_ttl: Duration::from_secs(10),
             max_entries: 10_000,
             on_error: OnLookupError::Deny,
+            name: Arc::from("default"),
         }
     }
 
@@ -434,6 +458,11 @@ impl Tiers {
         &self.on_error
     }
 
+    /// The tiers' name (the `tiers` label of their metrics).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The tiers, in the order added: names and stores.
     pub fn tiers(&self) -> impl Iterator<Item = (&str, &Store)> {
         self.tiers.iter().map(|(name, store)| (&**name, store))
@@ -452,7 +481,11 @@ impl Tiers {
     pub fn cached(&self, key: &Key) -> Option<usize> {
         let now = self.clock.now().as_u64();
         match self.cache.get(key) {
-            Some(Cached { answer: Answer::Tier(tier), expires_ns, .. }) if expires_ns > now => Some(tier),
+            Some(Cached { answer: Answer::Tier(tier), expires_ns, .. }) if expires_ns > now => {
+                #[cfg(feature = "metrics")]
+                self.metrics.hits.increment(1);
+                Some(tier)
+            }
             _ => None,
         }
     }
@@ -491,6 +524,13 @@ impl Tiers {
         let answer = (self.lookup)(key.clone()).await;
         let answered_ns = self.clock.now().as_u64();
         let answer = answer.and_then(|name| self.index_of(&name).ok_or_else(|| format!("no tier is named `{name}`")));
+        #[cfg(feature = "metrics")]
+        {
+            self.metrics.lookups.increment(1);
+            if answer.is_err() {
+                self.metrics.failures.increment(1);
+            }
+        }
         let (answer, ttl) = match answer {
             Ok(tier) => (Answer::Tier(tier), self.ttl),
             Err(error) => match (&self.on_error, self.fallback) {
