@@ -350,8 +350,9 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         if n == 0 {
-            // Admitted, consumes nothing, and stores nothing.
-            return Ok(Decision::allowed(self.snapshot(key)));
+            // Admitted, consumes nothing, and stores nothing; marked as taking
+            // nothing, so that a refund against it gives nothing back.
+            return Ok(Decision::allowed(self.snapshot(key)).at(self.clock.now()).zero_cost());
         }
         let hash = self.hash(key);
         let index = self.shard_index(hash);

@@ -119,3 +119,21 @@ mod against_one_limiter {
         }
     }
 }
+
+/// A check of cost 0 takes nothing, so a refund against it gives nothing back: with
+/// the burst spent, a refund of 5 against `check_n(k, 0)` leaves the key spent (as
+/// for one `Gcra`), on a clock at 0 and later.
+#[test]
+fn a_refund_against_a_zero_cost_check_credits_nothing() {
+    for start in [0, 3_600] {
+        let clock = ManualClock::new();
+        clock.advance(std::time::Duration::from_secs(start));
+        let store: Keyed<u64, GcraAlgorithm, ManualClock> =
+            Keyed::gcra_with_clock(Quota::per_second(1).unwrap().with_burst(10).unwrap(), config(), clock.clone());
+        assert!(store.check_n(&7, 10).unwrap().is_allowed());
+        let free = store.check_n(&7, 0).unwrap();
+        assert!(free.is_allowed() && free.is_zero_cost());
+        store.refund(&7, 5, &free).unwrap();
+        assert!(store.check(&7).is_denied(), "a zero-cost check was credited (clock at {start} s)");
+    }
+}

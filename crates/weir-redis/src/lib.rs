@@ -63,7 +63,7 @@
 //!   between instances cannot widen a limit;
 //!   [`build_with_clock`](RedisLimiterBuilder::build_with_clock) injects a clock
 //!   (tests). A clock stepping back is treated as no time passing, as locally.
-//! - **Denials write nothing** (the sliding log drops its expired entries). With
+//! - **Denials write nothing.** With
 //!   Redis's time, keys expire exactly when their state is back to empty
 //!   ([`Expiry::WhenIdle`]; tested by reading the expiry the script set in its
 //!   own transaction), so idle clients cost Redis nothing. With a clock of
