@@ -14,6 +14,7 @@
 //! | `tokio` | [`leaky`] | the leaky bucket's async consumers, the request throttle, and [`TokioClock`] |
 //! | `tower` | [`tower`] | rate-limiting middleware for tower, axum and hyper servers (`axum`: the client address from axum's `ConnectInfo`; an axum server limited per IP needs it, since `tower` alone cannot read axum's `ConnectInfo`; `grpc`: refusals a tonic client reads as `RESOURCE_EXHAUSTED` with a retry pushback, and a tonic server's peer address) |
 //! | `redis` | [`redis`] | limits kept in Redis, shared by every instance of a service (`redis-tls`: `rediss://` URLs) |
+//! | `metrics` | | counters, gauges and histograms through the [`metrics`](https://docs.rs/metrics) facade from each enabled crate that has them (`keyed`, `tower`, `redis`): decisions by outcome, keys stored, evictions, throttle waits, Redis paths and latency; names and labels in each crate's docs |
 //!
 //! ```
 //! use weir_rl::{Quota, gcra::Gcra};
