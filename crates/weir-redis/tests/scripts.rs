@@ -479,6 +479,56 @@ fn edge_arguments_are_decided_as_before_and_never_write_unreadable_state() {
     }
 }
 
+// ------------------------------------------------------ Lua's doubles, times
+
+#[test]
+fn times_beyond_exact_doubles_are_refused_not_rounded() {
+    let mut db = Db::kept();
+    // A client clock at its last readings: u64::MAX ns is 18 446 744 073 709 551
+    // µs, past 2⁵³ µs, where a double's integers are 2 or 4 apart. Rounded, a
+    // GCRA debt of 1 µs vanished into the TAT and every call was admitted.
+    let last = s(u64::MAX / 1_000);
+    let mut admitted = 0;
+    for _ in 0..20 {
+        match db.run(&scripts::GCRA, &["g"], &[&last, "1", "1", "10"]) {
+            Reply::Err(e) => assert!(e.contains("WEIRTIME"), "{e}"),
+            r => admitted += usize::from(r.admitted()),
+        }
+    }
+    assert!(admitted <= 10, "{admitted} of 20 admitted with a burst of 10");
+    // Times that are not whole, non-negative µs below 2⁵³: refused, nothing written.
+    // (A negative time wrote a fixed window "-1:1", which no later call could read.)
+    let bad =
+        [s(EXACT), s(EXACT + 1), s(u64::MAX), s("-5"), s("-0"), s("1.5"), s("inf"), s("nan"), s("p-1"), s("1e300")];
+    for t in &bad {
+        let calls: Vec<(&Script, Vec<&str>)> = vec![
+            (&scripts::GCRA, vec![t, "1", "1", "10"]),
+            (&scripts::GCRA_REFUND, vec![t, "0", "1"]),
+            (&scripts::FIXED, vec![t, "1", "3", "1000"]),
+            (&scripts::SLIDING, vec![t, "1", "3", "1000"]),
+            (&scripts::WINDOW_REFUND, vec![t, "1", "0", "f"]),
+            (&scripts::LOG, vec![t, "1", "3", "1000", "m"]),
+            (&scripts::LOG_REFUND, vec![t, "1", "0"]),
+            (&scripts::LEASE, vec![t, "1", "1", "10"]),
+        ];
+        for (script, args) in calls {
+            let key = format!("bad:{t}");
+            let r = db.run(script, &[&key], &args);
+            assert!(matches!(&r, Reply::Err(e) if e.contains("WEIRTIME")), "{args:?}: {r:?}");
+            let exists: i64 = db.cmd(&["EXISTS", &key]);
+            assert_eq!(exists, 0, "{args:?} wrote");
+        }
+    }
+    // The last time below 2⁵³ is a time; so are 0 and the server's clock.
+    let r = db.run(&scripts::GCRA, &["g2"], &[&s(EXACT - 1), "1", "1", "10"]);
+    assert_eq!(r.ints(), [1, EXACT as i64 - 1, 1]);
+    assert_eq!(db.run(&scripts::GCRA, &["g3"], &["0", "1", "1", "10"]).ints(), [1, 0, 1]);
+    for clock in ["", "p", "x", "p-"] {
+        let r = db.run(&scripts::GCRA, &["g4"], &[clock, "0", "0", "10"]);
+        assert!(r.ints()[1] > T0 as i64, "{clock:?} is the server's time: {r:?}");
+    }
+}
+
 // ------------------------------------------- the scripts before the rewrite
 
 /// States written by the previous scripts are read by the new ones and the
