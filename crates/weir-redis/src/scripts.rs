@@ -5,7 +5,10 @@
 //! - `ARGV[1]` is the decision time in integer microseconds, or the empty string
 //!   for the server's own clock (`TIME`, read inside the script so the decision and
 //!   its time are one atomic step); prefixed with `p`, the script writes its keys
-//!   without an expiry (`Expiry::Never`).
+//!   without an expiry (`Expiry::Never`). A number that is not a whole number of
+//!   microseconds below 2⁵³ (negative, fractional, 2⁵³ or more where doubles skip
+//!   integers, `inf`, `nan`) fails the script with `WEIRTIME`, writing nothing;
+//!   anything else that is not a number reads `TIME`.
 //! - Times and costs are integers in microseconds, held in Lua's doubles: exact up
 //!   to 2⁵³ µs (the year 2255 as a Unix time). Numbers are written with
 //!   `string.format('%.0f')` so Redis stores them as plain integers.
@@ -40,6 +43,12 @@ if clock ~= '' then
     clock = string.sub(clock, 2)
   end
   now = tonumber(clock)
+  -- Whole µs below 2⁵³ (from 2⁵³ on, doubles skip integers: 2⁵³ + 1 reads as
+  -- 2⁵³, and a small debt rounds away); -0, nan and inf fail too (1 / now > 0
+  -- is false for them).
+  if now and not (1 / now > 0 and now < 9007199254740992 and now % 1 == 0) then
+    return redis.error_reply('WEIRTIME ' .. ARGV[1] .. ' is not a time in whole microseconds below 2^53')
+  end
 end
 if not now then
   local t = redis.call('TIME')
