@@ -5,10 +5,10 @@ use crate::harness::Workload;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Zipf};
-use std::hash::RandomState;
+use std::hash::BuildHasher;
 use std::sync::{Arc, OnceLock};
 use weir_gcra::{GcraAlgorithm, LeaseConfig};
-use weir_keyed::{HotKeyMode, HotKeys, Keyed, KeyedConfig};
+use weir_keyed::{HotKeyMode, HotKeys, KeyHasher, Keyed, KeyedConfig};
 use weir_rl_core::{Clock, MonotonicClock, Quota};
 
 /// Distinct keys in the spread scenarios.
@@ -22,7 +22,9 @@ pub trait CheckKey: Sync {
     fn check_key(&self, key: u64) -> bool;
 }
 
-impl<C: Clock + Sync, H: HotKeyMode<GcraAlgorithm>> CheckKey for Keyed<u64, GcraAlgorithm, C, RandomState, H> {
+impl<C: Clock + Sync, S: BuildHasher + Clone + Sync, H: HotKeyMode<GcraAlgorithm>> CheckKey
+    for Keyed<u64, GcraAlgorithm, C, S, H>
+{
     #[inline]
     fn check_key(&self, key: u64) -> bool {
         self.check(&key).is_allowed()
@@ -134,7 +136,7 @@ pub fn weir_keyed() -> Keyed<u64, GcraAlgorithm, MonotonicClock> {
 
 /// The same with hot-key mode: a key whose check loses 2 CAS races goes to per-thread
 /// lease stripes.
-pub fn weir_keyed_hot() -> Keyed<u64, GcraAlgorithm, MonotonicClock, RandomState, HotKeys> {
+pub fn weir_keyed_hot() -> Keyed<u64, GcraAlgorithm, MonotonicClock, KeyHasher, HotKeys> {
     weir_keyed().with_hot_keys(HotKeys::builder().lease(LeaseConfig::default()).build().expect("a valid configuration"))
 }
 

@@ -233,24 +233,44 @@ fn racing_first_checks_of_a_new_key_share_the_last_place() {
 /// was written.
 mod table {
     use super::*;
-    use std::hash::BuildHasher;
-    use weir_keyed::loom_table::{Collector, Inserted, Shard};
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    use weir_keyed::loom_table::{Collector, HARDENED, Hashers, Inserted, Shard};
 
-    fn hash(key: u8) -> u64 {
-        Hasher::default().hash_one(key)
+    fn hashers() -> Hashers<Hasher> {
+        Hashers::new(Hasher::default())
+    }
+
+    /// `key`'s hash for the shard's mode now.
+    fn hash(shard: &Shard<u8, u64>, key: u8) -> u64 {
+        hashers().for_shard(&key, shard.is_hardened())
     }
 
     fn insert(shard: &Shard<u8, u64>, collector: &Collector, key: u8, value: u64) -> Result<u64, u64> {
+        insert_with(shard, collector, &hashers(), key, value)
+    }
+
+    /// Inserts with `hashers`, hashing again as often as the shard asks.
+    fn insert_with<S: BuildHasher>(
+        shard: &Shard<u8, u64>,
+        collector: &Collector,
+        hashers: &Hashers<S>,
+        key: u8,
+        value: u64,
+    ) -> Result<u64, u64> {
         let guard = collector.enter();
-        match shard.try_insert(hash(key), key, value, || true, &Hasher::default(), &guard) {
-            Ok(value) => Ok(*value),
-            Err(Inserted::Held(value)) => Err(*value),
-            Err(Inserted::Refused | Inserted::Full) => unreachable!("admitted, and a model's slab is small"),
+        loop {
+            let hash = hashers.for_shard(&key, shard.is_hardened());
+            match shard.try_insert(hash, key, value, || true, hashers, &guard) {
+                Ok(value) => return Ok(*value),
+                Err(Inserted::Held(value)) => return Err(*value),
+                Err(Inserted::Rehash { .. }) => {}
+                Err(Inserted::Refused | Inserted::Full) => unreachable!("admitted, and a model's slab is small"),
+            }
         }
     }
 
     fn get(shard: &Shard<u8, u64>, collector: &Collector, key: u8) -> Option<u64> {
-        shard.get(hash(key), &key, &collector.enter()).copied()
+        shard.get(hash(shard, key), &key, &collector.enter()).copied()
     }
 
     /// Looks `key` up until it is found, at most `tries` times, yielding in
@@ -311,7 +331,7 @@ mod table {
             let writer = {
                 let table = table.clone();
                 thread::spawn(move || {
-                    assert_eq!(table.0.remove_if(hash(2), &2, |_, _| true, &table.1.enter()), Some(&20));
+                    assert_eq!(table.0.remove_if(hash(&table.0, 2), &2, |_, _| true, &table.1.enter()), Some(&20));
                     insert(&table.0, &table.1, 3, 30).unwrap();
                     insert(&table.0, &table.1, 4, 40).unwrap(); // the index is rebuilt
                 })
@@ -329,6 +349,60 @@ mod table {
             let mut keys: Vec<u8> = table.0.iter(&guard).map(|(k, _)| *k).collect();
             keys.sort_unstable();
             assert_eq!(keys, [1, 3, 4]);
+        });
+    }
+
+    /// Every key hashes alike: the most a flood of colliding keys can make of a
+    /// fast hash.
+    #[derive(Default)]
+    struct Colliding;
+
+    impl std::hash::Hasher for Colliding {
+        fn finish(&self) -> u64 {
+            7
+        }
+
+        fn write(&mut self, _: &[u8]) {}
+    }
+
+    /// An insertion that hardens the shard (its index rebuilt by the strong hash:
+    /// three keys of one fast hash fill the smallest index) racing with a lookup
+    /// by the fast hash, computed before the hardening: the lookup still finds a
+    /// key that was there throughout, an insertion by a fast hash is refused
+    /// (`Rehash`, nothing taken) once the shard has hardened, and afterwards every
+    /// key is found, and held once.
+    #[test]
+    fn a_lookup_racing_the_hardening_of_its_shard_finds_what_was_there() {
+        loom::model(|| {
+            let hashers = Hashers::new(BuildHasherDefault::<Colliding>::default());
+            let table = Arc::new((Shard::<u8, u64>::with_slack(64), Collector::new()));
+            for key in 1..=3 {
+                insert_with(&table.0, &table.1, &hashers, key, u64::from(key) * 10).unwrap();
+            }
+            let fast = hashers.fast(&1u8);
+            assert!(!table.0.is_hardened());
+            let writer = {
+                let table = table.clone();
+                thread::spawn(move || {
+                    let hashers = Hashers::new(BuildHasherDefault::<Colliding>::default());
+                    insert_with(&table.0, &table.1, &hashers, 4, 40).unwrap(); // hardens
+                })
+            };
+            assert_eq!(table.0.get(fast, &1, &table.1.enter()), Some(&10), "a key there throughout was missed");
+            writer.join().unwrap();
+            assert!(table.0.is_hardened());
+            let guard = table.1.enter();
+            assert!(matches!(
+                table.0.try_insert(hashers.fast(&5u8), 5, 50, || panic!("nothing is taken"), &hashers, &guard),
+                Err(Inserted::Rehash { hardened: false })
+            ));
+            assert_ne!(hashers.for_shard(&1u8, true) & HARDENED, 0);
+            for key in 1..=4u8 {
+                let strong = hashers.for_shard(&key, true);
+                assert_eq!(table.0.get(strong, &key, &guard), Some(&(u64::from(key) * 10)));
+                assert_eq!(table.0.get(hashers.fast(&key), &key, &guard), Some(&(u64::from(key) * 10)));
+            }
+            assert_eq!(table.0.iter(&guard).count(), 4);
         });
     }
 }

@@ -100,6 +100,8 @@ pub(crate) struct StoreMetrics {
     pub(crate) shard_sweeps: metrics::Counter,
     /// `weir_keyed_hot_promotions_total`.
     pub(crate) hot_promotions: metrics::Counter,
+    /// `weir_keyed_hardened_shards_total`.
+    pub(crate) hardened_shards: metrics::Counter,
 }
 
 #[cfg(feature = "metrics")]
@@ -118,6 +120,7 @@ impl StoreMetrics {
             overflow_checks: c(),
             shard_sweeps: c(),
             hot_promotions: c(),
+            hardened_shards: c(),
         }
     }
 
@@ -134,7 +137,8 @@ impl StoreMetrics {
             capacity_denials: metrics::counter!("weir_keyed_capacity_denials_total", "store" => store.clone()),
             overflow_checks: metrics::counter!("weir_keyed_overflow_checks_total", "store" => store.clone()),
             shard_sweeps: metrics::counter!("weir_keyed_shard_sweeps_total", "store" => store.clone()),
-            hot_promotions: metrics::counter!("weir_keyed_hot_promotions_total", "store" => store),
+            hot_promotions: metrics::counter!("weir_keyed_hot_promotions_total", "store" => store.clone()),
+            hardened_shards: metrics::counter!("weir_keyed_hardened_shards_total", "store" => store),
         }
     }
 }

@@ -677,7 +677,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let hash = self.hash(key);
+        let mut hash = self.hash(key);
         let index = self.shard_index(hash);
         let shard = &self.shards[index];
         // The key's `Clone` (user code, which may take long) runs outside the guard,
@@ -704,6 +704,7 @@ where
                     break state;
                 }
                 Err(NotInserted::Retry { slab }) => retry_slab &= !slab,
+                Err(NotInserted::Rehash) => hash = self.hash(key),
                 Err(NotInserted::Full) => return false,
             }
         };
@@ -735,7 +736,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.hot_keys.get(hash, key, guard).filter(|stripes| stripes.owner() == owner_of(state))
+        self.hot_keys.get(self.hot_hash(hash, key), key, guard).filter(|stripes| stripes.owner() == owner_of(state))
     }
 
     /// For a hot key (whose hash `hash` gives, only if the state is promoted):
@@ -869,10 +870,11 @@ where
         let owner = owner_of(state);
         let mut owned = Some(owned);
         let mut dropped_stale = false;
+        let hot_hash = self.hot_hash(hash, key);
         let ours = loop {
             let stripes = LeaseStripes::new(config.lease, self.clock.now()).with_owner(owner);
             let hot_key = owned.take().unwrap_or_else(|| key.to_owned());
-            match self.hot_keys.try_insert(hash, hot_key, stripes, || true, &self.hasher, guard) {
+            match self.hot_keys.try_insert(hot_hash, hot_key, stripes, || true, &self.hasher, guard) {
                 Ok(ours) => break Some(ours),
                 // Stripes of another state of this key. Whose are stale? If ours is
                 // still the key's linked, live state, theirs: their state was linked
@@ -890,7 +892,9 @@ where
                     dropped_stale = true;
                     self.drop_hot(hash, key, current, guard);
                 }
-                // Another thread is promoting this very state, or ours is stale.
+                // Another thread is promoting this very state, or ours is stale (or
+                // the hot keys' shard hardened just now: the next contended check
+                // tries again).
                 Err(_) => break None,
             }
         };

@@ -63,7 +63,7 @@
 //!
 //! ```
 //! # #[cfg(feature = "window")] {
-//! use std::hash::RandomState;
+//! use weir_keyed::KeyHasher;
 //! use weir_rl_core::{Clock, ManualClock, Quota};
 //! use weir_keyed::{Keyed, KeyedConfig};
 //! use weir_window::sliding::SlidingWindowAlgorithm;
@@ -71,7 +71,7 @@
 //! let clock = ManualClock::new();
 //! let algorithm = SlidingWindowAlgorithm::new(Quota::per_minute(100)?, clock.now())?;
 //! let per_user: Keyed<String, _, _> =
-//!     Keyed::with_hasher(algorithm, KeyedConfig::builder(10_000).build()?, clock, RandomState::new());
+//!     Keyed::with_hasher(algorithm, KeyedConfig::builder(10_000).build()?, clock, KeyHasher::new());
 //! assert!(per_user.check_n("alice", 100)?.is_allowed());
 //! assert!(per_user.check("alice").is_denied());
 //! # }
@@ -263,6 +263,7 @@
 //! | `weir_keyed_overflow_checks_total` | counter | `store` | new keys a full store checked against its overflow limiter ([`AtCapacity::EvictIdleOrOverflow`]) |
 //! | `weir_keyed_shard_sweeps_total` | counter | `store` | shards swept for idle keys, by any sweep |
 //! | `weir_keyed_hot_promotions_total` | counter | `store` | keys a check moved into hot-key mode (two checks racing to promote one key may count it twice; [`Keyed::promote`] is not counted) |
+//! | `weir_keyed_hardened_shards_total` | counter | `store` | shards whose keys collided so far beyond what the hash spreads that the shard now hashes them with SipHash ([`KeyHasher`]): a flood of keys chosen to collide, or a poor hasher |
 //!
 //! The handles are registered once, when the store is built: **install the
 //! recorder before building the store** (a store built before records nothing).
@@ -293,6 +294,7 @@ mod error;
 mod hot;
 #[cfg(feature = "rayon")]
 mod parallel;
+mod hash;
 mod store;
 mod sweeper;
 // Public under loom only, for the models (`loom_table`); not documented as an API.
@@ -314,10 +316,11 @@ pub(crate) use table::Shard;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_table {
-    pub use crate::table::{Collector, Guard, Inserted, Shard};
+    pub use crate::table::{Collector, Guard, HARDENED, Hashers, Inserted, Shard};
 }
 
 pub use algorithm::KeyedAlgorithm;
+pub use hash::{KeyHash, KeyHasher};
 pub use config::{AtCapacity, DEFAULT_STORE_NAME, KeyedConfig, KeyedConfigBuilder};
 pub use error::{KeyedConfigError, SweeperError};
 pub use hot::{HotKeyMode, HotKeys, HotKeysBuilder, NoHotKeys};

@@ -36,6 +36,11 @@ impl<K: Eq, V> Shard<K, V> {
         0
     }
 
+    /// Never: a model's keys are compared, not hashed.
+    pub(crate) fn is_hardened(&self) -> bool {
+        false
+    }
+
     /// Nothing to hand over: no collector under loom.
     pub(crate) fn retire_pending(&self, _guard: &Guard<'_>) {}
 

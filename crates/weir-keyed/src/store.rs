@@ -3,11 +3,11 @@
 
 use crate::Shard;
 use crate::sweeper::IdleBound;
-use crate::table::{Collector, Guard, Inserted};
-use crate::{AtCapacity, HotKeyMode, HotKeys, KeyedAlgorithm, KeyedConfig, NoHotKeys};
+use crate::table::{Collector, Guard, HARDENED, Hashers, Inserted};
+use crate::{AtCapacity, HotKeyMode, HotKeys, KeyHasher, KeyedAlgorithm, KeyedConfig, NoHotKeys};
 use std::borrow::Borrow;
 use std::fmt;
-use std::hash::{BuildHasher, Hash, RandomState};
+use std::hash::{BuildHasher, Hash};
 use weir_gcra::__private::StateKind;
 use weir_gcra::GcraAlgorithm;
 use weir_rl_core::__private::sync::{AtomicBool, AtomicUsize, CachePadded, Ordering};
@@ -60,14 +60,14 @@ fn new_collector() -> Collector {
 /// GCRA only: such keys move to per-thread leases).
 ///
 /// See the [crate docs](https://docs.rs/weir-keyed) for the map, eviction and the memory bound.
-pub struct Keyed<K, A: KeyedAlgorithm, C = MonotonicClock, S = RandomState, H: HotKeyMode<A> = NoHotKeys> {
+pub struct Keyed<K, A: KeyedAlgorithm, C = MonotonicClock, S = KeyHasher, H: HotKeyMode<A> = NoHotKeys> {
     /// The epoch collector of every shard. Declared first, so dropped first: its
     /// drop reclaims what the shards retired, into the shards.
     pub(crate) collector: Collector,
     pub(crate) shards: Box<[Shard<K, A::State>]>,
-    /// Hashes every key once per operation: the hash picks the shard, the key's
-    /// place in the shard's index and its tag.
-    pub(crate) hasher: S,
+    /// Hash every key once per operation (twice in a hardened shard): the hash
+    /// picks the shard, the key's place in the shard's index and its tag.
+    pub(crate) hasher: Hashers<S>,
     pub(crate) algorithm: A,
     /// The algorithm's quota as a client sees it, read once at construction.
     pub(crate) policies: [Policy; 1],
@@ -135,7 +135,7 @@ pub type KeyedGcra<K, C = MonotonicClock> = Keyed<K, GcraAlgorithm, C>;
 /// assert!(per_tenant.check(&7).is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub type KeyedGcraHot<K, C = MonotonicClock> = Keyed<K, GcraAlgorithm, C, RandomState, HotKeys>;
+pub type KeyedGcraHot<K, C = MonotonicClock> = Keyed<K, GcraAlgorithm, C, KeyHasher, HotKeys>;
 
 /// A per-key fixed-window store ([`Keyed::fixed_window`]).
 #[cfg(feature = "window")]
@@ -177,7 +177,7 @@ where
     /// algorithm's time origin is the clock's reading now).
     pub fn gcra_with_clock(quota: Quota, config: KeyedConfig, clock: C) -> Self {
         let algorithm = GcraAlgorithm::new(quota, clock.now());
-        Self::with_hasher(algorithm, config, clock, RandomState::new())
+        Self::with_hasher(algorithm, config, clock, KeyHasher::new())
     }
 }
 
@@ -187,7 +187,7 @@ where
 /// ([`WindowError::BurstIsNotCount`](weir_window::WindowError::BurstIsNotCount)).
 #[cfg(feature = "window")]
 mod window_constructors {
-    use super::{Keyed, KeyedConfig, MonotonicClock, RandomState};
+    use super::{KeyHasher, Keyed, KeyedConfig, MonotonicClock};
     use std::hash::Hash;
     use weir_rl_core::{Clock, Quota};
     use weir_window::WindowError;
@@ -216,7 +216,7 @@ mod window_constructors {
         /// A per-key fixed window enforcing `quota` for each key, reading `clock`.
         pub fn fixed_window_with_clock(quota: Quota, config: KeyedConfig, clock: C) -> Result<Self, WindowError> {
             let algorithm = FixedWindowAlgorithm::new(quota, clock.now())?;
-            Ok(Self::with_hasher(algorithm, config, clock, RandomState::new()))
+            Ok(Self::with_hasher(algorithm, config, clock, KeyHasher::new()))
         }
     }
 
@@ -244,7 +244,7 @@ mod window_constructors {
         /// `clock`.
         pub fn sliding_window_with_clock(quota: Quota, config: KeyedConfig, clock: C) -> Result<Self, WindowError> {
             let algorithm = SlidingWindowAlgorithm::new(quota, clock.now())?;
-            Ok(Self::with_hasher(algorithm, config, clock, RandomState::new()))
+            Ok(Self::with_hasher(algorithm, config, clock, KeyHasher::new()))
         }
     }
 
@@ -270,7 +270,7 @@ mod window_constructors {
         /// A per-key sliding log enforcing `quota` for each key, reading `clock`.
         pub fn sliding_log_with_clock(quota: Quota, config: KeyedConfig, clock: C) -> Result<Self, WindowError> {
             let algorithm = SlidingLogAlgorithm::new(quota, clock.now())?;
-            Ok(Self::with_hasher(algorithm, config, clock, RandomState::new()))
+            Ok(Self::with_hasher(algorithm, config, clock, KeyHasher::new()))
         }
     }
 }
@@ -298,7 +298,7 @@ where
         Self {
             collector: new_collector(),
             shards: shards.into_boxed_slice(),
-            hasher,
+            hasher: Hashers::new(hasher),
             policies: [algorithm.policy()],
             algorithm,
             clock,
@@ -354,7 +354,7 @@ where
             // nothing, so that a refund against it gives nothing back.
             return Ok(Decision::allowed(self.snapshot(key)).at(self.clock.now()).zero_cost());
         }
-        let hash = self.hash(key);
+        let mut hash = self.hash(key);
         let index = self.shard_index(hash);
         let shard = &self.shards[index];
         let mut guard = self.collector.enter();
@@ -382,6 +382,11 @@ where
                         Ok(found) => found,
                         Err(NotInserted::Retry { slab }) => {
                             retry_slab &= !slab;
+                            continue;
+                        }
+                        Err(NotInserted::Rehash) => {
+                            // Same shard: its bits are the fast hash's in both modes.
+                            hash = self.hash(key);
                             continue;
                         }
                         Err(NotInserted::Full) => return self.at_capacity(n),
@@ -699,9 +704,13 @@ where
         // for this very key.
         let inserted =
             shard.try_insert(hash, owned, self.algorithm.new_state(), || self.take_place(), &self.hasher, guard);
+        metric!(self, |m| if matches!(inserted, Err(Inserted::Rehash { hardened: true })) {
+            m.hardened_shards.increment(1);
+        });
         match inserted {
             Ok(state) => Ok((state, true)),
             Err(Inserted::Held(current)) => Ok((current, false)),
+            Err(Inserted::Rehash { .. }) => Err(NotInserted::Rehash),
             Err(Inserted::Refused) => match self.make_room() {
                 // The retry runs the key's `Clone` again, outside the guard.
                 Ok(()) => Err(NotInserted::Retry { slab: false }),
@@ -791,10 +800,21 @@ where
         (hash >> 32) as usize & (self.shards.len() - 1)
     }
 
-    /// `key`'s hash: computed once per operation.
+    /// `key`'s hash: computed once per operation, by the store's hasher, and by
+    /// the strong one too if the key's shard has hardened (see `Hashers`).
     #[inline]
     pub(crate) fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
-        self.hasher.hash_one(key)
+        let fast = self.hasher.fast(key);
+        if self.shard(fast).is_hardened() { self.hasher.strong(key, fast) } else { fast }
+    }
+
+    /// `key`'s hash for the hot keys' shard, from `hash`, its hash for its own
+    /// shard: the same unless one of the two shards has hardened and the other
+    /// not.
+    #[inline]
+    pub(crate) fn hot_hash<Q: Hash + ?Sized>(&self, hash: u64, key: &Q) -> u64 {
+        let hardened = self.hot_keys.is_hardened();
+        if hardened == (hash & HARDENED != 0) { hash } else { self.hasher.for_shard(key, hardened) }
     }
 }
 
@@ -897,4 +917,7 @@ pub(crate) enum NotInserted {
     /// Another try, once the caller has left its guard, can succeed (`slab`: the
     /// shard's slab refused to grow; worth one more try only).
     Retry { slab: bool },
+    /// The key's shard hardened (see `Hashers`) since its hash was computed:
+    /// hash it again and retry.
+    Rehash,
 }

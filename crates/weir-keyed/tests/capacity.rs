@@ -2,7 +2,6 @@
 //! one whenever one is idle, wherever it is stored, and denies the new key only if
 //! none is.
 
-use std::hash::RandomState;
 use std::time::Duration;
 use weir_gcra::{GcraAlgorithm, LeaseConfig};
 use weir_keyed::{HotKeys, Keyed, KeyedConfig};
@@ -11,7 +10,7 @@ use weir_rl_core::{DenyReason, KeyedLimiter, ManualClock, Quota};
 mod support;
 
 type Store = Keyed<u64, GcraAlgorithm, ManualClock>;
-type HotStore = Keyed<u64, GcraAlgorithm, ManualClock, RandomState, HotKeys>;
+type HotStore = Keyed<u64, GcraAlgorithm, ManualClock, weir_keyed::KeyHasher, HotKeys>;
 
 const MAX_KEYS: u64 = 8192; // 16 shards
 
@@ -118,7 +117,7 @@ fn a_full_store_evicts_an_idle_hot_key_for_a_new_key() {
 #[cfg(feature = "window")]
 #[test]
 fn a_full_window_store_with_one_idle_key_admits_a_new_key() {
-    use std::hash::RandomState;
+    use weir_keyed::KeyHasher;
     use weir_keyed::KeyedAlgorithm;
     use weir_rl_core::{Clock, Nanos};
     use weir_window::fixed::FixedWindowAlgorithm;
@@ -136,7 +135,7 @@ fn a_full_window_store_with_one_idle_key_admits_a_new_key() {
             make(clock.now()),
             KeyedConfig::builder(1024).build().unwrap(),
             clock.clone(),
-            RandomState::new(),
+            KeyHasher::new(),
         );
         assert!(store.check(&7).is_allowed());
         clock.advance(Duration::from_millis(others_at));
@@ -364,7 +363,7 @@ mod racing_first_checks_at_a_full_store {
         let clock = HookClock::new();
         let quota = Quota::per_second(1).unwrap().with_burst(2).unwrap();
         let config = KeyedConfig::builder(2).build().unwrap();
-        let store: &'static Keyed<u64, GcraAlgorithm, HookClock, std::hash::RandomState, HotKeys> =
+        let store: &'static Keyed<u64, GcraAlgorithm, HookClock, weir_keyed::KeyHasher, HotKeys> =
             Box::leak(Box::new(Keyed::gcra_with_clock(quota, config, clock.clone()).with_hot_keys(HotKeys::default())));
         assert!(store.check(&10).is_allowed());
         clock.inner.advance(Duration::from_millis(500));

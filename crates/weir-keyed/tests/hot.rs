@@ -11,7 +11,7 @@ use weir_keyed::{HotKeys, Keyed, KeyedConfig, KeyedConfigError};
 use weir_rl_core::{ManualClock, Quota};
 
 /// A GCRA store in hot-key mode.
-type Hot<C> = Keyed<u64, GcraAlgorithm, C, std::hash::RandomState, HotKeys>;
+type Hot<C> = Keyed<u64, GcraAlgorithm, C, weir_keyed::KeyHasher, HotKeys>;
 
 fn store(quota: Quota, lease: LeaseConfig, clock: &ManualClock) -> Hot<ManualClock> {
     Keyed::gcra_with_clock(quota, KeyedConfig::builder(1_000).build().unwrap(), clock.clone())
@@ -101,8 +101,12 @@ fn idle_hot_keys_free_their_slots_in_a_sparse_store() {
     assert!(s.promote(&1) && s.promote(&2));
     assert!(!s.promote(&3), "both slots are taken");
     clock.advance(Duration::from_secs(1)); // both hot keys idle, their leases expired
-    for k in 100..2_000u64 {
-        let _ = s.check(&k); // far below sweep_from (5 000 keys)
+    // A sweep of one shard every 64 insertions: 4 100 new keys take the sweep round
+    // all 32 shards, wherever the hash put keys 1 and 2 (1 900, before, left a
+    // shard or two unswept, so the test failed about once in 200 runs); still below
+    // sweep_from (5 000 keys).
+    for k in 100..4_200u64 {
+        let _ = s.check(&k);
     }
     assert!(s.promote(&3), "a sweep freed an idle hot key's slot");
 }

@@ -6,7 +6,7 @@
 //! `max_hot_keys`, and sweeps give back the memory of keys that left by `remove`.
 //! Memory is measured per test thread, by a counting allocator.
 
-use std::hash::{BuildHasher, Hasher, RandomState};
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::Duration;
@@ -140,7 +140,7 @@ fn removals_by_a_thread_gone_idle_make_no_new_key_refused() {
 #[test]
 fn removals_of_one_shard_make_no_new_key_refused_with_the_default_hasher() {
     let clock = ManualClock::new();
-    let hasher = RandomState::new();
+    let hasher = weir_keyed::KeyHasher::new();
     let config = KeyedConfig::builder(64 * 512).at_capacity(AtCapacity::EvictIdle).build().unwrap();
     let algorithm = GcraAlgorithm::new(Quota::per_second(10).unwrap(), clock.now());
     let store: Keyed<String, GcraAlgorithm, ManualClock> =

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use std::collections::HashMap;
-use std::hash::RandomState;
+use weir_keyed::KeyHasher;
 use std::time::Duration;
 use weir_keyed::{Keyed, KeyedAlgorithm, KeyedConfig};
 use weir_rl_core::{Clock, Limiter, ManualClock, Quota};
@@ -45,7 +45,7 @@ where
 {
     let limit = algorithm.limit();
     let config = KeyedConfig::builder(1_000).sweep_every(1).sweep_from(0).build().unwrap();
-    let store: Keyed<u8, A, ManualClock> = Keyed::with_hasher(algorithm, config, clock.clone(), RandomState::new());
+    let store: Keyed<u8, A, ManualClock> = Keyed::with_hasher(algorithm, config, clock.clone(), KeyHasher::new());
     let mut models: HashMap<u8, L> = HashMap::new();
     for op in ops {
         match op {
