@@ -3,17 +3,19 @@
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 
-/// The default hasher of a [`Keyed`](crate::Keyed) store: foldhash's fast hash,
-/// seeded at random per store, behind the store's defence against collision
-/// floods.
+/// The default hasher of a [`Keyed`](crate::Keyed) store: foldhash's `quality`
+/// hash, seeded at random per store, behind the store's defence against
+/// collision floods.
 ///
 /// A store's keys usually come from clients (addresses, API keys, user names), so
 /// a client may choose keys that collide. foldhash is "minimally DoS-resistant"
 /// (its authors' words: a random seed defeats input-independent collisions, not
 /// an attacker who can measure timings), so the store does not rely on it: a
 /// shard whose keys, when its index is rebuilt, lie further from their homes than
-/// a spreading hash would put them (mean displacement above 8 words, where
-/// foldhash gives about 1) is rebuilt with std's SipHash-1-3, keyed at random per
+/// a spreading hash would put them (a mean displacement above 8 words, where a
+/// hash that spreads them gives about 1, and at most 5 was seen over 1 000 seeds
+/// of sequential, strided and address-like keys) is rebuilt with std's
+/// SipHash-1-3, keyed at random per
 /// store, and stays so (std's `HashMap` once defended itself the same way). A
 /// flood can then cost at most the probes of one index's keys before it is
 /// rebuilt, in one shard; it never changes a decision. The defence applies to

@@ -47,9 +47,10 @@
 //! takes no lock and allocates nothing.
 //!
 //! **Costs**, as ratios to governor's keyed limiter in the same run (BENCHMARKS.md,
-//! "Keyed store: its own table"): on one thread 0.7× its throughput for a key in
-//! cache and 0.4× with keys spread over 100 000 (SipHash for both: weir's epoch
-//! guard and second cache line are the difference); on two threads 1.3× for both,
+//! "Keyed store: its own table"; measured with SipHash as weir's hash, before the
+//! default became [`KeyHasher`]): on one thread 0.7× its throughput for a key in
+//! cache and 0.4× with keys spread over 100 000 (weir's epoch guard and second
+//! cache line are the difference); on two threads 1.3× for both,
 //! and one key hit by both threads 1.7× (3.1× in hot-key mode), since governor's
 //! shard locks write a shared line on every check. Memory per `u64` key: 0.73× of
 //! governor's store when full, 1.2× at 10% of the bound. The measurements behind
@@ -82,10 +83,9 @@
 //!
 //! Keys live in the store's own table, sharded (shards of about 512 keys at full
 //! capacity, so that idle eviction can proceed a shard at a time, see below). A key
-//! is hashed once per operation, by `S` (std's SipHash `RandomState` by default,
-//! seeded at random per store, which resists collision floods from adversarial keys
-//! such as spoofed IPs or random API keys): the hash's high bits pick the shard,
-//! its low bits the key's place in the shard's index, its top byte a tag. A shard
+//! is hashed once per operation, by `S` ([`KeyHasher`] by default: foldhash,
+//! seeded at random per store): the hash's high bits pick the shard, its low bits
+//! the key's place in the shard's index, its top byte a tag. A shard
 //! is an open-addressing index of 32-bit words (tag and slot: sixteen to a cache
 //! line) over a slab of entries, each a key and its algorithm state side by side,
 //! that never move. A check of a stored key takes no lock and allocates nothing:
@@ -99,14 +99,21 @@
 //! reclamation), and the index is rebuilt, at the size its keys need, when its
 //! words in use pass 7/8 of it. Memory follows the keys stored, not the bound.
 //!
-//! **The hash.** The hash of a check's key is on its critical path (the index
-//! word's address depends on it). The default, std's SipHash `RandomState` with a
-//! random seed per store, resists floods of colliding keys, which matters because
-//! a store's keys (client IPs, API keys) come from untrusted clients (a flood could
-//! never change a decision, only make checks of the shards it lands in slower).
-//! Where keys are trusted, pass `foldhash::fast::RandomState::default()` (or any
-//! `BuildHasher`) to [`Keyed::with_hasher`]: a check of a key not in cache then
-//! costs about two thirds as much (`examples/hashers.rs` measures it).
+//! **The hash and floods of colliding keys.** The hash of a check's key is on its
+//! critical path (the index word's address depends on it), and a store's keys
+//! (client addresses, API keys) come from untrusted clients, who may choose keys
+//! that collide. The default, [`KeyHasher`] (foldhash's `quality` hash, seeded per
+//! store), costs about 140 instructions per check less than std's SipHash
+//! `RandomState` (`benches/examples/keyed_instructions.rs`: 389 against 529), and
+//! the store does not rely on its flood resistance, which its authors call minimal:
+//! each time a shard's index is rebuilt, the store measures how far its keys lie
+//! from their homes, and a shard whose mean passes 8 words (a hash that spreads
+//! keys gives about 1) is rebuilt with SipHash-1-3, keyed at random per store, and
+//! stays so. A flood costs at most the probes of one index's worth of keys, in the
+//! shards it lands in, before they harden; it never changes a decision
+//! (`weir_keyed_hardened_shards_total` counts hardenings, with the `metrics`
+//! feature). This holds for any `S` given to [`Keyed::with_hasher`], so a weak or
+//! unseeded hasher is safe too, only slower once its shards harden.
 //!
 //! # Exact idle eviction
 //!

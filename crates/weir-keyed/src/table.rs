@@ -1220,7 +1220,11 @@ pub enum Inserted<'g, V> {
     /// The hash is not for the shard's mode (it hardened, see [`Hashers`]): hash
     /// the key again ([`Hashers::for_shard`]) and retry. Nothing was taken.
     /// `hardened`: this insertion's rebuild hardened the shard.
-    Rehash { hardened: bool },
+    Rehash {
+        // Read by the store's metrics.
+        #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+        hardened: bool,
+    },
 }
 
 #[cfg(all(test, not(loom)))]
