@@ -134,6 +134,15 @@ pub fn weir_keyed() -> Keyed<u64, GcraAlgorithm, MonotonicClock> {
     Keyed::gcra(open_quota(), KeyedConfig::builder(1 << 20).build().expect("a valid config"))
 }
 
+/// The same with std's SipHash `RandomState` as its hasher (the default until
+/// `KeyHasher`): what the hash costs, in the same run.
+pub fn weir_keyed_siphash() -> Keyed<u64, GcraAlgorithm, MonotonicClock, std::hash::RandomState> {
+    let clock = MonotonicClock::new();
+    let algorithm = GcraAlgorithm::new(open_quota(), clock.now());
+    let config = KeyedConfig::builder(1 << 20).build().expect("a valid config");
+    Keyed::with_hasher(algorithm, config, clock, std::hash::RandomState::new())
+}
+
 /// The same with hot-key mode: a key whose check loses 2 CAS races goes to per-thread
 /// lease stripes.
 pub fn weir_keyed_hot() -> Keyed<u64, GcraAlgorithm, MonotonicClock, KeyHasher, HotKeys> {

@@ -12,7 +12,7 @@ use crate::chart::{Chart, Scale, Series, Style, XAxis, line_chart};
 use crate::check::Check;
 use crate::harness::{BenchError, Config, Output, Sample, Spread, Workload, progress};
 use crate::html::{Cell, HtmlTable};
-use crate::keyed::{KeyedWorkload, Keys, governor_keyed, weir_keyed, weir_keyed_hot};
+use crate::keyed::{KeyedWorkload, Keys, governor_keyed, weir_keyed, weir_keyed_hot, weir_keyed_siphash};
 use crate::peers::{MutexTokenBucket, governor, governor_upkeep, leaky_bucket, ratelimit};
 use crate::report::{Machine, Table, rate};
 use crossbeam_utils::CachePadded;
@@ -252,6 +252,9 @@ pub fn subjects() -> Vec<Subject> {
         }),
         s(Keys100k, "weir-keyed", gov_keyed, |t, d| {
             crate::harness::run(&KeyedWorkload::new(weir_keyed(), Keys::Uniform, t), t, d)
+        }),
+        s(Keys100k, "weir-keyed+siphash", gov_keyed, |t, d| {
+            crate::harness::run(&KeyedWorkload::new(weir_keyed_siphash(), Keys::Uniform, t), t, d)
         }),
         s(Keys100k, "governor-keyed", None, |t, d| {
             crate::harness::run(&KeyedWorkload::new(governor_keyed(), Keys::Uniform, t), t, d)
