@@ -44,8 +44,10 @@ fn weir<S: BuildHasher + Clone + Send + Sync + 'static>(hasher: S, keys: &[u64])
 
 fn governor(keys: &[u64]) -> u64 {
     let n = std::num::NonZeroU32::new(1_000_000_000).expect("non-zero");
-    let store =
-        governor::RateLimiter::dashmap_with_clock(governor::Quota::per_second(n).allow_burst(n), FakeRelativeClock::default());
+    let store = governor::RateLimiter::dashmap_with_clock(
+        governor::Quota::per_second(n).allow_burst(n),
+        FakeRelativeClock::default(),
+    );
     (0..KEYS).for_each(|k| assert!(store.check_key(&k).is_ok()));
     keys.iter().map(|k| store.check_key(black_box(k)).is_ok() as u64).sum()
 }

@@ -365,6 +365,35 @@ mod table {
         fn write(&mut self, _: &[u8]) {}
     }
 
+    /// Two first insertions of one key, one of them hardening the shard (three keys
+    /// of one fast hash fill the smallest index): one wins, the other finds its
+    /// entry (by a scan, if it hashed before the hardening, or by the strong hash
+    /// after a `Rehash`), never a second entry.
+    #[test]
+    fn racing_insertions_of_a_key_across_a_hardening_agree_on_one_entry() {
+        loom::model(|| {
+            let hashers = Hashers::new(BuildHasherDefault::<Colliding>::default());
+            let table = Arc::new((Shard::<u8, u64>::with_slack(64), Collector::new()));
+            for key in 1..=3 {
+                insert_with(&table.0, &table.1, &hashers, key, u64::from(key) * 10).unwrap();
+            }
+            let other = {
+                let table = table.clone();
+                thread::spawn(move || {
+                    let hashers = Hashers::new(BuildHasherDefault::<Colliding>::default());
+                    insert_with(&table.0, &table.1, &hashers, 4, 41)
+                })
+            };
+            let mine = insert_with(&table.0, &table.1, &hashers, 4, 40);
+            match (mine, other.join().unwrap()) {
+                (Ok(40), Err(40)) | (Err(41), Ok(41)) => {}
+                other => panic!("two entries for one key: {other:?}"),
+            }
+            assert!(table.0.is_hardened());
+            assert_eq!(table.0.iter(&table.1.enter()).count(), 4);
+        });
+    }
+
     /// An insertion that hardens the shard (its index rebuilt by the strong hash:
     /// three keys of one fast hash fill the smallest index) racing with a lookup
     /// by the fast hash, computed before the hardening: the lookup still finds a

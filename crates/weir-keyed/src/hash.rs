@@ -112,3 +112,17 @@ impl Hasher for KeyHash {
         self.0.write_usize(i);
     }
 }
+
+/// Which of a store's shards hash their keys with SipHash after a flood of
+/// colliding keys ([`Keyed::hardened_shards`](crate::Keyed::hardened_shards); see
+/// [`KeyHasher`]). Under ordinary traffic none do: a hardened shard means a flood of
+/// keys chosen to collide, or a hasher that does not spread the keys it is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct HardenedShards {
+    /// Hardened shards of the store's keys.
+    pub keys: usize,
+    /// Whether the shard of the hot keys' stripes ([`HotKeys`](crate::HotKeys))
+    /// has hardened.
+    pub hot_keys: bool,
+}

@@ -870,7 +870,7 @@ where
         let owner = owner_of(state);
         let mut owned = Some(owned);
         let mut dropped_stale = false;
-        let hot_hash = self.hot_hash(hash, key);
+        let mut hot_hash = self.hot_hash(hash, key);
         let ours = loop {
             let stripes = LeaseStripes::new(config.lease, self.clock.now()).with_owner(owner);
             let hot_key = owned.take().unwrap_or_else(|| key.to_owned());
@@ -892,9 +892,16 @@ where
                     dropped_stale = true;
                     self.drop_hot(hash, key, current, guard);
                 }
-                // Another thread is promoting this very state, or ours is stale (or
-                // the hot keys' shard hardened just now: the next contended check
-                // tries again).
+                // The hot keys' shard hardened (by this insertion's rebuild, or
+                // another's since `hot_hash`): hash the key for it again.
+                Err(Inserted::Rehash { hardened }) => {
+                    metric!(self, |m| if hardened {
+                        m.hardened_shards.increment(1);
+                    });
+                    let _ = hardened;
+                    hot_hash = self.hasher.for_shard(key, self.hot_keys.is_hardened());
+                }
+                // Another thread is promoting this very state, or ours is stale.
                 Err(_) => break None,
             }
         };

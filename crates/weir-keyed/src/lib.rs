@@ -298,10 +298,10 @@ macro_rules! metric {
 mod algorithm;
 mod config;
 mod error;
+mod hash;
 mod hot;
 #[cfg(feature = "rayon")]
 mod parallel;
-mod hash;
 mod store;
 mod sweeper;
 // Public under loom only, for the models (`loom_table`); not documented as an API.
@@ -327,9 +327,9 @@ pub mod loom_table {
 }
 
 pub use algorithm::KeyedAlgorithm;
-pub use hash::{KeyHash, KeyHasher};
 pub use config::{AtCapacity, DEFAULT_STORE_NAME, KeyedConfig, KeyedConfigBuilder};
 pub use error::{KeyedConfigError, SweeperError};
+pub use hash::{HardenedShards, KeyHash, KeyHasher};
 pub use hot::{HotKeyMode, HotKeys, HotKeysBuilder, NoHotKeys};
 pub use store::{Keyed, KeyedGcra, KeyedGcraHot};
 #[cfg(feature = "window")]

@@ -32,8 +32,8 @@ impl<K: Eq, V> Shard<K, V> {
     }
 
     /// Nothing to give back: entries are kept until the map drops.
-    pub(crate) fn compact<S>(&self, _hasher: &S, _shrink_index: bool, _guard: &Guard<'_>) -> usize {
-        0
+    pub(crate) fn compact<S>(&self, _hasher: &S, _shrink_index: bool, _guard: &Guard<'_>) -> (usize, bool) {
+        (0, false)
     }
 
     /// Never: a model's keys are compared, not hashed.

@@ -60,10 +60,15 @@ where
             .sum();
         // Also where nothing was evicted: keys removed, or evicted by a full
         // store's search, may have emptied a shard's last chunks.
-        self.shards.par_iter().with_min_len(SHARDS_PER_TASK).for_each(|shard| {
-            shard.compact(&self.hasher, true, &self.collector.enter());
-        });
+        let hardened: u64 = self
+            .shards
+            .par_iter()
+            .with_min_len(SHARDS_PER_TASK)
+            .map(|shard| u64::from(shard.compact(&self.hasher, true, &self.collector.enter()).1))
+            .sum();
+        let _ = hardened;
         metric!(self, |m| {
+            m.hardened_shards.increment(hardened);
             m.shard_sweeps.increment(self.shards.len() as u64);
             m.evicted_by_sweep.increment(evicted as u64);
             self.record_len();

@@ -543,6 +543,25 @@ where
         true
     }
 
+    /// Which shards hash their keys with SipHash after a flood of colliding keys
+    /// (see [`KeyHasher`]): none under ordinary traffic.
+    ///
+    /// ```
+    /// use weir_rl_core::Quota;
+    /// use weir_keyed::{HardenedShards, KeyedConfig, KeyedGcra};
+    ///
+    /// let per_ip = KeyedGcra::gcra(Quota::per_second(10)?, KeyedConfig::builder(100_000).build()?);
+    /// (0..100_000u64).for_each(|key| assert!(per_ip.check(&key).is_allowed()));
+    /// assert_eq!(per_ip.hardened_shards(), HardenedShards::default());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn hardened_shards(&self) -> crate::HardenedShards {
+        crate::HardenedShards {
+            keys: self.shards.iter().filter(|shard| shard.is_hardened()).count(),
+            hot_keys: self.hot_keys.is_hardened(),
+        }
+    }
+
     /// Keys stored.
     pub fn len(&self) -> usize {
         // Ordering: Relaxed; a statistic.

@@ -133,8 +133,10 @@ where
         // search, may have emptied the shard's last chunks. Under a new guard: the
         // one above is gone, and what it held back reclaimed if no other guard
         // holds it.
-        self.shards[index].compact(&self.hasher, shrink_index, &self.collector.enter());
+        let (_, hardened) = self.shards[index].compact(&self.hasher, shrink_index, &self.collector.enter());
+        let _ = hardened;
         metric!(self, |m| {
+            m.hardened_shards.increment(u64::from(hardened));
             m.shard_sweeps.increment(1);
             m.evicted_by_sweep.increment(evicted as u64);
             self.record_len();

@@ -48,9 +48,9 @@
 
 use std::alloc::{self, Layout};
 use std::borrow::Borrow;
-use std::hash::{BuildHasher, Hash};
 #[cfg(not(loom))]
 use std::hash::RandomState;
+use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ptr;
@@ -145,9 +145,12 @@ const FLOOD_DISPLACEMENT: usize = if cfg!(loom) { 0 } else { 8 };
 /// The bit of a key's hash that says which of the store's hashes computed it: set
 /// for the strong one (SipHash, keyed at random per store), which a hardened
 /// shard places its keys by; clear for the store's own (fast) hasher. A lookup
-/// whose hash is not the one its index was built by scans the index (correct,
-/// slow, and only in the moment a shard hardens); an insertion is refused
-/// (`Inserted::Rehash`), and the store hashes the key again.
+/// whose hash is not the one its index was built by scans the index (correct and
+/// slow: a lookup that hashed just before its shard hardened, or the removal of a
+/// hot key's stripes by identity, which hashes nothing, while the hot keys' shard
+/// and the key's own are in different modes: a scan of at most `max_hot_keys`
+/// words); an insertion is refused (`Inserted::Rehash`), and the caller hashes the
+/// key again.
 pub const HARDENED: u64 = 1 << 48;
 /// The bits of a key's hash that pick its shard (the store's `shard_index`): the
 /// fast hash's in both modes, so that a key's shard never depends on its shard's
@@ -848,8 +851,9 @@ impl<K: Hash + Eq, V> Shard<K, V> {
     /// (`hasher` rehashes them: user code, so not on a check's paced sweep, where a
     /// panicking `Hash` of another key would fail a check that already took its
     /// admission): memory follows the keys stored, also after a flood or a mass
-    /// removal. Returns the bytes freed.
-    pub fn compact<S: BuildHasher>(&self, hasher: &Hashers<S>, shrink_index: bool, guard: &Guard<'_>) -> usize {
+    /// removal. Returns the bytes freed, and whether its rebuild hardened the
+    /// shard.
+    pub fn compact<S: BuildHasher>(&self, hasher: &Hashers<S>, shrink_index: bool, guard: &Guard<'_>) -> (usize, bool) {
         let mut writer = self.lock();
         self.collect_reclaimed(&mut writer);
         let mut freed = 0;
@@ -896,15 +900,17 @@ impl<K: Hash + Eq, V> Shard<K, V> {
         // And the index its keys: rebuilt at their size once they use a quarter of
         // it (an insertion rebuilds it when it is 7/8 used).
         let index = self.index(guard);
+        let mut hardened = false;
         if shrink_index && index.len() > MIN_INDEX && (writer.live + 1) * 4 < index.len() {
             let before = index.len();
-            let after = self.rebuild(&mut writer, index, hasher, guard).len();
-            freed += (before - after) * size_of::<u32>();
+            let after = self.rebuild(&mut writer, index, hasher, guard);
+            freed += (before - after.len()) * size_of::<u32>();
+            hardened = after.hardened && !index.hardened;
             // The old array is freed once the guards allow, not when this thread's
             // batch fills.
             flush(guard);
         }
-        freed
+        (freed, hardened)
     }
 
     /// Moves every slot the collector has reclaimed into the free list.

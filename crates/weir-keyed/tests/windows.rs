@@ -4,8 +4,8 @@
 
 use proptest::prelude::*;
 use std::collections::HashMap;
-use weir_keyed::KeyHasher;
 use std::time::Duration;
+use weir_keyed::KeyHasher;
 use weir_keyed::{Keyed, KeyedAlgorithm, KeyedConfig};
 use weir_rl_core::{Clock, Limiter, ManualClock, Quota};
 use weir_window::fixed::FixedWindowAlgorithm;
