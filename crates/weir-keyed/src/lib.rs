@@ -81,7 +81,7 @@
 //!
 //! # The table
 //!
-//! Keys live in the store's own table, sharded (shards of about 512 keys at full
+//! Keys live in the store's own table, sharded (shards of about 440 keys at full
 //! capacity, so that idle eviction can proceed a shard at a time, see below). A key
 //! is hashed once per operation, by `S` ([`KeyHasher`] by default: foldhash,
 //! seeded at random per store): the hash's high bits pick the shard, its low bits
@@ -132,7 +132,7 @@
 //!
 //! Eviction is incremental and never stops the world: once the store holds half its
 //! bound (`sweep_from`), every `sweep_every`-th new key sweeps the next shard (about
-//! 512 keys) for idle ones; [`Keyed::sweep`], [`Keyed::sweep_all`] and an opt-in
+//! 440 keys) for idle ones; [`Keyed::sweep`], [`Keyed::sweep_all`] and an opt-in
 //! background thread ([`Keyed::spawn_sweeper`]) do the same on demand. Sweeps run
 //! concurrently with checks, which they never block (unlinking a key takes its
 //! shard's lock, which only insertions and unlinks of that shard wait for).
@@ -217,13 +217,13 @@
 //!
 //! - denied while no key can be idle: a clock read and one load, plus one look at
 //!   each hot key if there are any (at most [`HotKeys::max_hot_keys`]);
-//! - otherwise one load per shard (one shard per 512 keys) plus a sweep of each
+//! - otherwise one load per shard (one shard per 440 keys) plus a sweep of each
 //!   shard whose bound has passed, until one yields an idle key: at worst every
 //!   shard, O(`max_keys`) (the first search of a full store, whose bounds are not
 //!   known yet, or one after the bounds of every shard passed without a key going
 //!   idle). The worst steady case is a store kept exactly full of keys that go
 //!   idle one at a time, each new key arriving just as the oldest goes idle: each
-//!   new key then sweeps the one shard that holds it (about 512 keys), and every
+//!   new key then sweeps the one shard that holds it (about 440 keys), and every
 //!   new key is admitted (DESIGN.md, "weir-keyed", has the measurement and the
 //!   cheaper alternative that was rejected because it denies new keys while idle
 //!   ones are stored).

@@ -8,7 +8,7 @@ use std::hash::{BuildHasher, Hash};
 use weir_rl_core::{Clock, Snapshot};
 
 /// Shards handed to one rayon task at least: enough work per task to amortize the
-/// task and its epoch guard (one shard holds about 512 keys at full capacity).
+/// task and its epoch guard (one shard holds about 440 keys at full capacity).
 const SHARDS_PER_TASK: usize = 8;
 
 impl<K, A, C, S, H> Keyed<K, A, C, S, H>

@@ -3,7 +3,7 @@
 
 use crate::Shard;
 use crate::sweeper::IdleBound;
-use crate::table::{Collector, Guard, HARDENED, Hashers, Inserted};
+use crate::table::{Collector, Guard, HARDENED, Hashers, Inserted, SHARD_BITS};
 use crate::{AtCapacity, HotKeyMode, HotKeys, KeyHasher, KeyedAlgorithm, KeyedConfig, NoHotKeys};
 use std::borrow::Borrow;
 use std::fmt;
@@ -21,10 +21,15 @@ use weir_rl_core::{
 /// Keys per shard the shard count aims for at full capacity: a sweep step scans one
 /// shard, so this is the work of one step. Smaller shards sweep faster but each
 /// carries a fixed part (its header, smallest index and first chunk), which costs
-/// memory when a store is far below its bound (`weir-bench memory --full`: 42.5
-/// heap bytes per key at 10% of the bound with 512 keys per shard, 26.2 in a full
-/// store).
-const KEYS_PER_SHARD: usize = 512;
+/// memory when a store is far below its bound. 440 puts a full shard just under a
+/// chunk boundary of its slab (8 + 16 + … + 256 = 504 entries): the keys a full
+/// shard gets spread by about √440 ≈ 21 around it, so a shard passes 504 (and
+/// allocates a chunk of 512 more) about once in 700. Shard counts are not rounded
+/// to a power of two (`shard_index` scales the hash's shard bits), which would put
+/// a full shard anywhere from 256 to 512 keys: a store of 100 000 had 390 keys a
+/// shard in 504 slots (`weir-bench memory`: 30.7 heap bytes per key, 27.4 once
+/// replaced indexes were also flushed, 24.x with this).
+const KEYS_PER_SHARD: usize = 440;
 /// The most shards a store uses.
 const MAX_SHARDS: usize = 1 << 16;
 
@@ -291,7 +296,7 @@ where
     pub fn with_hasher(algorithm: A, config: KeyedConfig, clock: C, hasher: S) -> Self {
         #[cfg(feature = "metrics")]
         let config = KeyedConfig { metrics: crate::config::StoreMetrics::register(&config.name), ..config };
-        let shards = config.max_keys.div_ceil(KEYS_PER_SHARD).next_power_of_two().min(MAX_SHARDS);
+        let shards = config.max_keys.div_ceil(KEYS_PER_SHARD).clamp(1, MAX_SHARDS);
         let slack = (SLAB_SLACK / shards).max(MIN_SHARD_SLACK);
         let shards: Vec<_> = (0..shards).map(|_| Shard::with_slack(slack)).collect();
         let bounds = (0..shards.len()).map(|_| IdleBound::new()).collect();
@@ -605,7 +610,7 @@ where
     /// Calls `f` with every stored key and its state now (for metrics). Weakly
     /// consistent: keys inserted or removed meanwhile may or may not be seen.
     ///
-    /// Each shard (about 512 keys) is visited under an epoch guard of its own, which
+    /// Each shard (about 440 keys) is visited under an epoch guard of its own, which
     /// `f` runs inside: while `f` is paused, slots unlinked anywhere in the store
     /// are not reclaimed, and each shard's slab takes fresh slots only while its
     /// entries awaiting reclamation are at most its keys plus a slack; beyond, new
@@ -812,11 +817,12 @@ where
         &self.shards[self.shard_index(hash)]
     }
 
-    /// The shard of a key with hash `hash`: bits 32 and up (the shard's index
-    /// uses the low 32 bits, and the tag the top 8).
+    /// The shard of a key with hash `hash`: its shard bits (32 to 47; the shard's
+    /// index uses the low 32 bits, and the tag the top 8) scaled to the shard count,
+    /// which need not be a power of two (at most `MAX_SHARDS`, 2¹⁶).
     #[inline]
     pub(crate) fn shard_index(&self, hash: u64) -> usize {
-        (hash >> 32) as usize & (self.shards.len() - 1)
+        ((((hash & SHARD_BITS) >> 32) * self.shards.len() as u64) >> 16) as usize
     }
 
     /// `key`'s hash: computed once per operation, by the store's hasher, and by

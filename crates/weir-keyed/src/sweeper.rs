@@ -103,7 +103,7 @@ where
     pub fn sweep(&self) -> usize {
         // Ordering: Relaxed; a round-robin ticket, publishing nothing.
         let next = self.cursor.fetch_add(1, Ordering::Relaxed);
-        self.sweep_one(next & (self.shards.len() - 1), true)
+        self.sweep_one(next % self.shards.len(), true)
     }
 
     /// Sweeps every shard for idle keys; returns how many were evicted. Runs
@@ -273,7 +273,7 @@ where
             // cannot fail a check that already took its admission.
             // Ordering: Relaxed; a round-robin ticket, publishing nothing.
             let next = self.cursor.fetch_add(1, Ordering::Relaxed);
-            self.sweep_one(next & (self.shards.len() - 1), false);
+            self.sweep_one(next % self.shards.len(), false);
         }
     }
 
@@ -295,7 +295,7 @@ where
             let hand = self.cursor.load(Ordering::Relaxed);
             let mut no_idle_before = u64::MAX;
             for step in 0..count {
-                let index = hand.wrapping_add(step) & (count - 1);
+                let index = (hand % count + step) % count;
                 // Ordering: Relaxed; as in `IdleBound::excludes`.
                 let shard_bound = self.bounds[index].no_idle_before_ns.load(Ordering::Relaxed);
                 if now.as_u64() < shard_bound {

@@ -76,7 +76,7 @@ fn hot_store(clock: &ManualClock, max_keys: usize, max_hot_keys: usize) -> Store
 #[test]
 fn promote_succeeds_while_hot_slots_are_free_across_the_hot_shards_hardening() {
     let clock = ManualClock::new();
-    let store = hot_store(&clock, 512, 256);
+    let store = hot_store(&clock, 440, 256);
     for i in 0..150 {
         assert!(store.check(&(COLLIDE | i)).is_allowed());
     }
@@ -135,7 +135,7 @@ fn hot_keys_in_a_hardened_hot_shard_over_fast_shards_are_limited_and_freed() {
 #[test]
 fn a_refund_across_the_hardening_reaches_the_keys_state() {
     let clock = ManualClock::new();
-    let store = hot_store(&clock, 512, 16);
+    let store = hot_store(&clock, 440, 16);
     let first = COLLIDE;
     let admission = store.check_n(&first, 3).unwrap();
     assert!(admission.is_allowed());
@@ -158,7 +158,7 @@ fn a_refund_across_the_hardening_reaches_the_keys_state() {
 #[test]
 fn a_compaction_that_hardens_keeps_every_state() {
     let clock = ManualClock::new();
-    let store = hot_store(&clock, 512, 16); // one shard
+    let store = hot_store(&clock, 440, 16); // one shard
     for key in 0..300 {
         assert!(store.check(&key).is_allowed());
     }
@@ -186,7 +186,7 @@ fn hardened_counted(name: &str, scenario: impl FnOnce(KeyedConfig)) -> Option<u6
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || scenario(KeyedConfig::builder(512).name(name).build().unwrap()));
+    metrics::with_local_recorder(&recorder, || scenario(KeyedConfig::builder(440).name(name).build().unwrap()));
     let label = format!("store={name}");
     snapshotter.snapshot().into_vec().into_iter().find_map(|(key, _, _, value)| {
         let labels: Vec<String> = key.key().labels().map(|l| format!("{}={}", l.key(), l.value())).collect();
@@ -233,7 +233,7 @@ fn a_hardening_of_the_hot_keys_shard_is_counted() {
         let algorithm = GcraAlgorithm::new(Quota::per_second(3).unwrap(), clock.now());
         let store = Keyed::with_hasher(algorithm, config, clock.clone(), Chosen)
             .with_hot_keys(HotKeys::builder().max_hot_keys(256).build().unwrap());
-        // One shard of 512 places; keys sharing their home, so that the hot keys'
+        // One shard (a bound of 440 keys); keys sharing their home, so that the hot keys'
         // shard hardens; their own shard too.
         (0..150).for_each(|i| {
             assert!(store.check(&(SAME_HOME | i)).is_allowed());

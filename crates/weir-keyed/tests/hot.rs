@@ -102,7 +102,7 @@ fn idle_hot_keys_free_their_slots_in_a_sparse_store() {
     assert!(!s.promote(&3), "both slots are taken");
     clock.advance(Duration::from_secs(1)); // both hot keys idle, their leases expired
     // A sweep of one shard every 64 insertions: 4 100 new keys take the sweep round
-    // all 32 shards, wherever the hash put keys 1 and 2 (1 900, before, left a
+    // all 23 shards, wherever the hash put keys 1 and 2 (1 900, before, left a
     // shard or two unswept, so the test failed about once in 200 runs); still below
     // sweep_from (5 000 keys).
     for k in 100..4_200u64 {

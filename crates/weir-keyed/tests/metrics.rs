@@ -57,7 +57,7 @@ fn keys_evictions_and_capacity_denials_are_counted() {
     clock.advance(Duration::from_secs(1)); // both keys idle
     assert!(store.remove(&1));
     assert_eq!(store.sweep_all(), 1);
-    let shards = store.config().max_keys().div_ceil(512).next_power_of_two();
+    let shards = store.config().max_keys().div_ceil(440);
     let values = read(&snapshotter);
     assert_eq!(get(&values, "weir_keyed_evictions_total", "cause=removed,store=per_ip"), 1.0);
     assert_eq!(get(&values, "weir_keyed_evictions_total", "cause=sweep,store=per_ip"), 1.0);

@@ -71,9 +71,9 @@ impl BuildHasher for Ident {
     }
 }
 
-/// A store of 64 shards (`max_keys` 32 768): each shard's slack is 64 slots.
+/// A store of 64 shards (`max_keys` 28 160, 440 keys a shard): each shard's slack is 64 slots.
 fn store_of_64_shards(clock: &ManualClock) -> Keyed<u64, GcraAlgorithm, ManualClock, Ident> {
-    let config = KeyedConfig::builder(64 * 512).at_capacity(AtCapacity::EvictIdle).build().unwrap();
+    let config = KeyedConfig::builder(64 * 440).at_capacity(AtCapacity::EvictIdle).build().unwrap();
     let algorithm = GcraAlgorithm::new(Quota::per_second(10).unwrap(), clock.now());
     Keyed::with_hasher(algorithm, config, clock.clone(), Ident)
 }
@@ -141,11 +141,12 @@ fn removals_by_a_thread_gone_idle_make_no_new_key_refused() {
 fn removals_of_one_shard_make_no_new_key_refused_with_the_default_hasher() {
     let clock = ManualClock::new();
     let hasher = weir_keyed::KeyHasher::new();
-    let config = KeyedConfig::builder(64 * 512).at_capacity(AtCapacity::EvictIdle).build().unwrap();
+    let config = KeyedConfig::builder(64 * 440).at_capacity(AtCapacity::EvictIdle).build().unwrap();
     let algorithm = GcraAlgorithm::new(Quota::per_second(10).unwrap(), clock.now());
     let store: Keyed<String, GcraAlgorithm, ManualClock> =
         Keyed::with_hasher(algorithm, config, clock.clone(), hasher.clone());
-    let shard_of = |key: &str| (hasher.hash_one(key) >> 32) & 63;
+    // The store's shard of a hash: its bits 32 to 47 scaled to the 64 shards.
+    let shard_of = |key: &str| ((hasher.hash_one(key) >> 32) & 0xFFFF) >> 10;
     let keys: Vec<String> = (0..).map(|i| format!("client-{i}")).filter(|k| shard_of(k) == 0).take(121).collect();
     for key in &keys[..120] {
         assert!(store.check(key.as_str()).is_allowed());
