@@ -359,8 +359,7 @@ where
             // nothing, so that a refund against it gives nothing back.
             return Ok(Decision::allowed(self.snapshot(key)).at(self.clock.now()).zero_cost());
         }
-        let mut hash = self.hash(key);
-        let index = self.shard_index(hash);
+        let (mut hash, index) = self.hash_and_shard(key);
         let shard = &self.shards[index];
         let mut guard = self.collector.enter();
         let mut owned = None;
@@ -829,8 +828,17 @@ where
     /// the strong one too if the key's shard has hardened (see `Hashers`).
     #[inline]
     pub(crate) fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        self.hash_and_shard(key).0
+    }
+
+    /// `key`'s hash (see `hash`) and its shard's index, computed once: both
+    /// hashes keep the shard bits (`SHARD_BITS`), so the shard is the fast
+    /// hash's.
+    #[inline]
+    fn hash_and_shard<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, usize) {
         let fast = self.hasher.fast(key);
-        if self.shard(fast).is_hardened() { self.hasher.strong(key, fast) } else { fast }
+        let index = self.shard_index(fast);
+        (if self.shards[index].is_hardened() { self.hasher.strong(key, fast) } else { fast }, index)
     }
 
     /// `key`'s hash for the hot keys' shard, from `hash`, its hash for its own
