@@ -101,8 +101,8 @@ fn algorithms(c: &mut Criterion) {
 
     // One existing key among 1 000, allowed path.
     let mut g = c.benchmark_group("keyed/allowed");
-    // The default bench store is sized for 2²⁰ keys (2 048 shards, so these keys each
-    // sit in a different shard); a store sized for 4 096 keys has 8 shards.
+    // The default bench store is sized for 2²⁰ keys (2 384 shards, so these keys
+    // mostly sit in different shards); a store sized for 4 096 keys has 10 shards.
     let keyed = weir_keyed();
     let small = Keyed::gcra(open_quota(), KeyedConfig::builder(4_096).build().expect("a valid config"));
     let gov = governor_keyed();

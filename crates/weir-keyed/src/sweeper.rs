@@ -292,10 +292,11 @@ where
         if !self.store_bound.excludes(now) {
             let count = self.shards.len();
             // Ordering: Relaxed; where to start is a hint.
-            let hand = self.cursor.load(Ordering::Relaxed);
+            let hand = self.cursor.load(Ordering::Relaxed) % count;
             let mut no_idle_before = u64::MAX;
             for step in 0..count {
-                let index = (hand % count + step) % count;
+                // (hand + step) % count, without a division per step.
+                let index = if hand + step < count { hand + step } else { hand + step - count };
                 // Ordering: Relaxed; as in `IdleBound::excludes`.
                 let shard_bound = self.bounds[index].no_idle_before_ns.load(Ordering::Relaxed);
                 if now.as_u64() < shard_bound {

@@ -907,8 +907,7 @@ impl<K: Hash + Eq, V> Shard<K, V> {
             freed += (before - after.len()) * size_of::<u32>();
             hardened = after.hardened && !index.hardened;
             // The old array is freed once the guards allow, not when this thread's
-            // batch fills.
-            flush(guard);
+            // batch fills: `rebuild` flushes it (`retire_index`).
         }
         (freed, hardened)
     }
@@ -1504,9 +1503,10 @@ mod tests {
         for seed in 0..64u64 {
             let hashers = Hashers::new(foldhash::quality::FixedState::with_seed(seed));
             for (name, keys) in [("sequential", &sequential), ("strided", &strided), ("addresses", &addresses)] {
-                let shards: Vec<Shard<u64, u64>> = (0..32).map(|_| Shard::with_slack(64)).collect();
+                // As a store of 5 000 keys shards them: 12 shards, the shard bits scaled.
+                let shards: Vec<Shard<u64, u64>> = (0..12).map(|_| Shard::with_slack(64)).collect();
                 for &key in keys {
-                    let shard = &shards[(hashers.fast(&key) >> 32) as usize % 32];
+                    let shard = &shards[((((hashers.fast(&key) & SHARD_BITS) >> 32) * 12) >> 16) as usize];
                     assert!(insert_rehashing(shard, &hashers, key, &collector.enter()).is_ok());
                 }
                 assert!(shards.iter().all(|shard| !shard.is_hardened()), "seed {seed}: {name} keys");

@@ -12,7 +12,7 @@ mod support;
 type Store = Keyed<u64, GcraAlgorithm, ManualClock>;
 type HotStore = Keyed<u64, GcraAlgorithm, ManualClock, weir_keyed::KeyHasher, HotKeys>;
 
-const MAX_KEYS: u64 = 8192; // 16 shards
+const MAX_KEYS: u64 = 8192; // 19 shards
 
 /// A full store (burst 1, one permit a second) in which only `idle` goes idle at
 /// 1 s (checked at 0); every other key was checked at 0.5 s and is idle at 1.5 s.

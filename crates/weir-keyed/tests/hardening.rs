@@ -100,7 +100,7 @@ fn promote_succeeds_while_hot_slots_are_free_across_the_hot_shards_hardening() {
 #[test]
 fn hot_keys_in_a_hardened_hot_shard_over_fast_shards_are_limited_and_freed() {
     let clock = ManualClock::new();
-    let store = hot_store(&clock, 1 << 16, 128); // 128 shards
+    let store = hot_store(&clock, 1 << 16, 128); // 149 shards
     let keys: Vec<u64> = (0..100).map(|i| SAME_HOME | i).collect();
     for &key in &keys {
         assert!(store.check(&key).is_allowed());
