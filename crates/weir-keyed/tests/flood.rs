@@ -10,32 +10,14 @@
 //! Every new key finds the store full just as its oldest key goes idle, so every
 //! one must be admitted (`AtCapacity::EvictIdle` denies only when no key is idle).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 use weir_keyed::{AtCapacity, Keyed, KeyedConfig};
 use weir_rl_core::{DenyReason, ManualClock, Quota};
 
-struct Counting;
-
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+mod support;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: support::Counting = support::Counting;
 
 const MAX_KEYS: usize = 100_000;
 /// Generous bound per stored key: the measured figure is about 55 bytes for `u64`
@@ -46,7 +28,7 @@ const BYTES_PER_KEY_BOUND: isize = 160;
 fn flood(policy: AtCapacity, idle_between: bool, release_keys: u64) {
     let keys: u64 = if cfg!(debug_assertions) { 200_000 } else { release_keys };
     let clock = ManualClock::new();
-    let before = LIVE_BYTES.load(Ordering::Relaxed);
+    let before = support::live_bytes();
     let store: Keyed<u64, _, _> = Keyed::gcra_with_clock(
         Quota::per_second(10).unwrap(),
         KeyedConfig::builder(MAX_KEYS).at_capacity(policy).build().unwrap(),
@@ -60,7 +42,7 @@ fn flood(policy: AtCapacity, idle_between: bool, release_keys: u64) {
         capacity_denials += (d.deny_reason() == Some(DenyReason::KeyCapacity)) as u64;
         if key % 65_536 == 0 {
             assert!(store.len() <= MAX_KEYS);
-            peak = peak.max(LIVE_BYTES.load(Ordering::Relaxed) - before);
+            peak = peak.max(support::live_bytes() - before);
         }
         if idle_between && key % 250_000 == 249_999 {
             clock.advance(Duration::from_secs(1)); // a pause: every key goes idle

@@ -9,37 +9,19 @@
 //! replaced arrays stayed allocated; and shard counts were powers of two, which
 //! gave this store 256 shards of about 390 keys each in slabs of 504 entries.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use weir_keyed::{Keyed, KeyedConfig};
 use weir_rl_core::{ManualClock, Quota};
 
-struct Counting;
-
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+mod support;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: support::Counting = support::Counting;
 
 const KEYS: u64 = 100_000;
 
 #[test]
 fn a_full_store_of_100_000_keys_holds_at_most_26_heap_bytes_a_key() {
-    let before = LIVE_BYTES.load(Ordering::Relaxed);
+    let before = support::live_bytes();
     let store: Keyed<u64, _, _> = Keyed::gcra_with_clock(
         Quota::per_hour(1).unwrap(),
         KeyedConfig::builder(KEYS as usize).build().unwrap(),
@@ -49,7 +31,7 @@ fn a_full_store_of_100_000_keys_holds_at_most_26_heap_bytes_a_key() {
         assert!(store.check(&key.wrapping_mul(0x9E37_79B9_7F4A_7C15)).is_allowed());
     }
     assert_eq!(store.len() as u64, KEYS);
-    let per_key = (LIVE_BYTES.load(Ordering::Relaxed) - before) as f64 / KEYS as f64;
+    let per_key = (support::live_bytes() - before) as f64 / KEYS as f64;
     // 24.8 measured (16 bytes of key and state, 504 slab places for about 440 keys,
     // a 4-byte index word at 2/3 to 7/8 load, the shards' headers); governor's keyed
     // limiter holds 22.3 here.

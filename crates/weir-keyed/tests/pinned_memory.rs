@@ -6,40 +6,22 @@
 //! this test binary has allocated and not yet freed (one test in this binary, so
 //! that nothing else allocates meanwhile).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 use weir_keyed::{AtCapacity, Keyed, KeyedConfig};
 use weir_rl_core::{DenyReason, ManualClock, Quota};
 
-struct Counting;
-
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+mod support;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: support::Counting = support::Counting;
 
 const MAX_KEYS: u64 = 1_000;
 /// New keys arriving while the callback is paused.
 const FLOOD: u64 = 200_000;
 
 fn bytes() -> isize {
-    LIVE_BYTES.load(Ordering::Relaxed)
+    support::live_bytes()
 }
 
 #[test]

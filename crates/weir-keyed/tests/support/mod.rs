@@ -1,7 +1,8 @@
 //! What several of weir-keyed's test files share.
 #![allow(dead_code)] // each test file uses some of it
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicIsize, Ordering};
 use std::sync::{Arc, Mutex};
 use weir_rl_core::{Clock, ManualClock, Nanos};
 
@@ -62,4 +63,30 @@ impl Clock for HookClock {
         }
         self.inner.now()
     }
+}
+
+/// An allocator that counts the bytes allocated and not yet freed, for a test
+/// binary's `#[global_allocator]` (a binary of one test, so that nothing else
+/// allocates meanwhile); read by `live_bytes`.
+pub struct Counting;
+
+static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+/// The bytes allocated through `Counting` and not yet freed.
+pub fn live_bytes() -> isize {
+    LIVE_BYTES.load(Ordering::Relaxed)
 }
