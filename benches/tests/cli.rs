@@ -113,7 +113,9 @@ fn a_tiny_run_writes_well_formed_csv() {
     for row in &rows {
         assert_eq!(row.len(), header.len(), "{row:?}");
         let [median, min, max]: [f64; 3] = [3, 4, 5].map(|i| row[i].parse().unwrap());
-        assert!(min > 0.0 && min <= median && median <= max, "{row:?}");
+        // Not `min > 0`: on a loaded machine a thread may not be scheduled at all
+        // within a run of 2 ms (a cold CI run once saw 0 checks from one).
+        assert!(min >= 0.0 && min <= median && median <= max, "{row:?}");
     }
     assert!(rows.iter().any(|r| r[0] == "hot-denied" && r[1] == "weir-gcra+coarse"));
 }
