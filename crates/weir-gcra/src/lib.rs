@@ -192,7 +192,7 @@ pub use leased::{LeaseConfig, LeaseConfigBuilder, LeaseConfigError, LeasedGcra};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::private::{
-        StateKind, check_n_contended, is_promoted, promote, retire_orphan, retire_promoted, state_kind,
+        StateKind, check_contended, check_n_contended, is_promoted, promote, retire_orphan, retire_promoted, state_kind,
     };
     pub use crate::stripes::LeaseStripes;
 }

@@ -38,6 +38,13 @@ pub fn check_n_contended<C: Clock + ?Sized>(
     Ok(algorithm.acquire_counting(&quota, state, n, clock))
 }
 
+/// [`check_n_contended`] for one unit (`Algorithm::check`): 1 ≤ burst always, so
+/// there is no error to return.
+#[inline(always)]
+pub fn check_contended<C: Clock + ?Sized>(algorithm: &GcraAlgorithm, state: &GcraState, clock: &C) -> (Decision, u32) {
+    algorithm.acquire_counting(&algorithm.quota.load(), state, 1, clock)
+}
+
 /// Moves `from`'s bucket into `to` (a fresh, not yet shared hot bucket) and marks
 /// `from` promoted, atomically with respect to checks of `from`: a check that
 /// lands before the hand-over is carried into `to`'s TAT; one that comes after is

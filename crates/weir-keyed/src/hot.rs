@@ -12,7 +12,8 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use weir_gcra::__private::{
-    LeaseStripes, StateKind, check_n_contended, is_promoted, promote, retire_orphan, retire_promoted, state_kind,
+    LeaseStripes, StateKind, check_contended, check_n_contended, is_promoted, promote, retire_orphan, retire_promoted,
+    state_kind,
 };
 use weir_gcra::{GcraAlgorithm, GcraState, LeaseConfig};
 use weir_rl_core::__private::sync::{AtomicUsize, Ordering};
@@ -38,6 +39,10 @@ mod sealed {
             n: u64,
             clock: &C,
         ) -> Result<(Decision, u32), InsufficientCapacity>;
+
+        /// [`check_n`](Self::check_n) for one unit ([`Algorithm::check`]), which no
+        /// limit is below: the store's inlined fast path.
+        fn check<C: Clock + ?Sized>(&self, algorithm: &A, state: &A::State, clock: &C) -> (Decision, u32);
 
         /// What `state` is, from one load: live, retired or moved to a hot bucket.
         fn kind(algorithm: &A, state: &A::State) -> StateKind;
@@ -201,6 +206,11 @@ impl<A: KeyedAlgorithm> sealed::Sealed<A> for NoHotKeys {
         clock: &C,
     ) -> Result<(Decision, u32), InsufficientCapacity> {
         algorithm.check_n(state, n, clock).map(|decision| (decision, 0))
+    }
+
+    #[inline(always)]
+    fn check<C: Clock + ?Sized>(&self, algorithm: &A, state: &A::State, clock: &C) -> (Decision, u32) {
+        (algorithm.check(state, clock), 0)
     }
 
     #[inline(always)]
@@ -435,6 +445,11 @@ impl sealed::Sealed<GcraAlgorithm> for HotKeys {
         clock: &C,
     ) -> Result<(Decision, u32), InsufficientCapacity> {
         check_n_contended(algorithm, state, n, clock)
+    }
+
+    #[inline(always)]
+    fn check<C: Clock + ?Sized>(&self, algorithm: &GcraAlgorithm, state: &GcraState, clock: &C) -> (Decision, u32) {
+        check_contended(algorithm, state, clock)
     }
 
     #[inline(always)]

@@ -15,7 +15,7 @@ use weir_rl_core::__private::sync::{AtomicBool, AtomicUsize, CachePadded, Orderi
 use weir_rl_core::Limiter;
 use weir_rl_core::{
     Algorithm, AsyncKeyedLimiter, Clock, Decision, DenyReason, InsufficientCapacity, KeyedLimiter, MonotonicClock,
-    Policy, Quota, Snapshot,
+    Nanos, Policy, Quota, Snapshot,
 };
 
 /// Keys per shard the shard count aims for at full capacity: a sweep step scans one
@@ -334,17 +334,97 @@ where
     H: HotKeyMode<A>,
 {
     /// Checks one request for `key`.
-    #[inline]
+    ///
+    /// Inlined into the caller: the hash, the lookup of a key the store holds, its
+    /// check and, when that decided everything (admitted without a lost race, or
+    /// denied on a live state), the return, so that a caller reading only part of
+    /// the decision gets no more of it computed. Anything else (a key to insert, a
+    /// retired or promoted state, a promotion) goes on out of line, as in
+    /// [`check_n`](Self::check_n).
+    #[inline(always)]
     pub fn check<Q>(&self, key: &Q) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        match self.check_n(key, 1) {
-            Ok(decision) => decision,
+        let (hash, index) = self.hash_and_shard(key);
+        let guard = self.collector.enter();
+        let Some(state) = self.shards[index].get(hash, key, &guard) else {
+            // Missing: the insertion needs the key's clone, user code that is run
+            // outside the guard (see `check_n_at`).
+            drop(guard);
+            return self.check_cold(key, hash, index, true);
+        };
+        // Read once the state is found: see `check_n`.
+        let now = self.clock.now();
+        let (decision, lost_races) = self.hot.check(&self.algorithm, state, &now);
+        let decided =
+            if decision.is_allowed() { lost_races == 0 } else { H::kind(&self.algorithm, state) == StateKind::Live };
+        if decided {
+            return decision;
+        }
+        let settled = self.settle_cold(index, hash, key, state, now, decision, lost_races, &guard);
+        drop(guard);
+        self.finish_cold(index, hash, key, settled)
+    }
+
+    /// The rest of [`check`](Self::check) when it was not decided on the state it
+    /// found: [`check_n_at`](Self::check_n_at) for one unit, with the key's clone
+    /// made first (outside the guard) if it was `missing`.
+    #[cold]
+    #[inline(never)]
+    fn check_cold<Q>(&self, key: &Q, hash: u64, index: usize, missing: bool) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_n_at(key, 1, hash, index, missing.then(|| key.to_owned())).unwrap_or_else(|_| {
             // A cost of 1 exceeds the limit only for an overflow limiter with a burst
             // of 0, which `Quota` rules out.
-            Err(_) => self.capacity_denial(),
+            self.capacity_denial()
+        })
+    }
+
+    /// [`settle`](Self::settle) for [`check`](Self::check), out of line: what its
+    /// state's decision left to do.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn settle_cold<Q>(
+        &self,
+        index: usize,
+        hash: u64,
+        key: &Q,
+        state: &A::State,
+        now: Nanos,
+        decision: Decision,
+        lost_races: u32,
+        guard: &Guard<'_>,
+    ) -> Settled
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.settle(index, hash, key, state, 1, now, decision, lost_races, guard)
+    }
+
+    /// The end of [`check`](Self::check) once it has left its guard: what
+    /// [`settle`](Self::settle) said to do.
+    #[cold]
+    #[inline(never)]
+    fn finish_cold<Q>(&self, index: usize, hash: u64, key: &Q, settled: Settled) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        match settled {
+            Settled::Done(result) => result.unwrap_or_else(|_| self.capacity_denial()),
+            Settled::Promote(decision) => {
+                self.promote_contended(index, hash, key);
+                decision
+            }
+            // Looked up again from the start: the denial wrote nothing.
+            Settled::Retry => self.check_cold(key, hash, index, false),
         }
     }
 
@@ -361,10 +441,27 @@ where
             // nothing, so that a refund against it gives nothing back.
             return Ok(Decision::allowed(self.snapshot(key)).at(self.clock.now()).zero_cost());
         }
-        let (mut hash, index) = self.hash_and_shard(key);
+        let (hash, index) = self.hash_and_shard(key);
+        self.check_n_at(key, n, hash, index, None)
+    }
+
+    /// [`check_n`](Self::check_n) (`n` > 0) of a key with hash `hash` in shard
+    /// `index`, and `owned`, its clone, if the caller found it missing (and made
+    /// one outside the guard).
+    fn check_n_at<Q>(
+        &self,
+        key: &Q,
+        n: u64,
+        mut hash: u64,
+        index: usize,
+        mut owned: Option<K>,
+    ) -> Result<Decision, InsufficientCapacity>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let shard = &self.shards[index];
         let mut guard = self.collector.enter();
-        let mut owned = None;
         let mut retry_slab = true;
         loop {
             let (state, inserted) = match shard.get(hash, key, &guard) {
@@ -416,48 +513,93 @@ where
                 metric!(self, |m| m.keys.set(self.len() as f64));
             }
             let (decision, lost_races) = checked?;
-            if decision.is_denied() {
-                // Classify the state from one load: retired (raced with an eviction;
-                // it was idle, so a fresh state decides exactly as it would have),
-                // promoted (decide on its hot stripes), or live (a real denial).
-                match H::kind(&self.algorithm, state) {
-                    StateKind::Retired => {
-                        self.unlink(shard, hash, key, state, &guard);
-                        continue;
-                    }
-                    StateKind::Promoted => {
-                        match H::check_hot(self, index, hash, key, state, n, now, decision, &guard) {
-                            Some(decision) => return decision,
-                            None => continue,
-                        }
-                    }
-                    StateKind::Live => {}
+            let result = match self.settle(index, hash, key, state, n, now, decision, lost_races, &guard) {
+                Settled::Done(result) => result,
+                Settled::Promote(decision) => {
+                    drop(guard);
+                    self.promote_contended(index, hash, key);
+                    Ok(decision)
                 }
-            } else if lost_races > 0 && H::wants_promotion(self, state, lost_races) {
-                // Only a mode that counts lost races (hot keys) gets here. The
-                // promotion clones the key (user code, which may take long): outside
-                // the guard, then on the key's state found again (another state of
-                // the key, if it was replaced meanwhile, is as contended).
-                drop(guard);
-                let owned = key.to_owned();
-                let guard = self.collector.enter();
-                if let Some(state) = shard.get(hash, key, &guard) {
-                    H::contended(self, index, hash, key, state, owned, &guard);
-                    // `wants_promotion` found the state not promoted: promoted now, by
-                    // this check (or by a racing one, which then counts it too).
-                    metric!(self, |m| if H::kind(&self.algorithm, state) == StateKind::Promoted {
-                        m.hot_promotions.increment(1);
-                        m.hot_keys.set(self.hot_len() as f64);
-                    });
-                }
-            }
+                Settled::Retry => continue,
+            };
             if inserted {
                 // Pace the incremental sweep by insertions, after this key's first
                 // decision: a sweep before it would find the fresh state idle and
                 // could evict it before it was ever checked.
                 self.paced_sweep();
             }
-            return Ok(decision);
+            return result;
+        }
+    }
+
+    /// What a check does once `state` (of `key`, in shard `index`) decided
+    /// `decision` at `now`, having lost `lost_races` CAS races: a denial from a
+    /// retired state (raced with an eviction) is unlinked and looked up again, one
+    /// from a promoted state is decided on its hot stripes, and a contended
+    /// admission may promote the key (which the caller does, outside the guard:
+    /// [`promote_contended`](Self::promote_contended)).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn settle<Q>(
+        &self,
+        index: usize,
+        hash: u64,
+        key: &Q,
+        state: &A::State,
+        n: u64,
+        now: Nanos,
+        decision: Decision,
+        lost_races: u32,
+        guard: &Guard<'_>,
+    ) -> Settled
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if decision.is_denied() {
+            // Classify the state from one load: retired (raced with an eviction;
+            // it was idle, so a fresh state decides exactly as it would have),
+            // promoted (decide on its hot stripes), or live (a real denial).
+            match H::kind(&self.algorithm, state) {
+                StateKind::Retired => {
+                    self.unlink(&self.shards[index], hash, key, state, guard);
+                    Settled::Retry
+                }
+                StateKind::Promoted => match H::check_hot(self, index, hash, key, state, n, now, decision, guard) {
+                    Some(decision) => Settled::Done(decision),
+                    None => Settled::Retry,
+                },
+                StateKind::Live => Settled::Done(Ok(decision)),
+            }
+        } else if lost_races > 0 && H::wants_promotion(self, state, lost_races) {
+            // Only a mode that counts lost races (hot keys) gets here.
+            Settled::Promote(decision)
+        } else {
+            Settled::Done(Ok(decision))
+        }
+    }
+
+    /// Promotes `key` (in shard `index`), whose admission was contended: the
+    /// promotion clones the key (user code, which may take long), so the caller
+    /// has left its guard; then on the key's state found again (another state of
+    /// the key, if it was replaced meanwhile, is as contended).
+    #[cold]
+    #[inline(never)]
+    fn promote_contended<Q>(&self, index: usize, hash: u64, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let owned = key.to_owned();
+        let guard = self.collector.enter();
+        if let Some(state) = self.shards[index].get(hash, key, &guard) {
+            H::contended(self, index, hash, key, state, owned, &guard);
+            // `wants_promotion` found the state not promoted: promoted now, by this
+            // check (or by a racing one, which then counts it too).
+            metric!(self, |m| if H::kind(&self.algorithm, state) == StateKind::Promoted {
+                m.hot_promotions.increment(1);
+                m.hot_keys.set(self.hot_len() as f64);
+            });
         }
     }
 
@@ -943,6 +1085,16 @@ where
 /// The store is full and the policy did not make room.
 #[derive(Debug)]
 pub(crate) struct Full;
+
+/// What [`Keyed::settle`] left a check to do.
+enum Settled {
+    /// Return this.
+    Done(Result<Decision, InsufficientCapacity>),
+    /// Return this admission once the key is promoted (`Keyed::promote_contended`).
+    Promote(Decision),
+    /// Look the key up again.
+    Retry,
+}
 
 /// Why `Keyed::insert` did not insert.
 #[derive(Debug)]
