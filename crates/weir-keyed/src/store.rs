@@ -436,6 +436,10 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        if n == 1 {
+            // The common cost, on `check`'s fast path (which no limit is below).
+            return Ok(self.check(key));
+        }
         if n == 0 {
             // Admitted, consumes nothing, and stores nothing; marked as taking
             // nothing, so that a refund against it gives nothing back.
