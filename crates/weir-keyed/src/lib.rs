@@ -46,15 +46,18 @@
 //! limiter's stated over-admission bound, other keys none. A check of a stored key
 //! takes no lock and allocates nothing.
 //!
-//! **Costs**, as ratios to governor's keyed limiter in the same run (BENCHMARKS.md,
-//! "Keyed store: its own table"; measured with SipHash as weir's hash, before the
-//! default became [`KeyHasher`]): on one thread 0.7× its throughput for a key in
-//! cache and 0.4× with keys spread over 100 000 (weir's epoch guard and second
-//! cache line are the difference); on two threads 1.3× for both,
-//! and one key hit by both threads 1.7× (3.1× in hot-key mode), since governor's
-//! shard locks write a shared line on every check. Memory per `u64` key: 0.73× of
-//! governor's store when full, 1.2× at 10% of the bound. The measurements behind
-//! the design are in DESIGN.md ("weir-keyed").
+//! **Costs**, against governor's keyed limiter in the same run (BENCHMARKS.md,
+//! "Keyed check: inlined, the index length in its address"): a check of a stored
+//! `u64` key among 100 000 takes 281 instructions against governor's 277.5
+//! (callgrind, fixed clock; 396 before [`check`](Keyed::check) was inlined into its
+//! caller). On the 2-core VM, one / two threads: a key per thread 1.2× / 1.2–1.5×
+//! governor's throughput, 100 000 keys 0.9–1.1× / 1.2–1.5×, one key hit by both
+//! threads 1.1–1.5× / 2.7–2.8× (3.6–4.0× in hot-key mode), since governor's shard
+//! locks write a shared line on every check. A key out of cache costs 3.2
+//! first-level cache misses a check against governor's 2.1 (the shard's line,
+//! the index word's, the entry's). Memory per `u64` key in a full store: 1.11× of
+//! governor's at 10⁵ keys, 0.69× at 10⁶. The measurements behind the design are in
+//! DESIGN.md ("weir-keyed").
 //!
 //! # Algorithms
 //!
@@ -92,8 +95,11 @@
 //! one epoch guard, the index word with the key's tag (a word whose tag differs is
 //! skipped without reading its entry), the entry (key compared, state in the same
 //! line for small keys and states), then the algorithm's own atomic protocol: two
-//! dependent cache lines for a key out of cache, against four in a general-purpose
-//! lock-free map (table, metadata, entry pointer, boxed entry). Inserting and
+//! dependent cache lines for a key out of cache beside its shard's (which holds the
+//! index's address and length, and the slab's), against four in a general-purpose
+//! lock-free map (table, metadata, entry pointer, boxed entry). [`check`](Keyed::check)
+//! is inlined into its caller up to the decision, so a caller that reads only
+//! whether it was allowed has no more of the decision computed. Inserting and
 //! unlinking a key take its shard's lock, briefly, never across a check; an
 //! unlinked entry's slot is reused once no reader can still hold it (epoch-based
 //! reclamation), and the index is rebuilt, at the size its keys need, when its
@@ -104,7 +110,7 @@
 //! (client addresses, API keys) come from untrusted clients, who may choose keys
 //! that collide. The default, [`KeyHasher`] (foldhash's `quality` hash, seeded per
 //! store), costs about 140 instructions per check less than std's SipHash
-//! `RandomState` (`benches/examples/keyed_instructions.rs`: 389 against 529), and
+//! `RandomState` (`benches/examples/keyed_instructions.rs`: 281 against 418), and
 //! the store does not rely on its flood resistance, which its authors call minimal:
 //! each time a shard's index is rebuilt, the store measures how far its keys lie
 //! from their homes, and a shard whose mean passes 8 words (a hash that spreads
