@@ -339,7 +339,11 @@ impl GcraAlgorithm {
     ///
     /// Inlined into the caller: one load, one clock read, the decision and at most
     /// one CAS, with no loop and no backoff; a lost race goes on in the out-of-line
-    /// [`acquire_contended`](Self::acquire_contended).
+    /// [`acquire_contended`](Self::acquire_contended). Both paths yield an
+    /// [`Outcome`] (two words), and the `Decision` is built from it once they
+    /// join, inline: a caller that reads only part of the decision has no more of
+    /// it computed (built in each path, the whole decision was written to the
+    /// place the out-of-line path returns it in: 35 instructions of a keyed check).
     #[inline(always)]
     fn acquire_counting<C: Clock + ?Sized>(
         &self,
@@ -351,14 +355,15 @@ impl GcraAlgorithm {
         // Ordering: Relaxed; the TAT is the whole state and publishes no other memory.
         // Every read-modify-write of it is ordered by its modification order alone.
         let tat = state.tat.load(Ordering::Relaxed);
-        match self.attempt(quota, state, tat, n, clock) {
-            Ok(decision) => (decision, 0),
+        let (outcome, lost) = match self.attempt(quota, state, tat, n, clock) {
+            Ok(outcome) => (outcome, 0),
             Err(actual) => self.acquire_contended(*quota, state, actual, n, clock),
-        }
+        };
+        (Self::decision(quota, n, outcome), lost)
     }
 
-    /// One admission attempt against the TAT value `tat`: the decision, or the value
-    /// a failed CAS found (another admission landed since `tat` was read).
+    /// One admission attempt against the TAT value `tat`: what it decided, or the
+    /// value a failed CAS found (another admission landed since `tat` was read).
     #[inline(always)]
     fn attempt<C: Clock + ?Sized>(
         &self,
@@ -367,26 +372,41 @@ impl GcraAlgorithm {
         tat: u64,
         n: u64,
         clock: &C,
-    ) -> Result<Decision, u64> {
-        let increment = quota.cost_ticks(n); // n ≤ burst: ≤ 2^62
+    ) -> Result<Outcome, u64> {
         // The clock is read after the TAT: a retry decides with a fresh reading,
         // never more strictly than it must. (A stale reading could never move the
         // TAT backwards anyway: `new_tat ≥ tat` always.)
         let reading = clock.now();
         let now = self.ticks_at(reading);
-        let used = tat.max(now) - now;
         // ≤ 2^63 for a live state (a TAT is never set more than 2^62 ahead);
-        // saturates for a retired one (TAT = RETIRED), which is then denied.
-        let debt = match Self::debt_or_denial(quota, used, increment, quota.tolerance_ticks()) {
-            Ok(debt) => debt,
-            Err(denied) => return Ok(denied.at(reading)), // nothing is written
+        // saturates the debt for a retired one (TAT = RETIRED), which is then denied.
+        let outcome = Outcome { reading, used: tat.max(now) - now };
+        let Some(debt) = outcome.debt(quota, n) else {
+            return Ok(outcome); // denied: nothing is written
         };
         let new_tat = now + debt; // now ≤ 2^63 − 1, debt ≤ 2^62: no overflow
         // Ordering: Relaxed on success and failure; see `acquire_counting`. The CAS
         // admits only if no other admission landed since `tat` was read.
         match state.tat.compare_exchange(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => Ok(Decision::allowed(Self::snapshot_of(quota, debt)).at(reading).charged(quota.unit_charge())),
+            Ok(_) => Ok(outcome),
             Err(actual) => Err(actual),
+        }
+    }
+
+    /// The decision `outcome` stands for, for a request of `n` under `quota`.
+    #[inline(always)]
+    fn decision(quota: &Quota, n: u64, outcome: Outcome) -> Decision {
+        match outcome.debt(quota, n) {
+            Some(debt) => {
+                Decision::allowed(Self::snapshot_of(quota, debt)).at(outcome.reading).charged(quota.unit_charge())
+            }
+            None => {
+                // The wait: until the debt is back within the tolerance. (A retired
+                // state's saturated debt makes it as long as can be.)
+                let excess = outcome.used.saturating_add(quota.cost_ticks(n)) - quota.tolerance_ticks();
+                Decision::denied(Self::snapshot_of(quota, outcome.used), ticks::to_nanos_ceil(excess))
+                    .at(outcome.reading)
+            }
         }
     }
 
@@ -406,28 +426,17 @@ impl GcraAlgorithm {
         mut tat: u64,
         n: u64,
         clock: &C,
-    ) -> (Decision, u32) {
+    ) -> (Outcome, u32) {
         let mut backoff = Backoff::new();
         let mut lost = 1u32;
         loop {
             backoff.spin();
             match self.attempt(&quota, state, tat, n, clock) {
-                Ok(decision) => return (decision, lost),
+                Ok(outcome) => return (outcome, lost),
                 Err(actual) => tat = actual,
             }
             lost = lost.saturating_add(1);
         }
-    }
-
-    /// The debt after admitting `increment` ticks with `used` ticks in use, or the
-    /// denial if it exceeds the tolerance. (A retired state's `used` saturates it.)
-    #[inline(always)]
-    fn debt_or_denial(quota: &Quota, used: u64, increment: u64, tolerance: u64) -> Result<u64, Decision> {
-        let debt = used.saturating_add(increment);
-        if debt > tolerance {
-            return Err(Decision::denied(Self::snapshot_of(quota, used), ticks::to_nanos_ceil(debt - tolerance)));
-        }
-        Ok(debt)
     }
 
     /// The denial `acquire` would return for `n` (≤ burst), if it would deny: one
@@ -446,10 +455,10 @@ impl GcraAlgorithm {
         let tat = state.tat.load(Ordering::Relaxed);
         let reading = clock.now();
         let now = self.ticks_at(reading);
-        let used = tat.max(now) - now;
-        match Self::debt_or_denial(quota, used, quota.cost_ticks(n), quota.tolerance_ticks()) {
-            Err(denied) => Ok(denied.at(reading)),
-            Ok(_) => Err(reading),
+        let outcome = Outcome { reading, used: tat.max(now) - now };
+        match outcome.debt(quota, n) {
+            None => Ok(Self::decision(quota, n, outcome)),
+            Some(_) => Err(reading),
         }
     }
 
@@ -487,6 +496,24 @@ impl GcraAlgorithm {
         // Ordering: Relaxed; see `acquire`.
         let tat = state.tat.load(Ordering::Relaxed);
         Self::snapshot_of(quota, tat.saturating_sub(now))
+    }
+}
+
+/// What one admission attempt decided, before its [`Decision`] is built: the
+/// clock reading it was decided at and the ticks of capacity in use then.
+#[derive(Debug, Clone, Copy)]
+struct Outcome {
+    reading: Nanos,
+    used: u64,
+}
+
+impl Outcome {
+    /// The debt admitting `n` under `quota` leaves, or `None` if it passes the
+    /// tolerance (denied). (`n ≤ burst`: the increment is at most 2^62.)
+    #[inline(always)]
+    fn debt(self, quota: &Quota, n: u64) -> Option<u64> {
+        let debt = self.used.saturating_add(quota.cost_ticks(n));
+        (debt <= quota.tolerance_ticks()).then_some(debt)
     }
 }
 
