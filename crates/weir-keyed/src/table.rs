@@ -376,7 +376,12 @@ impl<'a> Index<'a> {
         }
         let address = block.expose_provenance();
         let fits = address.checked_shr(LEN_SHIFT) == Some(0) && len.checked_shr(usize::BITS - LEN_SHIFT) == Some(0);
-        if fits { address | LEN_PACKED | len << LEN_SHIFT } else { address }
+        // `checked_shl`: on a 32-bit target the shift is out of range (and never
+        // taken: nothing fits), which a plain shift would not compile to.
+        match len.checked_shl(LEN_SHIFT) {
+            Some(high) if fits => address | LEN_PACKED | high,
+            _ => address,
+        }
     }
 
     /// The allocation's address in `address` (an index address: see `at`).
@@ -1528,8 +1533,11 @@ mod tests {
         } else {
             &[(MIN_INDEX, usize::BITS == 64), ((1 << 16) - MIN_INDEX, usize::BITS == 64), (1 << 16, false)]
         };
-        for &(len, packed) in sizes {
+        for &(len, small) in sizes {
             let allocated = Index::allocate(len);
+            // Packed where it fits: a small array at an address below 2^48 (a heap
+            // with tagged pointers may give one above).
+            let packed = small && Index::block(allocated).checked_shr(LEN_SHIFT) == Some(0);
             assert_eq!(allocated & LEN_PACKED != 0, packed, "{len} words");
             for address in [allocated, Index::block(allocated)] {
                 for hardened in [0, HARDENED_INDEX] {
