@@ -12,8 +12,8 @@
 //! and their bytes, and kept the returning keys; the stores hold at most their
 //! 100 000 keys.
 //!
-//! 1 million requests in optimized builds (`cargo test --profile fast -p weir-tower
-//! --test soak`, which CI runs), 60 000 in debug builds: both past the 38 000 or so
+//! 1 million requests in optimized builds (`cargo test --profile fast -p soak-tests`,
+//! which CI runs), 60 000 in debug builds: both past the 38 000 or so
 //! distinct keys after which a tier cache trimmed by hand once hung the server.
 //!
 //! The server runs on a runtime of its own, shut down in the background at the end,
