@@ -48,9 +48,10 @@
 //!
 //! **Costs**, against governor's keyed limiter in the same run (BENCHMARKS.md,
 //! "Keyed check: inlined, the index length in its address"): a check of a stored
-//! `u64` key among 100 000 takes 265 instructions against governor's 277.5
-//! (callgrind, fixed clock; 398 before [`check`](Keyed::check) was inlined into its
-//! caller). On the 2-core VM, one / two threads: a key per thread 1.2× / 1.2–1.5×
+//! `u64` key among 100 000 takes 247 instructions against governor's 259.5
+//! (callgrind, fixed clock). In the benchmark's earlier count, which also held its
+//! own draw of the keys, that was 265 against 277.5, and 398 before
+//! [`check`](Keyed::check) was inlined into its caller. On the 2-core VM, one / two threads: a key per thread 1.2× / 1.2–1.5×
 //! governor's throughput, 100 000 keys 0.9–1.1× / 1.2–1.5×, one key hit by both
 //! threads 1.1–1.5× / 2.7–2.8× (3.6–4.0× in hot-key mode), since governor's shard
 //! locks write a shared line on every check. A key out of cache costs 3.2
@@ -110,7 +111,7 @@
 //! (client addresses, API keys) come from untrusted clients, who may choose keys
 //! that collide. The default, [`KeyHasher`] (foldhash's `quality` hash, seeded per
 //! store), costs about 140 instructions per check less than std's SipHash
-//! `RandomState` (`benches/examples/keyed_instructions.rs`: 265 against 404), and
+//! `RandomState` (`benches/examples/keyed_instructions.rs`: 247 against 386), and
 //! the store does not rely on its flood resistance, which its authors call minimal:
 //! each time a shard's index is rebuilt, the store measures how far its keys lie
 //! from their homes, and a shard whose mean passes 8 words (a hash that spreads
