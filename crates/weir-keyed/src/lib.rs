@@ -263,7 +263,7 @@
 //!
 //! # Metrics
 //!
-//! With the `metrics` feature, a store reports through the [`metrics`] facade
+//! With the `metrics` feature, a store reports through the [`metrics`](https://docs.rs/metrics) facade
 //! (any recorder: `metrics-exporter-prometheus`, say). Each series has the label
 //! `store`, the store's name from its configuration
 //! ([`KeyedConfigBuilder::name`]; default `default`), and never a key:

@@ -150,7 +150,7 @@
 //!
 //! `redis://[user][:password@]host[:port][/db]`, `rediss://` for TLS (feature
 //! `tls`: rustls with the ring provider;
-//! [`root_certificate`](RedisOptionsBuilder::root_certificate) for a
+//! [`root_certificate`](https://docs.rs/weir-redis/latest/weir_redis/struct.RedisOptionsBuilder.html#method.root_certificate) for a
 //! private CA). A refused password is [`Error::Auth`] from [`Redis::connect`], not a
 //! silent fail-open later.
 //!
