@@ -26,7 +26,36 @@
 //!   needs (BENCHMARKS.md, "Redis scripts: server time", has the figures).
 
 use redis::Script;
-use std::sync::LazyLock;
+use std::ops::Deref;
+use std::sync::OnceLock;
+
+/// A script's Lua source, hashed into a [`Script`] on first use (each call
+/// sends only its SHA1: `EVALSHA`).
+pub(crate) struct Lua {
+    source: &'static str,
+    script: OnceLock<Script>,
+}
+
+impl Lua {
+    pub(crate) const fn new(source: &'static str) -> Self {
+        Self { source, script: OnceLock::new() }
+    }
+
+    /// The Lua text, as sent to Redis by `SCRIPT LOAD` (read by the script
+    /// tests, which run it in a harness of their own).
+    #[allow(dead_code)]
+    pub(crate) fn source(&self) -> &'static str {
+        self.source
+    }
+}
+
+impl Deref for Lua {
+    type Target = Script;
+
+    fn deref(&self) -> &Script {
+        self.script.get_or_init(|| Script::new(self.source))
+    }
+}
 
 /// Common prologue: `now` from `ARGV[1]` or `TIME`; `persist` if `ARGV[1]`
 /// starts with `p` (byte 112); `fmt` is `string.format`, for `fmt('%.0f', x)`.
@@ -68,10 +97,9 @@ local fmt = string.format
 /// capacity in use (µs) after the admission, or before the denial.
 ///
 /// Calls: one `GET` per key, one `SET … PX` per key when admitted.
-pub(crate) static GCRA: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        now_prologue!(),
-        r#"
+pub(crate) static GCRA: Lua = Lua::new(concat!(
+    now_prologue!(),
+    r#"
 local k = #KEYS
 local reply = {0, now}
 local fits = true
@@ -103,8 +131,7 @@ if fits and ARGV[2] == '1' then
 end
 return reply
 "#
-    ))
-});
+));
 
 /// GCRA refund over one or more keys, weir-gcra's rule: `ARGV[2]` is the time
 /// the admission was decided (µs), and each TAT moves back by `ARGV[2 + i]` µs
@@ -112,10 +139,9 @@ return reply
 /// since then has been paying the admission's debt; crediting it again would
 /// give back capacity a later admission took), never before `now`.
 /// Reply: `now`.
-pub(crate) static GCRA_REFUND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        now_prologue!(),
-        r#"
+pub(crate) static GCRA_REFUND: Lua = Lua::new(concat!(
+    now_prologue!(),
+    r#"
 local since = now - tonumber(ARGV[2])
 if since < 0 then since = 0 end
 for i = 1, #KEYS do
@@ -139,8 +165,7 @@ for i = 1, #KEYS do
 end
 return now
 "#
-    ))
-});
+));
 
 /// The patterns of a window state: `FIXED_STATE` matches `"<window>:<count>"` (a
 /// trailing `:` tolerated), `SLIDING_STATE` `"<window>:<prev>:<curr>"`; a state
@@ -160,11 +185,10 @@ local FIXED_STATE, SLIDING_STATE = '^(%d+):(%d+):?$', '^(%d+):(%d+):(%d+)$'
 /// Reply: `{admitted, now, window, count}` (count after the admission).
 ///
 /// Calls: one `GET`, one `SET … PX` when admitted.
-pub(crate) static FIXED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        now_prologue!(),
-        window_parse!(),
-        r#"
+pub(crate) static FIXED: Lua = Lua::new(concat!(
+    now_prologue!(),
+    window_parse!(),
+    r#"
 local n, limit, p = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local window, count = math.floor(now / p), 0
 local v = redis.call('GET', KEYS[1])
@@ -183,8 +207,7 @@ if n > 0 and count + n <= limit then
 end
 return {0, now, window, count}
 "#
-    ))
-});
+));
 
 /// Sliding window counter. `KEYS[1]`: `"<window>:<prev>:<curr>"`. Arguments as
 /// for [`FIXED`]. The estimate is `prev·(P − e)/P + curr` with `e` the time into
@@ -193,11 +216,10 @@ return {0, now, window, count}
 /// prev, curr}` (the view in the decision's window, curr after the admission).
 ///
 /// Calls: one `GET`, one `SET … PX` when admitted.
-pub(crate) static SLIDING: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        now_prologue!(),
-        window_parse!(),
-        r#"
+pub(crate) static SLIDING: Lua = Lua::new(concat!(
+    now_prologue!(),
+    window_parse!(),
+    r#"
 local n, limit, p = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local window = math.floor(now / p)
 local prev, curr = 0, 0
@@ -221,16 +243,14 @@ if n > 0 and room >= 0 and prev * (p - elapsed) <= room * p then
 end
 return {0, now, window, prev, curr}
 "#
-    ))
-});
+));
 
 /// Refund of a fixed (`ARGV[4] = 'f'`) or sliding (`'s'`) window: gives `ARGV[2]`
 /// back to window `ARGV[3]` if the state still counts it. Reply: `now`.
-pub(crate) static WINDOW_REFUND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        now_prologue!(),
-        window_parse!(),
-        r#"
+pub(crate) static WINDOW_REFUND: Lua = Lua::new(concat!(
+    now_prologue!(),
+    window_parse!(),
+    r#"
 local n, at, kind = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local v = redis.call('GET', KEYS[1])
 if not v then return now end
@@ -253,8 +273,7 @@ else
 end
 return now
 "#
-    ))
-});
+));
 
 /// Sliding log. `KEYS[1]`: a sorted set of admitted requests scored by their time
 /// (µs). `ARGV[2]` = n (0 peeks), `ARGV[3]` = limit, `ARGV[4]` = P (µs),
@@ -269,10 +288,9 @@ return now
 /// LIMIT` for the blocking entry when denied. A denial or a peek writes nothing,
 /// not even the removal of entries that left (an admission removes them), so the
 /// set holds at most the limit and the entries that left since the last admission.
-pub(crate) static LOG: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        now_prologue!(),
-        r#"
+pub(crate) static LOG: Lua = Lua::new(concat!(
+    now_prologue!(),
+    r#"
 local n, limit, p, tag = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local key = KEYS[1]
 local at, newest = now, 0
@@ -313,15 +331,13 @@ end
 if live == 0 then newest = 0 end
 return {0, now, at, live, newest, blocking}
 "#
-    ))
-});
+));
 
 /// Sliding-log refund: removes up to `ARGV[2]` entries stamped at `ARGV[3]` (µs).
 /// Reply: `now`.
-pub(crate) static LOG_REFUND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        now_prologue!(),
-        r#"
+pub(crate) static LOG_REFUND: Lua = Lua::new(concat!(
+    now_prologue!(),
+    r#"
 local left = tonumber(ARGV[2])
 while left > 0 do
   local entries = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[3], ARGV[3], 'LIMIT', 0, math.min(left, 1000))
@@ -331,8 +347,7 @@ while left > 0 do
 end
 return now
 "#
-    ))
-});
+));
 
 /// A lease of GCRA permits (one key): admits `ARGV[2]` µs worth (the lease) if it
 /// fits, else `ARGV[3]` µs worth (the request alone), else nothing. `ARGV[4]` is
@@ -340,10 +355,9 @@ return now
 /// used}` with `used` after the grant, or before the denial.
 ///
 /// Calls: one `GET`, one `SET … PX` when granted.
-pub(crate) static LEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        now_prologue!(),
-        r#"
+pub(crate) static LEASE: Lua = Lua::new(concat!(
+    now_prologue!(),
+    r#"
 local lease, request, tolerance = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local tat = now
 local v = redis.call('GET', KEYS[1])
@@ -364,5 +378,4 @@ if granted > 0 and cost > 0 then
 end
 return {granted, now, used}
 "#
-    ))
-});
+));

@@ -24,6 +24,18 @@ fn limiter(redis: &Redis, backend: Backend, quota: Quota, clock: &ManualClock, p
     RedisLimiter::builder(redis, quota).backend(backend).prefix(prefix).build_with_clock(clock.clone()).unwrap()
 }
 
+/// The fixture never hands out another test's server: a port taken between
+/// the moment it was found free and the server's start (here: taken by a
+/// running server) is refused, not shared: shared, two tests would read and
+/// write each other's keys.
+#[test]
+fn a_server_started_on_a_taken_port_is_refused_not_shared() {
+    let first = RedisServer::start();
+    let second = RedisServer::try_start_on(first.port());
+    assert!(second.is_err(), "a second server on port {} shares the first one", first.port());
+    assert_eq!(first.raw_command("PING").as_deref(), Some("+PONG"), "the first server still answers");
+}
+
 const BACKENDS: [Backend; 4] = [Backend::Gcra, Backend::FixedWindow, Backend::SlidingWindow, Backend::SlidingLog];
 
 #[tokio::test]

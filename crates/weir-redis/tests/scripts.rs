@@ -11,6 +11,8 @@ mod support;
 mod scripts;
 
 use redis::{Connection, Script, Value};
+use scripts::Lua;
+use std::collections::HashMap;
 use support::RedisServer;
 
 /// 2⁵³: the last integer from which every integer is a double.
@@ -43,20 +45,56 @@ impl Reply {
 struct Db {
     _server: RedisServer,
     con: Connection,
-    /// Remove the expiry a call sets (`PERSIST`): Redis expires keys by its own
-    /// clock, and the calls' times are their own, so a state written for 1 ms
-    /// would otherwise vanish or not depending on how fast the test runs.
+    /// Run each script in [`KEEP_PRELUDE`]'s harness: no write sets an expiry
+    /// in Redis, each one is recorded instead. Redis expires keys by its own
+    /// clock, even between a script's commands (seen with Redis 7.0: a key given
+    /// 1 ms inside a script, then read inside the same script or transaction, 2
+    /// times in 5 000 gone), and the calls' times are their own, so a state
+    /// written for 1 ms would otherwise vanish or not depending on how fast the
+    /// test runs.
     keep: bool,
-    /// With `keep`, each key's `PTTL` after the last call, before its removal.
+    /// The harnessed scripts, by source.
+    kept: HashMap<&'static str, Script>,
+    /// With `keep`, each key's TTL after the last call as `PTTL` would give it
+    /// at the call's own time: the expiry the call set (ms), -1 for none, -2 for
+    /// a key that does not exist.
     ttls: Vec<i64>,
 }
+
+/// Put before a script's source (on its first line, empty in every script, so
+/// error messages keep their line numbers): a `redis` whose `call` records the
+/// expiries `PEXPIRE k ms` and `SET k v PX ms` would set (ms > 0) and writes
+/// without them, and forgets an expiry where Redis would (`SET` without
+/// `KEEPTTL`, a key removed). Other arguments go to Redis as they are.
+const KEEP_PRELUDE: &str = "local weir_redis, weir_ttl = redis, {} \
+    local function weir_forget(k) if weir_ttl[k] and weir_redis.call('EXISTS', k) == 0 then weir_ttl[k] = nil end end \
+    local redis = setmetatable({call = function(...) \
+      local a = {...} local c, k = string.upper(a[1]), a[2] local ms = nil \
+      if c == 'PEXPIRE' and #a == 3 then ms = tonumber(a[3]) \
+      elseif c == 'SET' and #a == 5 and string.upper(a[4]) == 'PX' then ms = tonumber(a[5]) end \
+      if ms and ms > 0 then \
+        if c == 'PEXPIRE' then if weir_redis.call('EXISTS', k) == 0 then return 0 end weir_ttl[k] = ms return 1 end \
+        local r = weir_redis.call('SET', k, a[3]) weir_ttl[k] = ms return r \
+      end \
+      local r = weir_redis.call(unpack(a)) \
+      if c == 'SET' and not (#a == 4 and string.upper(a[4]) == 'KEEPTTL') then weir_ttl[k] = nil end \
+      weir_forget(k) return r \
+    end}, {__index = weir_redis}) \
+    local weir_reply = (function()";
+
+/// After the source: the reply, and each key's TTL (see `Db::ttls`).
+const KEEP_POSTLUDE: &str = "\nend)() local weir_ttls = {} \
+    for i = 1, #KEYS do \
+      if weir_redis.call('EXISTS', KEYS[i]) == 0 then weir_ttls[i] = -2 else weir_ttls[i] = weir_ttl[KEYS[i]] or -1 end \
+    end \
+    return {weir_reply, weir_ttls}";
 
 impl Db {
     fn start() -> Self {
         let server = RedisServer::start();
         let client = redis::Client::open(server.url()).expect("client");
         let con = client.get_connection().expect("connect to the test server");
-        Self { _server: server, con, keep: false, ttls: Vec::new() }
+        Self { _server: server, con, keep: false, kept: HashMap::new(), ttls: Vec::new() }
     }
 
     /// A server whose keys the calls leave without an expiry (see `keep`).
@@ -64,7 +102,15 @@ impl Db {
         Self { keep: true, ..Self::start() }
     }
 
-    fn run(&mut self, script: &Script, keys: &[&str], args: &[&str]) -> Reply {
+    fn run(&mut self, lua: &Lua, keys: &[&str], args: &[&str]) -> Reply {
+        let script: &Script = if self.keep {
+            self.kept.entry(lua.source()).or_insert_with(|| {
+                assert!(lua.source().starts_with('\n'), "a script whose first line is not empty");
+                Script::new(&format!("{KEEP_PRELUDE}{}{KEEP_POSTLUDE}", lua.source()))
+            })
+        } else {
+            lua
+        };
         let mut invocation = script.prepare_invoke();
         for key in keys {
             invocation.key(*key);
@@ -74,28 +120,15 @@ impl Db {
         }
         // The key's name left out: the same error on another key is the same.
         let error = |e: String| Reply::Err(keys.iter().fold(e, |e, key| e.replace(key, "KEY")));
-        let value = if self.keep {
-            // In one transaction, whose commands Redis runs at one time: the
-            // script, each key's TTL, and the removal of each key's expiry.
-            let _: String = invocation.load(&mut self.con).expect("load the script");
-            let mut pipe = redis::pipe();
-            pipe.atomic().invoke_script(&invocation);
-            for key in keys {
-                pipe.cmd("PTTL").arg(*key);
+        let value = match invocation.invoke::<Value>(&mut self.con) {
+            Ok(Value::Array(mut pair)) if self.keep => {
+                assert_eq!(pair.len(), 2, "the harness's reply");
+                let ttls = pair.pop().expect("the TTLs");
+                self.ttls = redis::FromRedisValue::from_redis_value(ttls).expect("the TTLs");
+                Ok(pair.pop().expect("the reply"))
             }
-            for key in keys {
-                pipe.cmd("PERSIST").arg(*key).ignore();
-            }
-            match pipe.query::<Vec<Value>>(&mut self.con) {
-                Ok(mut values) => {
-                    self.ttls =
-                        values.drain(1..).map(|v| redis::FromRedisValue::from_redis_value(v).unwrap()).collect();
-                    Ok(values.remove(0))
-                }
-                Err(e) => Err(e),
-            }
-        } else {
-            invocation.invoke::<Value>(&mut self.con)
+            Ok(other) if self.keep => panic!("the harness's reply: {other:?}"),
+            value => value,
         };
         match value {
             Ok(Value::Int(i)) => Reply::Int(i),
@@ -131,8 +164,10 @@ impl Db {
     /// Runs `script` in a transaction between two readings of Redis's clock, and
     /// returns its reply with the bounds of the TTL it set on `key` (ms): Redis
     /// took its time for the expiry between the two readings. `None` if the key
-    /// is gone; `(-1, -1)` if it has no expiry.
-    fn run_timed(&mut self, script: &Script, keys: &[&str], args: &[&str], key: &str) -> (Reply, Option<(i64, i64)>) {
+    /// is gone; `(-1, -1)` if it has no expiry. Then the span between the two
+    /// readings (ms): Redis expires keys by its own clock even inside a
+    /// transaction, so a key given less than that may be gone already.
+    fn run_timed(&mut self, script: &Lua, keys: &[&str], args: &[&str], key: &str) -> (Reply, Option<(i64, i64)>, i64) {
         let mut invocation = script.prepare_invoke();
         for k in keys {
             invocation.key(*k);
@@ -162,7 +197,7 @@ impl Db {
             -1 => Some((-1, -1)),
             at => Some((at - after, at - before)),
         };
-        (reply, ttl)
+        (reply, ttl, after - before)
     }
 }
 
@@ -171,11 +206,16 @@ fn s(x: impl ToString) -> String {
 }
 
 /// Asserts that a TTL in `bounds` (ms) covers `needed_us` and not a whole ms more.
+/// A key gone passes only if it may have expired by Redis's clock within the
+/// call's `span_ms` (see `Db::run_timed`): a TTL that short was set and ran out.
 #[track_caller]
-fn assert_ttl_covers(bounds: Option<(i64, i64)>, needed_us: u64, what: &str) {
-    let (low, high) = bounds.unwrap_or_else(|| panic!("{what}: the key is gone while it holds state"));
-    assert!(low >= 0, "{what}: no expiry ({bounds:?})");
+fn assert_ttl_covers(bounds: Option<(i64, i64)>, span_ms: i64, needed_us: u64, what: &str) {
     let needed_ms = needed_us.div_ceil(1_000) as i64;
+    let Some((low, high)) = bounds else {
+        assert!(needed_ms <= span_ms, "{what}: the key is gone while it holds state");
+        return;
+    };
+    assert!(low >= 0, "{what}: no expiry ({bounds:?})");
     assert!(
         low <= needed_ms && needed_ms <= high,
         "{what}: TTL in {low}..={high} ms, the state matters {needed_us} µs"
@@ -185,7 +225,7 @@ fn assert_ttl_covers(bounds: Option<(i64, i64)>, needed_us: u64, what: &str) {
 // ---------------------------------------------------------------- sliding log
 
 /// A sliding-log call at `now` for `n` in windows `(limit, P)`.
-fn log(db: &mut Db, script: &Script, key: &str, now: u64, n: u64, (limit, p): (u64, u64), tag: &str) -> Reply {
+fn log(db: &mut Db, script: &Lua, key: &str, now: u64, n: u64, (limit, p): (u64, u64), tag: &str) -> Reply {
     db.run(script, &[key], &[&s(now), &s(n), &s(limit), &s(p), tag])
 }
 
@@ -193,7 +233,7 @@ fn log(db: &mut Db, script: &Script, key: &str, now: u64, n: u64, (limit, p): (u
 fn log_window_boundary_is_exact() {
     let mut db = Db::kept();
     let (limit, p) = (3, 1_000_000);
-    for (i, script) in [&*scripts::LOG, &*old::LOG].into_iter().enumerate() {
+    for (i, script) in [&scripts::LOG, &old::LOG].into_iter().enumerate() {
         let key = format!("b{i}");
         // Three at T0, all at one time.
         assert!(log(&mut db, script, &key, T0, 3, (limit, p), "a").admitted());
@@ -314,7 +354,7 @@ fn denials_and_peeks_write_nothing() {
     assert!(db.run(&scripts::SLIDING, &["s"], &[&t, "2", "2", &p]).admitted());
     assert!(db.run(&scripts::LOG, &["l"], &[&t, "2", "2", &p, "a"]).admitted());
     assert_eq!(db.run(&scripts::LEASE, &["e"], &[&t, &full, &p, &full]).ints()[0], 2);
-    let calls: Vec<(&Script, &str, Vec<&str>)> = vec![
+    let calls: Vec<(&Lua, &str, Vec<&str>)> = vec![
         (&scripts::GCRA, "g", vec![&later, "1", &p, &full]),
         (&scripts::GCRA, "g", vec![&later, "0", "0", &full]),
         (&scripts::GCRA, "g", vec![&later, "0", &p, &full]),
@@ -360,77 +400,77 @@ fn every_admission_expires_its_key_when_its_state_stops_mattering() {
         let [g, e, f, s_, l] = keys.each_ref().map(String::as_str);
         let now_s = s(now);
         // GCRA: 250 µs per unit, burst 10.
-        let (r, ttl) = db.run_timed(&scripts::GCRA, &[g], &[&now_s, "1", "250", "2500"], g);
+        let (r, ttl, span) = db.run_timed(&scripts::GCRA, &[g], &[&now_s, "1", "250", "2500"], g);
         if r.admitted() {
-            assert_ttl_covers(ttl, r.ints()[2] as u64, &format!("gcra at {i}"));
+            assert_ttl_covers(ttl, span, r.ints()[2] as u64, &format!("gcra at {i}"));
         }
-        let (r, ttl) = db.run_timed(&scripts::LEASE, &[e], &[&now_s, "1000", "250", "2500"], e);
+        let (r, ttl, span) = db.run_timed(&scripts::LEASE, &[e], &[&now_s, "1000", "250", "2500"], e);
         if r.admitted() {
-            assert_ttl_covers(ttl, r.ints()[2] as u64, &format!("lease at {i}"));
+            assert_ttl_covers(ttl, span, r.ints()[2] as u64, &format!("lease at {i}"));
         }
-        let (r, ttl) = db.run_timed(&scripts::FIXED, &[f], &[&now_s, "1", "3", &s(p)], f);
+        let (r, ttl, span) = db.run_timed(&scripts::FIXED, &[f], &[&now_s, "1", "3", &s(p)], f);
         if r.admitted() {
             let window = r.ints()[2] as u64;
-            assert_ttl_covers(ttl, (window + 1) * p - now, &format!("fixed at {i}"));
+            assert_ttl_covers(ttl, span, (window + 1) * p - now, &format!("fixed at {i}"));
         }
-        let (r, ttl) = db.run_timed(&scripts::SLIDING, &[s_], &[&now_s, "1", "3", &s(p)], s_);
+        let (r, ttl, span) = db.run_timed(&scripts::SLIDING, &[s_], &[&now_s, "1", "3", &s(p)], s_);
         if r.admitted() {
             let window = r.ints()[2] as u64;
-            assert_ttl_covers(ttl, (window + 2) * p - now, &format!("sliding at {i}"));
+            assert_ttl_covers(ttl, span, (window + 2) * p - now, &format!("sliding at {i}"));
         }
-        let (r, ttl) = db.run_timed(&scripts::LOG, &[l], &[&now_s, "1", "3", &s(p), &format!("t{i}")], l);
+        let (r, ttl, span) = db.run_timed(&scripts::LOG, &[l], &[&now_s, "1", "3", &s(p), &format!("t{i}")], l);
         if r.admitted() {
-            assert_ttl_covers(ttl, r.ints()[2] as u64 + p - now, &format!("log at {i}"));
+            assert_ttl_covers(ttl, span, r.ints()[2] as u64 + p - now, &format!("log at {i}"));
         }
         // A refund keeps the key's expiry.
-        let (_, ttl) = db.run_timed(&scripts::WINDOW_REFUND, &[f], &[&now_s, "1", &s(now / p), "f"], f);
+        let (_, ttl, _) = db.run_timed(&scripts::WINDOW_REFUND, &[f], &[&now_s, "1", &s(now / p), "f"], f);
         assert!(ttl.is_none_or(|(low, _)| low >= 0), "fixed refund at {i}: {ttl:?}");
-        let (_, ttl) = db.run_timed(&scripts::GCRA_REFUND, &[g], &[&now_s, &now_s, "250"], g);
+        let (_, ttl, _) = db.run_timed(&scripts::GCRA_REFUND, &[g], &[&now_s, &now_s, "250"], g);
         assert!(ttl.is_none_or(|(low, _)| low >= 0), "gcra refund at {i}: {ttl:?}");
     }
     // A clock stepping back behind a stored state: the state still matters until
     // its own window ends (or its TAT), counted from the earlier time.
     let hour = 3_600_000_000u64;
     let (first, back, h) = (s(T0 + hour / 2), s(T0 + 10), s(hour));
-    for (script, key, windows) in [(&*scripts::FIXED, "bf", 1), (&*scripts::SLIDING, "bs", 2)] {
+    for (script, key, windows) in [(&scripts::FIXED, "bf", 1), (&scripts::SLIDING, "bs", 2)] {
         assert!(db.run(script, &[key], &[&first, "1", "3", &h]).admitted());
-        let (r, ttl) = db.run_timed(script, &[key], &[&back, "1", "3", &h], key);
+        let (r, ttl, span) = db.run_timed(script, &[key], &[&back, "1", "3", &h], key);
         assert_eq!(r.ints()[2] as u64, T0 / hour, "{key}");
-        assert_ttl_covers(ttl, (T0 / hour + windows) * hour - (T0 + 10), key);
+        assert_ttl_covers(ttl, span, (T0 / hour + windows) * hour - (T0 + 10), key);
     }
     assert!(db.run(&scripts::LOG, &["bl"], &[&first, "1", "3", &h, "a"]).admitted());
-    let (r, ttl) = db.run_timed(&scripts::LOG, &["bl"], &[&back, "1", "3", &h, "b"], "bl");
+    let (r, ttl, span) = db.run_timed(&scripts::LOG, &["bl"], &[&back, "1", "3", &h, "b"], "bl");
     assert_eq!(r.ints()[2] as u64, T0 + hour / 2, "stamped at the newest entry");
-    assert_ttl_covers(ttl, hour / 2 + hour - 10, "log stepping back");
+    assert_ttl_covers(ttl, span, hour / 2 + hour - 10, "log stepping back");
     let three = s(3 * hour);
     assert!(db.run(&scripts::GCRA, &["bg"], &[&first, "1", &h, &three]).admitted());
-    let (r, ttl) = db.run_timed(&scripts::GCRA, &["bg"], &[&back, "1", &h, &three], "bg");
+    let (r, ttl, span) = db.run_timed(&scripts::GCRA, &["bg"], &[&back, "1", &h, &three], "bg");
     assert_eq!(r.ints()[2] as u64, hour / 2 + 2 * hour - 10);
-    assert_ttl_covers(ttl, hour / 2 + 2 * hour - 10, "gcra stepping back");
+    assert_ttl_covers(ttl, span, hour / 2 + 2 * hour - 10, "gcra stepping back");
     // Windows as long as a u64 of µs: an expiry all the same, as long as Redis takes.
     let max = s(u64::MAX);
     let t0 = s(T0);
     for (script, key, args) in [
-        (&*scripts::FIXED, "hf", vec![&t0, "1", "3", &max]),
-        (&*scripts::SLIDING, "hs", vec![&t0, "1", "3", &max]),
-        (&*scripts::LOG, "hl", vec![&t0, "1", "3", &max, "m"]),
-        (&*scripts::GCRA, "hg", vec![&t0, "1", &max, &max]),
+        (&scripts::FIXED, "hf", vec![&t0, "1", "3", &max]),
+        (&scripts::SLIDING, "hs", vec![&t0, "1", "3", &max]),
+        (&scripts::LOG, "hl", vec![&t0, "1", "3", &max, "m"]),
+        (&scripts::GCRA, "hg", vec![&t0, "1", &max, &max]),
     ] {
-        let (r, ttl) = db.run_timed(script, &[key], &args, key);
+        let (r, ttl, _) = db.run_timed(script, &[key], &args, key);
         assert!(r.admitted(), "{key}: {r:?}");
         let (low, _) = ttl.expect("the key holds state");
         assert!(low > 1 << 50, "{key}: an expiry of {low} ms");
     }
     // `p`: no expiry on any write.
     for (script, key, args) in [
-        (&*scripts::GCRA, "pg", vec!["p5", "1", "250", "2500"]),
-        (&*scripts::FIXED, "pf", vec!["p5", "1", "3", "1000"]),
-        (&*scripts::SLIDING, "ps", vec!["p5", "1", "3", "1000"]),
-        (&*scripts::LOG, "pl", vec!["p5", "1", "3", "1000", "x"]),
-        (&*scripts::LEASE, "pe", vec!["p5", "1000", "250", "2500"]),
-        (&*scripts::GCRA_REFUND, "pg", vec!["p6", "5", "100"]),
+        (&scripts::GCRA, "pg", vec!["p5", "1", "250", "2500"]),
+        (&scripts::FIXED, "pf", vec!["p5", "1", "3", "1000"]),
+        (&scripts::SLIDING, "ps", vec!["p5", "1", "3", "1000"]),
+        (&scripts::LOG, "pl", vec!["p5", "1", "3", "1000", "x"]),
+        (&scripts::LEASE, "pe", vec!["p5", "1000", "250", "2500"]),
+        (&scripts::GCRA_REFUND, "pg", vec!["p6", "5", "100"]),
     ] {
-        let (r, ttl) = db.run_timed(script, &[key], &args, key);
+        let (r, ttl, _) = db.run_timed(script, &[key], &args, key);
         assert!(!matches!(r, Reply::Err(_)), "{key}: {r:?}");
         assert_eq!(ttl, Some((-1, -1)), "{key}");
     }
@@ -450,7 +490,7 @@ fn edge_arguments_are_decided_as_before_and_never_write_unreadable_state() {
         for n in ns {
             for p in periods {
                 case += 1;
-                let arg_sets: Vec<(&Script, &Script, Vec<String>)> = vec![
+                let arg_sets: Vec<(&Lua, &Lua, Vec<String>)> = vec![
                     (&scripts::FIXED, &old::FIXED, vec![s(t), s(n), s(3), s(p)]),
                     (&scripts::SLIDING, &old::SLIDING, vec![s(t), s(n), s(3), s(p)]),
                     (&scripts::LOG, &old::LOG, vec![s(t), s(n), s(3), s(p), s("m")]),
@@ -501,7 +541,7 @@ fn times_beyond_exact_doubles_are_refused_not_rounded() {
     let bad =
         [s(EXACT), s(EXACT + 1), s(u64::MAX), s("-5"), s("-0"), s("1.5"), s("inf"), s("nan"), s("p-1"), s("1e300")];
     for t in &bad {
-        let calls: Vec<(&Script, Vec<&str>)> = vec![
+        let calls: Vec<(&Lua, Vec<&str>)> = vec![
             (&scripts::GCRA, vec![t, "1", "1", "10"]),
             (&scripts::GCRA_REFUND, vec![t, "0", "1"]),
             (&scripts::FIXED, vec![t, "1", "3", "1000"]),
@@ -536,7 +576,7 @@ fn times_beyond_exact_doubles_are_refused_not_rounded() {
 #[test]
 fn states_cross_between_the_previous_scripts_and_the_new_ones() {
     let mut db = Db::kept();
-    type Step<'a> = (&'a Script, &'a Script, Vec<String>);
+    type Step<'a> = (&'a Lua, &'a Lua, Vec<String>);
     let t = |dt: u64| s(T0 + dt);
     let sequences: Vec<Vec<Step>> = vec![
         vec![
@@ -610,12 +650,12 @@ fn states_cross_between_the_previous_scripts_and_the_new_ones() {
     // Odd strings are read alike: accepted alike, refused alike.
     for state in ["5:3:", "5:3:7", "5:3", "5", "-1:2", "1e3:1", " 5:3", "5:3:7:", "0x10", "12", "abc", "", "00:01:02"] {
         for (new, old, args) in [
-            (&*scripts::GCRA, &*old::GCRA, vec![s(T0), s(1), s(1), s(10)]),
-            (&*scripts::FIXED, &*old::FIXED, vec![s(5_000), s(1), s(9), s(1000)]),
-            (&*scripts::SLIDING, &*old::SLIDING, vec![s(5_000), s(1), s(9), s(1000)]),
-            (&*scripts::WINDOW_REFUND, &*old::WINDOW_REFUND, vec![s(5_000), s(1), s(5), s("f")]),
-            (&*scripts::WINDOW_REFUND, &*old::WINDOW_REFUND, vec![s(5_000), s(1), s(5), s("s")]),
-            (&*scripts::LEASE, &*old::LEASE, vec![s(T0), s(1), s(1), s(10)]),
+            (&scripts::GCRA, &old::GCRA, vec![s(T0), s(1), s(1), s(10)]),
+            (&scripts::FIXED, &old::FIXED, vec![s(5_000), s(1), s(9), s(1000)]),
+            (&scripts::SLIDING, &old::SLIDING, vec![s(5_000), s(1), s(9), s(1000)]),
+            (&scripts::WINDOW_REFUND, &old::WINDOW_REFUND, vec![s(5_000), s(1), s(5), s("f")]),
+            (&scripts::WINDOW_REFUND, &old::WINDOW_REFUND, vec![s(5_000), s(1), s(5), s("s")]),
+            (&scripts::LEASE, &old::LEASE, vec![s(T0), s(1), s(1), s(10)]),
         ] {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let _: () = db.cmd(&["SET", "on", state]);
@@ -651,8 +691,8 @@ impl Rng {
 
 /// One random operation's script pair and arguments, on the named state.
 struct Op {
-    new: &'static Script,
-    old: &'static Script,
+    new: &'static Lua,
+    old: &'static Lua,
     keys: Vec<&'static str>,
     args: Vec<String>,
 }
@@ -771,7 +811,7 @@ fn differential(seed: u64, ops: usize, steps_back: bool) {
                 db.ttls
             );
         }
-        if steps_back && op.keys == ["l"] && std::ptr::eq(op.new, &*scripts::LOG) {
+        if steps_back && op.keys == ["l"] && std::ptr::eq(op.new, &scripts::LOG) {
             assert!(!a.admitted() || b.admitted(), "{what}: new {a:?}, previous {b:?}");
         } else if !(steps_back && op.keys == ["l"]) {
             assert_eq!(a, b, "{what}");
@@ -814,8 +854,7 @@ fn with_the_clock_stepping_back_the_new_scripts_are_as_strict() {
 /// their doc comments left out.
 #[allow(dead_code)]
 mod old {
-    use redis::Script;
-    use std::sync::LazyLock;
+    use super::Lua;
 
     macro_rules! now_prologue {
         () => {
@@ -836,10 +875,9 @@ end
         };
     }
 
-    pub(crate) static GCRA: LazyLock<Script> = LazyLock::new(|| {
-        Script::new(concat!(
-            now_prologue!(),
-            r#"
+    pub(crate) static GCRA: Lua = Lua::new(concat!(
+        now_prologue!(),
+        r#"
 local admit = ARGV[2] == '1'
 local fits = true
 local used = {}
@@ -871,13 +909,11 @@ end
 for i = 1, k do reply[i + 2] = used[i] end
 return reply
 "#
-        ))
-    });
+    ));
 
-    pub(crate) static GCRA_REFUND: LazyLock<Script> = LazyLock::new(|| {
-        Script::new(concat!(
-            now_prologue!(),
-            r#"
+    pub(crate) static GCRA_REFUND: Lua = Lua::new(concat!(
+        now_prologue!(),
+        r#"
 local since = now - tonumber(ARGV[2])
 if since < 0 then since = 0 end
 for i = 1, #KEYS do
@@ -900,8 +936,7 @@ for i = 1, #KEYS do
 end
 return now
 "#
-        ))
-    });
+    ));
 
     macro_rules! window_parse {
         () => {
@@ -917,11 +952,10 @@ end
         };
     }
 
-    pub(crate) static FIXED: LazyLock<Script> = LazyLock::new(|| {
-        Script::new(concat!(
-            now_prologue!(),
-            window_parse!(),
-            r#"
+    pub(crate) static FIXED: Lua = Lua::new(concat!(
+        now_prologue!(),
+        window_parse!(),
+        r#"
 local n, limit, p = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local window, count = math.floor(now / p), 0
 local v = redis.call('GET', KEYS[1])
@@ -937,14 +971,12 @@ if n > 0 and count + n <= limit then
 end
 return {0, now, window, count}
 "#
-        ))
-    });
+    ));
 
-    pub(crate) static SLIDING: LazyLock<Script> = LazyLock::new(|| {
-        Script::new(concat!(
-            now_prologue!(),
-            window_parse!(),
-            r#"
+    pub(crate) static SLIDING: Lua = Lua::new(concat!(
+        now_prologue!(),
+        window_parse!(),
+        r#"
 local n, limit, p = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local window = math.floor(now / p)
 local prev, curr = 0, 0
@@ -965,14 +997,12 @@ if n > 0 and room >= 0 and prev * (p - elapsed) <= room * p then
 end
 return {0, now, window, prev, curr}
 "#
-        ))
-    });
+    ));
 
-    pub(crate) static WINDOW_REFUND: LazyLock<Script> = LazyLock::new(|| {
-        Script::new(concat!(
-            now_prologue!(),
-            window_parse!(),
-            r#"
+    pub(crate) static WINDOW_REFUND: Lua = Lua::new(concat!(
+        now_prologue!(),
+        window_parse!(),
+        r#"
 local n, at, kind = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local v = redis.call('GET', KEYS[1])
 if not v then return now end
@@ -993,13 +1023,11 @@ else
 end
 return now
 "#
-        ))
-    });
+    ));
 
-    pub(crate) static LOG: LazyLock<Script> = LazyLock::new(|| {
-        Script::new(concat!(
-            now_prologue!(),
-            r#"
+    pub(crate) static LOG: Lua = Lua::new(concat!(
+        now_prologue!(),
+        r#"
 local n, limit, p, tag = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local at, newest = now, 0
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
@@ -1036,13 +1064,11 @@ end
 if live == 0 then newest = 0 end
 return {0, now, at, live, newest, blocking}
 "#
-        ))
-    });
+    ));
 
-    pub(crate) static LOG_REFUND: LazyLock<Script> = LazyLock::new(|| {
-        Script::new(concat!(
-            now_prologue!(),
-            r#"
+    pub(crate) static LOG_REFUND: Lua = Lua::new(concat!(
+        now_prologue!(),
+        r#"
 local left = tonumber(ARGV[2])
 while left > 0 do
   local entries = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[3], ARGV[3], 'LIMIT', 0, math.min(left, 1000))
@@ -1052,13 +1078,11 @@ while left > 0 do
 end
 return now
 "#
-        ))
-    });
+    ));
 
-    pub(crate) static LEASE: LazyLock<Script> = LazyLock::new(|| {
-        Script::new(concat!(
-            now_prologue!(),
-            r#"
+    pub(crate) static LEASE: Lua = Lua::new(concat!(
+        now_prologue!(),
+        r#"
 local lease, request, tolerance = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local tat = now
 local v = redis.call('GET', KEYS[1])
@@ -1077,6 +1101,5 @@ if granted > 0 and cost > 0 then
 end
 return {granted, now, used}
 "#
-        ))
-    });
+    ));
 }

@@ -65,21 +65,45 @@ pub struct RedisServer {
 impl RedisServer {
     /// A server without a password.
     pub fn start() -> Self {
-        Self::spawn(free_port(false), None, Vec::new())
+        Self::start_on_a_free_port(None)
     }
 
     /// A server that requires `password` (`--requirepass`).
     pub fn start_with_password(password: &str) -> Self {
-        Self::spawn(free_port(false), Some(password.to_owned()), Vec::new())
+        Self::start_on_a_free_port(Some(password))
+    }
+
+    /// A server on a port found free, and another one found if that one is
+    /// taken before the server binds it (a free port is free only until someone
+    /// binds it: another test's server, say).
+    fn start_on_a_free_port(password: Option<&str>) -> Self {
+        let mut why = Vec::new();
+        for _ in 0..10 {
+            match Self::try_spawn(free_port(false), password.map(str::to_owned), Vec::new()) {
+                Ok(server) => return server,
+                Err(e) => why.push(e),
+            }
+        }
+        panic!("no redis-server started on 10 free ports: {why:?}");
+    }
+
+    /// A server without a password on `port`, or why it is not ours: it exited
+    /// at start, or another server answers there.
+    pub fn try_start_on(port: u16) -> Result<Self, String> {
+        Self::try_spawn(port, None, Vec::new())
     }
 
     fn spawn(port: u16, password: Option<String>, extra: Vec<String>) -> Self {
+        Self::try_spawn(port, password, extra).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_spawn(port: u16, password: Option<String>, extra: Vec<String>) -> Result<Self, String> {
         let dir = std::env::temp_dir().join(format!("weir-redis-test-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("create the server's folder");
         let tls = extra.iter().any(|a| a == "--tls-port");
         let mut server = Self { child: None, port, password, extra, dir, paused: false, tls };
-        server.launch();
-        server
+        server.launch()?;
+        Ok(server)
     }
 
     /// A server that speaks only TLS, with a certificate for 127.0.0.1 from a test CA
@@ -142,7 +166,9 @@ impl RedisServer {
         (server, pem)
     }
 
-    fn launch(&mut self) {
+    /// Starts the process and waits until it answers; `Err` (the process
+    /// stopped) if it is not the server that answers on the port.
+    fn launch(&mut self) -> Result<(), String> {
         let mut command = Command::new(binary("redis-server"));
         // A TLS server listens on its TLS port only.
         let plain_port = if self.tls { 0 } else { self.port };
@@ -160,25 +186,38 @@ impl RedisServer {
             command.args(["--requirepass", password]);
         }
         self.child = Some(command.spawn().expect("start redis-server"));
-        self.wait_ready();
+        let ready = self.wait_ready();
+        if ready.is_err() {
+            self.stop();
+        }
+        ready
     }
 
-    /// Waits (bounded) until the server answers on its port.
-    fn wait_ready(&mut self) {
+    /// Waits (bounded) until the server answers on its port, and checks that
+    /// the one answering is this process (by `INFO server`'s `process_id`; a TLS
+    /// server, which speaks no plain RESP, by its port accepting connections).
+    fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + START_TIMEOUT;
+        let ours = self.child.as_ref().map(Child::id);
         loop {
             if self.tls && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
+                return Ok(());
             }
-            if let Some(reply) = self.raw_command("PING")
-                && (reply.starts_with("+PONG") || reply.starts_with("-NOAUTH"))
+            if !self.tls
+                && let Some(pid) = self.answering_pid()
             {
-                return;
+                if Some(pid) == ours {
+                    return Ok(());
+                }
+                return Err(format!(
+                    "port {} answers from another redis-server (process {pid}, not {ours:?})",
+                    self.port
+                ));
             }
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
-                panic!("redis-server on port {} exited at start: {status}", self.port);
+                return Err(format!("redis-server on port {} exited at start: {status}", self.port));
             }
             assert!(
                 Instant::now() < deadline,
@@ -186,6 +225,34 @@ impl RedisServer {
                 self.port
             );
             std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The process id of the server answering on the port (`INFO server`), or
+    /// `None` if none answers within 1 s.
+    fn answering_pid(&self) -> Option<u32> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        let mut request = String::new();
+        if let Some(password) = &self.password {
+            request.push_str(&format!("AUTH {password}\r\n"));
+        }
+        request.push_str("INFO server\r\n");
+        stream.write_all(request.as_bytes()).ok()?;
+        let mut reply = Vec::new();
+        let mut buffer = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&reply);
+            if let Some(rest) = text.split("process_id:").nth(1)
+                && let Some((pid, _)) = rest.split_once("\r\n")
+            {
+                return pid.parse().ok();
+            }
+            let read = stream.read(&mut buffer).ok()?;
+            if read == 0 {
+                return None;
+            }
+            reply.extend_from_slice(&buffer[..read]);
         }
     }
 
@@ -265,7 +332,9 @@ impl RedisServer {
     /// Starts the server again on the same port, empty.
     pub fn restart(&mut self) {
         self.stop();
-        self.launch();
+        if let Err(e) = self.launch() {
+            panic!("the server did not restart on its port: {e}");
+        }
     }
 
     /// Freezes the server (SIGSTOP): connections stay open, nothing is answered.
