@@ -46,7 +46,8 @@ struct Db {
     _server: RedisServer,
     con: Connection,
     /// Run each script in [`KEEP_PRELUDE`]'s harness: no write sets an expiry
-    /// in Redis, each one is recorded instead. Redis expires keys by its own
+    /// in Redis, each one is recorded instead (in the hash [`KEPT_TTLS`], kept
+    /// across calls as Redis keeps an expiry). Redis expires keys by its own
     /// clock, even between a script's commands (seen with Redis 7.0: a key given
     /// 1 ms inside a script, then read inside the same script or transaction, 2
     /// times in 5 000 gone), and the calls' times are their own, so a state
@@ -55,37 +56,55 @@ struct Db {
     keep: bool,
     /// The harnessed scripts, by source.
     kept: HashMap<&'static str, Script>,
-    /// With `keep`, each key's TTL after the last call as `PTTL` would give it
-    /// at the call's own time: the expiry the call set (ms), -1 for none, -2 for
-    /// a key that does not exist.
+    /// With `keep`, each key's TTL after the last call: the expiry (ms) that the
+    /// last write setting one gave it, in this call or an earlier one (kept by
+    /// `SET … KEEPTTL`, forgotten by a plain `SET` or the key's removal), -1 for
+    /// none, -2 for a key that does not exist.
     ttls: Vec<i64>,
 }
 
+/// The hash in which the kept harness records expiries: field the key, value
+/// the TTL in ms its last expiry-setting write gave it. No script touches it
+/// (scripts without flags may touch keys they are not given, outside a cluster).
+const KEPT_TTLS: &str = "harness:kept-ttls";
+
 /// Put before a script's source (on its first line, empty in every script, so
-/// error messages keep their line numbers): a `redis` whose `call` records the
-/// expiries `PEXPIRE k ms` and `SET k v PX ms` would set (ms > 0) and writes
-/// without them, and forgets an expiry where Redis would (`SET` without
-/// `KEEPTTL`, a key removed). Other arguments go to Redis as they are.
-const KEEP_PRELUDE: &str = "local weir_redis, weir_ttl = redis, {} \
-    local function weir_forget(k) if weir_ttl[k] and weir_redis.call('EXISTS', k) == 0 then weir_ttl[k] = nil end end \
+/// error messages keep their line numbers): a `redis` whose `call` records in
+/// [`KEPT_TTLS`] the expiries `PEXPIRE k ms` and `SET k v PX ms` would set
+/// (`ms` a whole number in 1..2⁶³ as Redis reads one) and writes without them,
+/// keeps a recorded expiry where Redis keeps one (`SET … KEEPTTL`), and forgets
+/// it where Redis would (a `SET` without `KEEPTTL`, the key removed, by the
+/// script or since the last call). Other arguments go to Redis as they are, so
+/// Redis's own errors stay. `@TTLS@` stands for [`KEPT_TTLS`].
+const KEEP_PRELUDE: &str = "local weir_redis, weir_h = redis, '@TTLS@' \
+    local function weir_ms(x) x = tostring(x) \
+      if string.match(x, '^[1-9]%d*$') and (#x < 19 or (#x == 19 and x <= '9223372036854775807')) then return x end \
+    end \
+    local function weir_forget(k) if weir_redis.call('EXISTS', k) == 0 then weir_redis.call('HDEL', weir_h, k) end end \
+    for i = 1, #KEYS do weir_forget(KEYS[i]) end \
     local redis = setmetatable({call = function(...) \
       local a = {...} local c, k = string.upper(a[1]), a[2] local ms = nil \
-      if c == 'PEXPIRE' and #a == 3 then ms = tonumber(a[3]) \
-      elseif c == 'SET' and #a == 5 and string.upper(a[4]) == 'PX' then ms = tonumber(a[5]) end \
-      if ms and ms > 0 then \
-        if c == 'PEXPIRE' then if weir_redis.call('EXISTS', k) == 0 then return 0 end weir_ttl[k] = ms return 1 end \
-        local r = weir_redis.call('SET', k, a[3]) weir_ttl[k] = ms return r \
+      if c == 'PEXPIRE' and #a == 3 then ms = weir_ms(a[3]) \
+      elseif c == 'SET' and #a == 5 and string.upper(a[4]) == 'PX' then ms = weir_ms(a[5]) end \
+      if ms then \
+        if c == 'PEXPIRE' then \
+          if weir_redis.call('EXISTS', k) == 0 then return 0 end \
+          weir_redis.call('HSET', weir_h, k, ms) return 1 \
+        end \
+        local r = weir_redis.call('SET', k, a[3]) weir_redis.call('HSET', weir_h, k, ms) return r \
       end \
       local r = weir_redis.call(unpack(a)) \
-      if c == 'SET' and not (#a == 4 and string.upper(a[4]) == 'KEEPTTL') then weir_ttl[k] = nil end \
-      weir_forget(k) return r \
+      if c == 'SET' and not (#a == 4 and string.upper(a[4]) == 'KEEPTTL') then weir_redis.call('HDEL', weir_h, k) end \
+      if type(k) == 'string' then weir_forget(k) end \
+      return r \
     end}, {__index = weir_redis}) \
     local weir_reply = (function()";
 
 /// After the source: the reply, and each key's TTL (see `Db::ttls`).
 const KEEP_POSTLUDE: &str = "\nend)() local weir_ttls = {} \
     for i = 1, #KEYS do \
-      if weir_redis.call('EXISTS', KEYS[i]) == 0 then weir_ttls[i] = -2 else weir_ttls[i] = weir_ttl[KEYS[i]] or -1 end \
+      if weir_redis.call('EXISTS', KEYS[i]) == 0 then weir_ttls[i] = -2 \
+      else weir_ttls[i] = weir_redis.call('HGET', weir_h, KEYS[i]) or -1 end \
     end \
     return {weir_reply, weir_ttls}";
 
@@ -106,7 +125,8 @@ impl Db {
         let script: &Script = if self.keep {
             self.kept.entry(lua.source()).or_insert_with(|| {
                 assert!(lua.source().starts_with('\n'), "a script whose first line is not empty");
-                Script::new(&format!("{KEEP_PRELUDE}{}{KEEP_POSTLUDE}", lua.source()))
+                let prelude = KEEP_PRELUDE.replace("@TTLS@", KEPT_TTLS);
+                Script::new(&format!("{prelude}{}{KEEP_POSTLUDE}", lua.source()))
             })
         } else {
             lua
@@ -147,10 +167,15 @@ impl Db {
         }
     }
 
+    /// A command sent as it is; with `keep`, a plain `SET` forgets the key's
+    /// recorded expiry, as Redis forgets its expiry.
     fn cmd<T: redis::FromRedisValue>(&mut self, args: &[&str]) -> T {
         let mut cmd = redis::cmd(args[0]);
         for arg in &args[1..] {
             cmd.arg(*arg);
+        }
+        if self.keep && args[0].eq_ignore_ascii_case("SET") && !args.iter().any(|a| a.eq_ignore_ascii_case("KEEPTTL")) {
+            let _: i64 = redis::cmd("HDEL").arg(KEPT_TTLS).arg(args[1]).query(&mut self.con).expect("HDEL");
         }
         cmd.query(&mut self.con).expect("command")
     }
@@ -220,6 +245,71 @@ fn assert_ttl_covers(bounds: Option<(i64, i64)>, span_ms: i64, needed_us: u64, w
         low <= needed_ms && needed_ms <= high,
         "{what}: TTL in {low}..={high} ms, the state matters {needed_us} µs"
     );
+}
+
+// ------------------------------------------------------------ the harness
+
+/// One command on `KEYS[1]`: `ARGV[1]` the command, the rest its arguments
+/// after the key. Reply: the command's integer, or 1.
+static COMMAND: Lua = Lua::new(
+    "\nlocal r = redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2)) if type(r) == 'number' then return r end return 1",
+);
+
+/// The kept harness keeps and forgets expiries across calls as Redis does: the
+/// same commands on a real Redis (expiries of an hour or more, which do not run
+/// out during the test) and in the harness, with the same replies, and the
+/// harness's TTL the one last set where Redis has one.
+#[test]
+fn the_kept_harness_keeps_and_forgets_expiries_as_redis_does() {
+    let (mut real, mut kept) = (Db::start(), Db::kept());
+    // (command and arguments after the key, the TTL the harness then records:
+    // after an error, the one before)
+    let steps: [(&[&str], i64); 14] = [
+        (&["SET", "v", "PX", "3600000"], 3_600_000),
+        (&["SET", "w", "KEEPTTL"], 3_600_000),
+        (&["SET", "w", "keepttl"], 3_600_000),
+        (&["SET", "x"], -1),
+        (&["PEXPIRE", "7200000"], 7_200_000),
+        (&["SET", "y", "KEEPTTL"], 7_200_000),
+        (&["DEL"], -2),
+        (&["PEXPIRE", "3600000"], -2),
+        (&["SET", "z", "KEEPTTL"], -1),
+        (&["SET", "v", "PX", "0"], -1),
+        (&["SET", "v", "PX", "01"], -1),
+        (&["SET", "v", "PX", "1.5"], -1),
+        (&["PEXPIRE", "-5"], -2),
+        (&["SET", "v", "px", "3600000"], 3_600_000),
+    ];
+    let ttl = |real: &mut Db| -> i64 { real.cmd(&["PTTL", "k"]) };
+    // Redis's error without where it was raised (the script's hash, the line of
+    // the harness's own call).
+    let what = |reply: Reply| match reply {
+        Reply::Err(e) => Reply::Err(e.split(" script: ").next().unwrap_or_default().to_owned()),
+        other => other,
+    };
+    for (i, (args, recorded)) in steps.into_iter().enumerate() {
+        let (a, b) = (what(real.run(&COMMAND, &["k"], args)), what(kept.run(&COMMAND, &["k"], args)));
+        assert_eq!(a, b, "step {i}: {args:?}");
+        assert_eq!(kept.ttls, [recorded], "step {i}: {args:?}");
+        let left = ttl(&mut real);
+        assert!(if recorded > 0 { 0 < left && left <= recorded } else { left == recorded }, "step {i}: PTTL {left}");
+    }
+    // A key written or removed outside the scripts.
+    let _: () = real.cmd(&["SET", "k", "outside"]);
+    let _: () = kept.cmd(&["SET", "k", "outside"]);
+    let exists = ["EXISTS"].as_slice();
+    assert_eq!(
+        (real.run(&COMMAND, &["k"], exists), kept.run(&COMMAND, &["k"], exists)),
+        (Reply::Int(1), Reply::Int(1))
+    );
+    assert_eq!((ttl(&mut real), kept.ttls[0]), (-1, -1), "a plain SET forgets the expiry");
+    let keep = ["SET", "v", "KEEPTTL"].as_slice();
+    for db in [&mut real, &mut kept] {
+        assert_eq!(db.run(&COMMAND, &["k"], &["PEXPIRE", "3600000"]), Reply::Int(1));
+        let _: i64 = db.cmd(&["DEL", "k"]);
+        assert_eq!(db.run(&COMMAND, &["k"], keep), Reply::Int(1));
+    }
+    assert_eq!((ttl(&mut real), kept.ttls[0]), (-1, -1), "a key removed forgets its expiry");
 }
 
 // ---------------------------------------------------------------- sliding log
@@ -422,16 +512,35 @@ fn every_admission_expires_its_key_when_its_state_stops_mattering() {
         if r.admitted() {
             assert_ttl_covers(ttl, span, r.ints()[2] as u64 + p - now, &format!("log at {i}"));
         }
-        // A refund keeps the key's expiry.
-        let (_, ttl, _) = db.run_timed(&scripts::WINDOW_REFUND, &[f], &[&now_s, "1", &s(now / p), "f"], f);
-        assert!(ttl.is_none_or(|(low, _)| low >= 0), "fixed refund at {i}: {ttl:?}");
+        // A GCRA refund sets an expiry of its own.
         let (_, ttl, _) = db.run_timed(&scripts::GCRA_REFUND, &[g], &[&now_s, &now_s, "250"], g);
         assert!(ttl.is_none_or(|(low, _)| low >= 0), "gcra refund at {i}: {ttl:?}");
     }
+    // A window refund that leaves part of the state keeps the key's expiry, to
+    // the ms: windows of an hour, so that no key expires by Redis's clock
+    // meanwhile however slowly the test runs.
+    let hour = 3_600_000_000u64;
+    let h = s(hour);
+    for (i, now) in [T0, T0 + 1].into_iter().enumerate() {
+        let (now_s, window) = (s(now), now / hour);
+        for (script, key, kind, left) in [
+            (&scripts::FIXED, format!("rf{i}"), "f", format!("{window}:1")),
+            (&scripts::SLIDING, format!("rs{i}"), "s", format!("{window}:0:1")),
+        ] {
+            assert!(db.run(script, &[&key], &[&now_s, "2", "3", &h]).admitted(), "{key}");
+            let before: i64 = db.cmd(&["PEXPIRETIME", &key]);
+            assert!(before > 0, "{key}: an expiry ({before})");
+            let refund = db.run(&scripts::WINDOW_REFUND, &[&key], &[&now_s, "1", &s(window), kind]);
+            assert_eq!(refund, Reply::Int(now as i64), "{key}");
+            let state: Option<String> = db.cmd(&["GET", &key]);
+            assert_eq!(state.as_deref(), Some(left.as_str()), "{key}: one of two given back");
+            let after: i64 = db.cmd(&["PEXPIRETIME", &key]);
+            assert_eq!(after, before, "{key}: the refund kept the expiry");
+        }
+    }
     // A clock stepping back behind a stored state: the state still matters until
     // its own window ends (or its TAT), counted from the earlier time.
-    let hour = 3_600_000_000u64;
-    let (first, back, h) = (s(T0 + hour / 2), s(T0 + 10), s(hour));
+    let (first, back) = (s(T0 + hour / 2), s(T0 + 10));
     for (script, key, windows) in [(&scripts::FIXED, "bf", 1), (&scripts::SLIDING, "bs", 2)] {
         assert!(db.run(script, &[key], &[&first, "1", "3", &h]).admitted());
         let (r, ttl, span) = db.run_timed(script, &[key], &[&back, "1", "3", &h], key);
@@ -508,9 +617,9 @@ fn edge_arguments_are_decided_as_before_and_never_write_unreadable_state() {
                         let y = db.ttls[0];
                         assert_eq!(a, b, "{args:?}, call {round}");
                         assert!(!matches!(a, Reply::Err(_)), "{args:?}, call {round}: {a:?}");
+                        assert_eq!(x, y, "{args:?}, call {round}: expiries");
                         if round == 0 {
                             assert!(x != -1 || t.starts_with('p'), "{args:?}: a key without an expiry");
-                            assert_eq!((x == -1, x == -2), (y == -1, y == -2), "{args:?}: expiries {x}, {y}");
                         }
                     }
                 }
@@ -802,14 +911,8 @@ fn differential(seed: u64, ops: usize, steps_back: bool) {
         let b = db.run(op.old, &old_keys.iter().map(String::as_str).collect::<Vec<_>>(), &args);
         let what = format!("seed {seed}, op {i}: {:?} {args:?}", op.keys);
         if op.keys[0] != "l" {
-            // Expiries: none where the previous scripts set none, and the reverse.
-            let class = |ttl: &i64| (*ttl == -1, *ttl == -2);
-            assert_eq!(
-                new_ttls.iter().map(class).collect::<Vec<_>>(),
-                db.ttls.iter().map(class).collect::<Vec<_>>(),
-                "{what}: expiries {new_ttls:?} and {:?}",
-                db.ttls
-            );
+            // Expiries: the same ones, kept and forgotten alike.
+            assert_eq!(new_ttls, db.ttls, "{what}: expiries");
         }
         if steps_back && op.keys == ["l"] && std::ptr::eq(op.new, &scripts::LOG) {
             assert!(!a.admitted() || b.admitted(), "{what}: new {a:?}, previous {b:?}");
