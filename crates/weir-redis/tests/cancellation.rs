@@ -27,14 +27,8 @@ const TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A connection with the short [`TIMEOUT`], for the tests of outages (its first
 /// ping is retried: on a loaded machine one may be late).
-async fn connect(server: &RedisServer) -> Redis {
-    let options = RedisOptions::builder().call_timeout(TIMEOUT).build().unwrap();
-    for _ in 0..9 {
-        if let Ok(redis) = Redis::connect_with(&server.url(), options.clone()).await {
-            return redis;
-        }
-    }
-    Redis::connect_with(&server.url(), options).await.expect("connect")
+async fn connect(url: &str) -> Redis {
+    support::connect_retrying(url, RedisOptions::builder().call_timeout(TIMEOUT).build().unwrap()).await
 }
 
 /// A connection for the tests that need answers, not timeouts.
@@ -79,7 +73,7 @@ async fn outage(server: &mut RedisServer, limiter: &Resilient<ManualClock>) {
 async fn a_healthy_resilient_check_dropped_at_any_await_leaves_nothing_behind() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
-    let limiter = resilient(&connect(&server).await, FailPolicy::Closed, &clock);
+    let limiter = resilient(&connect(&server.url()).await, FailPolicy::Closed, &clock);
     let cuts = each_cancellation(
         || limiter.check_traced("k", 1),
         async |k, finished| {
@@ -95,7 +89,7 @@ async fn a_healthy_resilient_check_dropped_at_any_await_leaves_nothing_behind() 
 async fn a_probe_dropped_at_any_await_is_released_and_the_next_check_probes_again() {
     let mut server = RedisServer::start();
     let clock = ManualClock::new();
-    let limiter = resilient(&connect(&server).await, FailPolicy::Open, &clock);
+    let limiter = resilient(&connect(&server.url()).await, FailPolicy::Open, &clock);
     outage(&mut server, &limiter).await;
     clock.advance(PAST_BACKOFF);
     let cuts = each_cancellation(
@@ -120,7 +114,7 @@ async fn a_probe_dropped_at_any_await_is_released_and_the_next_check_probes_agai
 async fn a_probe_of_a_stopped_server_dropped_at_any_await_is_released() {
     let mut server = RedisServer::start();
     let clock = ManualClock::new();
-    let limiter = resilient(&connect(&server).await, FailPolicy::Closed, &clock);
+    let limiter = resilient(&connect(&server.url()).await, FailPolicy::Closed, &clock);
     outage(&mut server, &limiter).await;
     server.pause();
     // Within the back-off nothing waits on Redis: decided at the first poll.
@@ -339,8 +333,7 @@ async fn a_lease_renewal_past_its_call_timeout_is_given_up_within_one_more_timeo
     // detached task that waits for the late reply holds the renewal mark until
     // it gives up, one call timeout later; then nothing is left behind.
     let fake = FakeRedis::start();
-    let options = RedisOptions::builder().call_timeout(TIMEOUT).build().unwrap();
-    let redis = Redis::connect_with(&fake.url(), options).await.expect("connect");
+    let redis = connect(&fake.url()).await;
     let clock = ManualClock::starting_at(Nanos::new(T0));
     let leased = leased(&redis, &clock);
     fake.set_mode(FakeMode::Silent);

@@ -22,13 +22,7 @@ const HANG: Duration = Duration::from_secs(30);
 /// A connection with the short [`TIMEOUT`], for the tests of timeouts (its first
 /// ping is retried: on a loaded machine one may be late).
 async fn connect(url: &str) -> Redis {
-    let options = RedisOptions::builder().call_timeout(TIMEOUT).build().unwrap();
-    for _ in 0..9 {
-        if let Ok(redis) = Redis::connect_with(url, options.clone()).await {
-            return redis;
-        }
-    }
-    Redis::connect_with(url, options).await.expect("connect")
+    support::connect_retrying(url, RedisOptions::builder().call_timeout(TIMEOUT).build().unwrap()).await
 }
 
 /// A connection for the tests that need answers, not timeouts.

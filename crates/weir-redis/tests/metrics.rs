@@ -81,7 +81,7 @@ async fn redis_decisions_calls_and_script_reloads_are_counted() {
 async fn timeouts_and_each_fail_policy_are_counted() {
     let fake = FakeRedis::start();
     let options = RedisOptions::builder().call_timeout(Duration::from_millis(50)).build().unwrap();
-    let redis = Redis::connect_with(&fake.url(), options).await.unwrap();
+    let redis = support::connect_retrying(&fake.url(), options).await;
     fake.set_mode(FakeMode::Silent);
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();

@@ -35,6 +35,19 @@ pub fn patient() -> weir_redis::RedisOptions {
     weir_redis::RedisOptions::builder().call_timeout(Duration::from_secs(10)).build().expect("options")
 }
 
+/// A connection with `options`, for the tests of timeouts, whose call timeout a
+/// loaded machine may miss: the connection's first ping is retried (up to 10
+/// tries), so a test's process or the server waiting for a core once does not
+/// fail the test before it starts.
+pub async fn connect_retrying(url: &str, options: weir_redis::RedisOptions) -> weir_redis::Redis {
+    for _ in 0..9 {
+        if let Ok(redis) = weir_redis::Redis::connect_with(url, options.clone()).await {
+            return redis;
+        }
+    }
+    weir_redis::Redis::connect_with(url, options).await.expect("connect")
+}
+
 /// A free loopback port (and, for cluster nodes, `port + 10000` free too).
 fn free_port(with_bus: bool) -> u16 {
     for _ in 0..100 {
