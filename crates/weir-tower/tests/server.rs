@@ -19,6 +19,7 @@ use weir_tower::{
 };
 
 const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(3_600);
 const DAY: Duration = Duration::from_secs(86_400);
 
 fn app(layer: RateLimitLayer) -> Router {
@@ -473,13 +474,12 @@ async fn throttle_mode_waits_then_succeeds() {
 async fn a_disconnecting_waiter_frees_its_place() {
     use tokio::io::AsyncWriteExt as _;
 
-    // One request per 2 s per client, one waiting at most.
-    let throttle = Arc::new(
-        KeyedThrottle::builder(Quota::new(1, Duration::from_secs(2)).unwrap(), 1)
-            .max_wait(Duration::from_secs(4))
-            .build()
-            .unwrap(),
-    );
+    // One request per hour per client, one waiting at most, for at most 90
+    // minutes: a waiter's turn (in an hour) does not come during the test, and
+    // the request after it, whose turn would come in two hours, is turned away at
+    // once unless the waiter's slot was given back.
+    let throttle =
+        Arc::new(KeyedThrottle::builder(Quota::new(1, HOUR).unwrap(), 1).max_wait(HOUR + HOUR / 2).build().unwrap());
     let key = Key::ip("127.0.0.1".parse().unwrap());
     let layer = RateLimitLayer::new(
         Policy::builder("paced")
@@ -501,15 +501,27 @@ async fn a_disconnecting_waiter_frees_its_place() {
 
     drop(waiter); // the client goes away
     until(|| throttle.waiting(&key) == 0).await;
-    let next = client.get(addr, "/", &[]).await;
-    assert_eq!(next.status, StatusCode::OK, "the freed place (and slot) went to the next request");
+    // The next request takes the freed place, and the freed slot: its turn comes
+    // within max_wait, so it waits (a 429 would leave nobody waiting).
+    let mut next = tokio::net::TcpStream::connect(addr).await.unwrap();
+    next.write_all(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n").await.unwrap();
+    until(|| throttle.waiting(&key) == 1).await;
+    let full = client.get(addr, "/", &[]).await;
+    assert_eq!(full.status, StatusCode::TOO_MANY_REQUESTS, "the place went to the next request");
+    // Told to come back when the next request's turn has passed, within the hour
+    // (had the waiter's slot been spent, the next request's turn, and this one's,
+    // would be two hours away).
+    let retry: u64 = full.header("retry-after").expect("a Retry-After").parse().unwrap();
+    assert!(retry <= 3_600, "Retry-After: {retry} s");
+    assert_eq!(throttle.waiting(&key), 1, "the next request still waits for its turn");
 }
 
-/// Waits until `done`, checking every 10 ms, for at most 5 s.
+/// Waits until `done`, checking every 10 ms: a guard against a hang (30 s, room
+/// for any load), not a timing claim.
 async fn until(done: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "not reached within 5 s");
+        assert!(tokio::time::Instant::now() < deadline, "not reached within 30 s");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -521,12 +533,9 @@ async fn a_request_that_goes_away_while_waiting_consumes_nothing() {
     use tokio::io::AsyncWriteExt as _;
 
     let store = Arc::new(fixed(10, MINUTE));
-    let throttle = Arc::new(
-        KeyedThrottle::builder(Quota::new(1, Duration::from_secs(2)).unwrap(), 1)
-            .max_wait(Duration::from_secs(4))
-            .build()
-            .unwrap(),
-    );
+    // One request per hour: the waiter's turn does not come during the test.
+    let throttle =
+        Arc::new(KeyedThrottle::builder(Quota::new(1, HOUR).unwrap(), 1).max_wait(2 * HOUR).build().unwrap());
     let ip = || KeySource::ip(ClientIp::default());
     let layer = RateLimitLayer::new(
         Policy::builder("paced")
