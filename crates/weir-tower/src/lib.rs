@@ -254,7 +254,8 @@
 //! tower_governor adds, most of it in the `HeaderMap` (five inserts, and a growth:
 //! seven headers where axum's map has room for six; switch the legacy ones off with
 //! [`legacy_headers(false)`](RateLimitLayerBuilder::legacy_headers)); a 429 with
-//! its problem+json body adds about a fortieth of what tower_governor's adds. The
+//! its problem+json body adds a fortieth of the time tower_governor's refusal adds
+//! on one 2-core VM (AMD EPYC) and about a ninth on another (Intel Xeon). The
 //! figures are in
 //! [DESIGN.md, "weir-tower"](https://github.com/weir-rs/weir/blob/main/DESIGN.md#weir-tower).
 //! The limiter's headers replace any of the same names the service set.
