@@ -45,8 +45,9 @@ const TIER_CACHE: usize = 10_000;
 /// back, the others a new one.
 const RETURNING_EVERY: u64 = 8;
 const RETURNING: u64 = 64;
-/// A request unanswered after this long is a failure.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request unanswered after this long is a failure: a hang, not a slow answer
+/// (the run shares its cores with other work, and a paused process answers late).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// The process's resident memory at most, sampled every 50 ms: the test binary, the
 /// runtimes and the connections' buffers (about 20 MB); four stores of 100 000 keys
 /// (about 160 bytes a key with its table, so 64 MB); the tier cache (at most
@@ -211,6 +212,9 @@ fn a_million_new_clients_are_all_answered_within_bounded_memory() {
         .tier("free", Store::local(Arc::clone(&free)))
         .tier("pro", Store::local(Arc::clone(&pro)))
         .max_entries(TIER_CACHE)
+        // A day, not the default 300 s: the returning keys' answers must still be
+        // cached at the end however long the run takes on a loaded machine.
+        .ttl(Duration::from_secs(86_400))
         .build()
         .expect("the tiers"),
     );

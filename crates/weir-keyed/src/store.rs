@@ -209,7 +209,7 @@ mod window_constructors {
         /// use weir_rl_core::Quota;
         /// use weir_keyed::{KeyedConfig, KeyedFixedWindow};
         ///
-        /// let per_ip: KeyedFixedWindow<String> = KeyedFixedWindow::fixed_window(Quota::per_minute(2)?, KeyedConfig::builder(1_000).build()?)?;
+        /// let per_ip: KeyedFixedWindow<String> = KeyedFixedWindow::fixed_window(Quota::per_hour(2)?, KeyedConfig::builder(1_000).build()?)?;
         /// assert!(per_ip.check_n("203.0.113.7", 2)?.is_allowed());
         /// assert!(per_ip.check("203.0.113.7").is_denied());
         /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -236,7 +236,7 @@ mod window_constructors {
         /// use weir_keyed::{KeyedConfig, KeyedSlidingWindow};
         ///
         /// let per_user: KeyedSlidingWindow<String> =
-        ///     KeyedSlidingWindow::sliding_window(Quota::per_minute(100)?, KeyedConfig::builder(10_000).build()?)?;
+        ///     KeyedSlidingWindow::sliding_window(Quota::per_hour(100)?, KeyedConfig::builder(10_000).build()?)?;
         /// assert!(per_user.check_n("alice", 100)?.is_allowed());
         /// assert!(per_user.check("alice").is_denied());
         /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -263,7 +263,7 @@ mod window_constructors {
         /// use weir_rl_core::Quota;
         /// use weir_keyed::{KeyedConfig, KeyedSlidingLog};
         ///
-        /// let per_user: KeyedSlidingLog<u64> = KeyedSlidingLog::sliding_log(Quota::per_minute(3)?, KeyedConfig::builder(100).build()?)?;
+        /// let per_user: KeyedSlidingLog<u64> = KeyedSlidingLog::sliding_log(Quota::per_hour(3)?, KeyedConfig::builder(100).build()?)?;
         /// assert!(per_user.check_n(&7, 3)?.is_allowed());
         /// assert!(per_user.check(&7).is_denied());
         /// # Ok::<(), Box<dyn std::error::Error>>(())

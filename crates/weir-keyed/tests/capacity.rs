@@ -208,7 +208,7 @@ mod racing_first_checks {
             };
             if let Some((_, paused, go)) = pause {
                 paused.send(()).unwrap();
-                go.recv_timeout(Duration::from_secs(20)).expect("resumed");
+                go.recv_timeout(Duration::from_secs(60)).expect("resumed");
             }
             Key(self.0, self.1.clone())
         }
@@ -247,7 +247,7 @@ mod racing_first_checks {
                 store.check(&Key(1, pause.clone()))
             })
         };
-        paused_rx.recv_timeout(Duration::from_secs(20)).expect("A paused in its insertion");
+        paused_rx.recv_timeout(Duration::from_secs(60)).expect("A paused in its insertion");
         let b = store.check(&Key(1, pause.clone()));
         go_tx.send(()).unwrap();
         let a = a.join().unwrap();

@@ -155,7 +155,8 @@ fn until_ready_works_with_question_mark() {
         assert!(first.is_allowed() && second.is_allowed());
         Ok(())
     }
-    let limiter = weir_rl::gcra::Gcra::new(weir_rl::Quota::per_second(1).unwrap());
+    // One an hour: the second's turn is an hour away however long the test takes.
+    let limiter = weir_rl::gcra::Gcra::new(weir_rl::Quota::per_hour(1).unwrap());
     // The first is admitted at once; the second is refused at once (its turn is past
     // the deadline): decided at the first poll, with no sleep, so no runtime.
     let mut future = std::pin::pin!(admit(&limiter));

@@ -571,7 +571,7 @@ weir_rl_core::__private::single_limiter! {
     /// use weir_rl_core::Quota;
     /// use weir_window::SlidingLog;
     ///
-    /// let limiter = SlidingLog::new(Quota::per_second(3)?)?;
+    /// let limiter = SlidingLog::new(Quota::per_hour(3)?)?;
     /// let admitted = (0..10).filter(|_| limiter.check().is_allowed()).count();
     /// assert_eq!(admitted, 3);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
