@@ -5,31 +5,13 @@
 //! own burst, nothing lost or held twice across the hardening, removals, sweeps
 //! and hot keys. With the `metrics` feature, the hardening is counted once.
 
-use std::hash::{BuildHasher, Hasher};
+mod support;
+
 use std::time::Duration;
+use support::Colliding;
 use weir_gcra::{GcraAlgorithm, LeaseConfig};
 use weir_keyed::{HotKeys, Keyed, KeyedConfig};
 use weir_rl_core::{Clock, ManualClock, Quota};
-
-/// Every key hashes to the same value.
-#[derive(Clone, Copy, Debug, Default)]
-struct Colliding;
-
-impl BuildHasher for Colliding {
-    type Hasher = Constant;
-    fn build_hasher(&self) -> Constant {
-        Constant
-    }
-}
-
-struct Constant;
-
-impl Hasher for Constant {
-    fn finish(&self) -> u64 {
-        0x0123_4567_89ab_cdef
-    }
-    fn write(&mut self, _: &[u8]) {}
-}
 
 const KEYS: u64 = if cfg!(miri) { 100 } else { 5_000 };
 

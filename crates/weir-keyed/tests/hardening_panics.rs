@@ -6,10 +6,11 @@
 
 #[path = "support/panicking_key.rs"]
 mod harness;
+mod support;
 
 use harness::{Key, Sizes, each_panic};
-use std::hash::Hasher;
 use std::time::Duration;
+use support::Colliding;
 use weir_gcra::GcraAlgorithm;
 use weir_keyed::{HotKeyMode, HotKeys};
 use weir_rl_core::ManualClock;
@@ -22,26 +23,7 @@ const SIZES: Sizes =
     Sizes { max_keys: 128, keys: 100, k_step: if cfg!(debug_assertions) { 9 } else { 1 }, hot_slots: 100 };
 
 /// Every key hashes alike under the store's own hasher.
-#[derive(Clone, Copy, Default)]
-struct Fixed;
-
-impl std::hash::BuildHasher for Fixed {
-    type Hasher = Constant;
-    fn build_hasher(&self) -> Constant {
-        Constant
-    }
-}
-
-struct Constant;
-
-impl Hasher for Constant {
-    fn finish(&self) -> u64 {
-        0x0123_4567_89ab_cdef
-    }
-    fn write(&mut self, _: &[u8]) {}
-}
-
-type Store<H> = harness::Store<Fixed, H>;
+type Store<H> = harness::Store<Colliding, H>;
 
 /// Checks every key of the scenarios in (each admitted).
 fn fill<H: HotKeyMode<GcraAlgorithm>>(store: &Store<H>, _: &ManualClock) {

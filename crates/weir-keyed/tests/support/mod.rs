@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test file uses some of it
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicIsize, Ordering};
 use std::sync::{Arc, Mutex};
 use weir_rl_core::{Clock, ManualClock, Nanos};
@@ -89,4 +90,26 @@ unsafe impl GlobalAlloc for Counting {
 /// The bytes allocated through `Counting` and not yet freed.
 pub fn live_bytes() -> isize {
     LIVE_BYTES.load(Ordering::Relaxed)
+}
+
+/// Every key hashes to the same value: what a flood of keys chosen to collide
+/// makes of a fast hash at worst.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Colliding;
+
+impl BuildHasher for Colliding {
+    type Hasher = Constant;
+    fn build_hasher(&self) -> Constant {
+        Constant
+    }
+}
+
+/// [`Colliding`]'s hasher.
+pub struct Constant;
+
+impl Hasher for Constant {
+    fn finish(&self) -> u64 {
+        0x0123_4567_89ab_cdef
+    }
+    fn write(&mut self, _: &[u8]) {}
 }
