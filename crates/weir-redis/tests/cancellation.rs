@@ -336,6 +336,13 @@ async fn a_lease_renewal_past_its_call_timeout_is_given_up_within_one_more_timeo
     let redis = connect(&fake.url()).await;
     let clock = ManualClock::starting_at(Nanos::new(T0));
     let leased = leased(&redis, &clock);
+    // Connected: tokio's clock is paused from here, and moves only when every
+    // task waits on it, to the next timer. The check's timeout, the detached
+    // task's (one call timeout later) and the bound on the wait for it (two call
+    // timeouts after the check) then fire in that order, however long the test's
+    // process is held up (on a real clock, a stall past both let the bound fire
+    // first).
+    tokio::time::pause();
     fake.set_mode(FakeMode::Silent);
     let checked = leased.check("k").await;
     assert!(matches!(checked, Err(Error::Timeout { .. })), "{checked:?}");
