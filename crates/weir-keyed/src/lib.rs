@@ -171,8 +171,12 @@
 //! sweep and [`Keyed::for_each`] one per shard (its callback runs inside), the
 //! rayon passes one per task. Each shard gathers the entries unlinked in it and
 //! hands them to the collector every 256 (or its slack, if smaller), at each sweep
-//! of the shard, and before it refuses a key: what a thread unlinked is not held
-//! back by that thread going idle. A shard takes a fresh slot only while its
+//! of the shard, and before it refuses a key; the hot keys' shard, whose keys no
+//! sweep visits (a hot key is swept through its state in its own shard), at every
+//! sweep (explicit, paced by insertions, background or rayon's): what a thread
+//! unlinked is not held back by that thread going idle, and a hot key removed or
+//! swept is dropped, with its stripes, by the first sweep after it while no other
+//! guard is held, as any key is. A shard takes a fresh slot only while its
 //! entries awaiting reclamation number at most the most keys it has held plus a
 //! slack (not its keys now: a sweep that evicts most of a shard's keys leaves them
 //! awaiting the collector with no guard holding them back) (4 096 slots
@@ -196,7 +200,8 @@
 //! gives back the shard's last slab chunks once every slot in them is free again
 //! (new keys take the lowest free slots, so that the last chunks drain), whatever
 //! emptied them (an eviction, a full store's search, [`Keyed::remove`]), and
-//! shrinks its index to its keys: after that flood and a sweep, the store holds no
+//! shrinks its index to its keys (every sweep does the same for the hot keys'
+//! shard): after that flood and a sweep, the store holds no
 //! more than before it, and 4 000 keys inserted, removed and swept leave 1.3 KB
 //! above an empty store (`tests/reclamation.rs`).
 //!

@@ -40,8 +40,9 @@ where
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
-    /// Each task holds one epoch guard for its shards; once every task is done, the
-    /// shards give back the slab chunks the sweep emptied, as `sweep_all`'s do.
+    /// Each task holds one epoch guard for its shards; once every task is done,
+    /// the hot keys' shard is handed over and compacted, and the shards give back
+    /// the slab chunks the sweep emptied, as `sweep_all`'s do.
     pub fn par_sweep_all(&self) -> usize {
         let now = self.clock.now();
         let evicted = (0..self.shards.len())
@@ -58,6 +59,8 @@ where
                 },
             )
             .sum();
+        // The hot keys' shard.
+        self.finish_sweep(true);
         // Also where nothing was evicted: keys removed, or evicted by a full
         // store's search, may have emptied a shard's last chunks.
         let hardened: u64 = self

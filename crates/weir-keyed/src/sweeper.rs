@@ -99,20 +99,27 @@ where
     S: BuildHasher + Clone,
     H: HotKeyMode<A>,
 {
-    /// Sweeps the next shard for idle keys; returns how many were evicted.
+    /// Sweeps the next shard for idle keys; returns how many were evicted. Also
+    /// hands over and compacts the hot keys' shard (see `sweep_all`).
     pub fn sweep(&self) -> usize {
         // Ordering: Relaxed; a round-robin ticket, publishing nothing.
         let next = self.cursor.fetch_add(1, Ordering::Relaxed);
-        self.sweep_one(next % self.shards.len(), true)
+        let evicted = self.sweep_one(next % self.shards.len(), true);
+        self.finish_sweep(true);
+        evicted
     }
 
     /// Sweeps every shard for idle keys; returns how many were evicted. Runs
     /// concurrently with checks (nothing is locked); O(keys). Each shard is swept
     /// under an epoch guard of its own (a sweep never holds reclamation back for
     /// longer than one shard's sweep), and gives back the shard's empty slab chunks
-    /// whatever emptied them (see `sweep_one`).
+    /// whatever emptied them (see `sweep_one`); then the hot keys' shard, whose
+    /// stripes a sweep or `remove` unlinked, is handed over and compacted the same
+    /// way (see `finish_sweep`).
     pub fn sweep_all(&self) -> usize {
-        (0..self.shards.len()).map(|i| self.sweep_one(i, true)).sum()
+        let evicted = (0..self.shards.len()).map(|i| self.sweep_one(i, true)).sum();
+        self.finish_sweep(true);
+        evicted
     }
 
     /// Sweeps shard `index` under a guard of its own and hands what the shard
@@ -142,6 +149,21 @@ where
             self.record_len();
         });
         evicted
+    }
+
+    /// The end of every sweep (`sweep`, `sweep_all`, a paced sweep, the background
+    /// sweeper's, `par_sweep_all`'s): hands the hot keys' shard's gathered
+    /// retirements to the collector (the stripes and key of each hot key a sweep or
+    /// `remove` dropped: no sweep visits that shard's keys, so it gathers until a
+    /// sweep hands them over), then frees its emptied chunks and (`shrink_index`)
+    /// shrinks its index, as `sweep_one` does an ordinary shard's.
+    pub(crate) fn finish_sweep(&self, shrink_index: bool) {
+        self.hot_keys.retire_pending(&self.collector.enter());
+        // Under a new guard, as in `sweep_one`: what the one above held back is
+        // reclaimed if no other guard holds it.
+        let (_, hardened) = self.hot_keys.compact(&self.hasher, shrink_index, &self.collector.enter());
+        let _ = hardened;
+        metric!(self, |m| m.hardened_shards.increment(u64::from(hardened)));
     }
 
     /// Evicts the keys of shard `index` idle at `now`; with the right to publish,
@@ -274,6 +296,7 @@ where
             // Ordering: Relaxed; a round-robin ticket, publishing nothing.
             let next = self.cursor.fetch_add(1, Ordering::Relaxed);
             self.sweep_one(next % self.shards.len(), false);
+            self.finish_sweep(false);
         }
     }
 

@@ -434,3 +434,32 @@ fn churn_with_removals_sweeps_and_chunk_returns_is_memory_safe() {
         assert!(store.check(format!("new-{key}").as_str()).is_allowed(), "a place of max_keys was lost");
     }
 }
+
+/// The same for hot keys: 64 keys promoted, then removed, and one sweep gives the
+/// hot keys' shard's chunks back and shrinks its index, as it does an ordinary
+/// shard's.
+#[test]
+fn hot_keys_chunks_emptied_by_remove_are_given_back_by_the_next_sweep() {
+    let clock = ManualClock::new();
+    let before = thread_bytes();
+    let config = KeyedConfig::builder(4_096).build().unwrap();
+    let hot =
+        HotKeys::builder().lease(LeaseConfig::builder().stripes(4).build().unwrap()).max_hot_keys(64).build().unwrap();
+    let store =
+        Keyed::<u64, _, _>::gcra_with_clock(Quota::per_second(10).unwrap(), config, clock.clone()).with_hot_keys(hot);
+    let empty = thread_bytes() - before;
+    for key in 0..64u64 {
+        assert!(store.promote(&key), "hot key {key} refused");
+    }
+    let full = thread_bytes() - before;
+    for key in 0..64u64 {
+        assert!(store.remove(&key));
+    }
+    assert_eq!(store.sweep_all(), 0);
+    assert!(store.is_empty());
+    let after = thread_bytes() - before;
+    assert!(
+        after - empty <= (full - empty) / 10,
+        "{after} B held with no key stored (empty store: {empty} B, with 64 hot keys: {full} B)"
+    );
+}
