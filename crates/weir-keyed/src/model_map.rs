@@ -41,8 +41,10 @@ impl<K: Eq, V> Shard<K, V> {
         false
     }
 
-    /// Nothing to hand over: no collector under loom.
-    pub(crate) fn retire_pending(&self, _guard: &Guard<'_>) {}
+    /// Nothing to hand over: no collector under loom (nothing flushed).
+    pub(crate) fn retire_pending(&self, _guard: &Guard<'_>) -> bool {
+        false
+    }
 
     pub(crate) fn new() -> Self {
         Self { arena: (0..CAPACITY).map(|_| OnceLock::new()).collect(), linked: Mutex::new(Vec::new()) }

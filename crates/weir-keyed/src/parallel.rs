@@ -5,6 +5,7 @@
 use crate::{HotKeyMode, Keyed, KeyedAlgorithm};
 use rayon::prelude::*;
 use std::hash::{BuildHasher, Hash};
+use std::sync::{Mutex, PoisonError};
 use weir_rl_core::{Clock, Snapshot};
 
 /// Shards handed to one rayon task at least: enough work per task to amortize the
@@ -41,8 +42,10 @@ where
     /// ```
     ///
     /// Each task holds one epoch guard for its shards; once every task is done,
-    /// the hot keys' shard is handed over and compacted, and the shards give back
-    /// the slab chunks the sweep emptied, as `sweep_all`'s do.
+    /// each thread of the pool flushes its collector batch (what a task handed over
+    /// while other tasks held their guards may be left in it), the hot keys' shard
+    /// is handed over and compacted, and the shards give back the slab chunks the
+    /// sweep emptied, as `sweep_all`'s do.
     pub fn par_sweep_all(&self) -> usize {
         let now = self.clock.now();
         let evicted = (0..self.shards.len())
@@ -59,8 +62,19 @@ where
                 },
             )
             .sum();
-        // The hot keys' shard.
-        self.finish_sweep(true);
+        // A flush retires a thread's batch only once it holds an entry per thread
+        // inside a guard, which the tasks' own guards made likely to fail: each
+        // thread of the pool retries its batch now, outside the tasks' guards (see
+        // `finish_sweep`), one at a time, so that they do not fail for each
+        // other's guards.
+        let one_at_a_time = Mutex::new(());
+        rayon::broadcast(|_| {
+            let _turn = one_at_a_time.lock().unwrap_or_else(PoisonError::into_inner);
+            // Left (and what it holds back reclaimed) before the turn passes on.
+            crate::table::flush(&self.collector.enter());
+        });
+        // The hot keys' shard, and this thread's batch (it may be outside the pool).
+        self.finish_sweep(true, false);
         // Also where nothing was evicted: keys removed, or evicted by a full
         // store's search, may have emptied a shard's last chunks.
         let hardened: u64 = self

@@ -104,8 +104,8 @@ where
     pub fn sweep(&self) -> usize {
         // Ordering: Relaxed; a round-robin ticket, publishing nothing.
         let next = self.cursor.fetch_add(1, Ordering::Relaxed);
-        let evicted = self.sweep_one(next % self.shards.len(), true);
-        self.finish_sweep(true);
+        let (evicted, flushed) = self.sweep_one(next % self.shards.len(), true);
+        self.finish_sweep(true, flushed);
         evicted
     }
 
@@ -115,26 +115,31 @@ where
     /// longer than one shard's sweep), and gives back the shard's empty slab chunks
     /// whatever emptied them (see `sweep_one`); then the hot keys' shard, whose
     /// stripes a sweep or `remove` unlinked, is handed over and compacted the same
-    /// way (see `finish_sweep`).
+    /// way, and this thread's collector batch is flushed (see `finish_sweep`).
     pub fn sweep_all(&self) -> usize {
-        let evicted = (0..self.shards.len()).map(|i| self.sweep_one(i, true)).sum();
-        self.finish_sweep(true);
+        let (mut evicted, mut flushed) = (0, false);
+        for index in 0..self.shards.len() {
+            let (count, flush) = self.sweep_one(index, true);
+            evicted += count;
+            flushed |= flush;
+        }
+        self.finish_sweep(true, flushed);
         evicted
     }
 
     /// Sweeps shard `index` under a guard of its own and hands what the shard
     /// gathered to the collector; once the guard is gone, frees the shard's slab
     /// chunks the collector has emptied and (`shrink_index`) shrinks its index to
-    /// its keys, which rehashes them.
-    fn sweep_one(&self, index: usize, shrink_index: bool) -> usize {
-        let evicted = {
+    /// its keys, which rehashes them. Returns how many keys it evicted, and whether
+    /// it flushed this thread's collector batch.
+    fn sweep_one(&self, index: usize, shrink_index: bool) -> (usize, bool) {
+        let (evicted, flushed) = {
             let guard = self.collector.enter();
             let evicted = self.sweep_shard(index, self.clock.now(), &guard, None).0;
             // What it unlinked, and what `remove` and checks unlinked before, is
             // reclaimed once the guards allow (this one first), not when the shard
             // has gathered a batch.
-            self.shards[index].retire_pending(&guard);
-            evicted
+            (evicted, self.shards[index].retire_pending(&guard))
         };
         // Also when it evicted nothing: keys removed, or evicted by a full store's
         // search, may have emptied the shard's last chunks. Under a new guard: the
@@ -148,7 +153,7 @@ where
             m.evicted_by_sweep.increment(evicted as u64);
             self.record_len();
         });
-        evicted
+        (evicted, flushed)
     }
 
     /// The end of every sweep (`sweep`, `sweep_all`, a paced sweep, the background
@@ -157,8 +162,22 @@ where
     /// `remove` dropped: no sweep visits that shard's keys, so it gathers until a
     /// sweep hands them over), then frees its emptied chunks and (`shrink_index`)
     /// shrinks its index, as `sweep_one` does an ordinary shard's.
-    pub(crate) fn finish_sweep(&self, shrink_index: bool) {
-        self.hot_keys.retire_pending(&self.collector.enter());
+    ///
+    /// And it flushes this thread's collector batch unless the sweep already did
+    /// (`flushed`): a flush retires a batch only once it holds an entry per thread
+    /// inside a guard, so what a sweep handed over while other threads were inside
+    /// guards stays in the batch; without a flush at each sweep, one that finds
+    /// nothing new to hand over would leave it there until the batch fills (256
+    /// retirements), however long the guards are gone. So a sweep flushes at
+    /// least once (a process-wide memory barrier, as each hand-over costs); the
+    /// check of a stored key never does.
+    pub(crate) fn finish_sweep(&self, shrink_index: bool, flushed: bool) {
+        {
+            let guard = self.collector.enter();
+            if !self.hot_keys.retire_pending(&guard) && !flushed {
+                crate::table::flush(&guard);
+            }
+        }
         // Under a new guard, as in `sweep_one`: what the one above held back is
         // reclaimed if no other guard holds it.
         let (_, hardened) = self.hot_keys.compact(&self.hasher, shrink_index, &self.collector.enter());
@@ -295,8 +314,8 @@ where
             // cannot fail a check that already took its admission.
             // Ordering: Relaxed; a round-robin ticket, publishing nothing.
             let next = self.cursor.fetch_add(1, Ordering::Relaxed);
-            self.sweep_one(next % self.shards.len(), false);
-            self.finish_sweep(false);
+            let (_, flushed) = self.sweep_one(next % self.shards.len(), false);
+            self.finish_sweep(false, flushed);
         }
     }
 

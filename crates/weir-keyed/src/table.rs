@@ -1139,12 +1139,13 @@ impl<K: Hash + Eq, V> Shard<K, V> {
 
     /// Hands the shard's gathered retirements (see `Writer::pending`) to the
     /// collector, and flushes this thread's batch: reclaimed once every guard
-    /// entered before now (`guard` included) is gone.
-    fn hand_over(&self, writer: &mut Writer, guard: &Guard<'_>) {
+    /// entered before now (`guard` included) is gone. Returns whether it flushed
+    /// (not when nothing was gathered).
+    fn hand_over(&self, writer: &mut Writer, guard: &Guard<'_>) -> bool {
         #[cfg(not(loom))]
         {
             if writer.pending.is_empty() {
-                return;
+                return false;
             }
             for slot in writer.pending.drain(..) {
                 let (chunk, at) = chunk_of(slot as usize);
@@ -1167,16 +1168,21 @@ impl<K: Hash + Eq, V> Shard<K, V> {
                 unsafe { seize::Guard::defer_retire(guard, Box::into_raw(token), reclaim_slot::<K, V>) };
             }
             flush(guard);
+            true
         }
         #[cfg(loom)]
-        let _ = (writer, guard);
+        {
+            let _ = (writer, guard);
+            false
+        }
     }
 
     /// Hands the shard's gathered retirements to the collector now (see
-    /// `hand_over`): what a sweep does once it has unlinked keys.
-    pub fn retire_pending(&self, guard: &Guard<'_>) {
+    /// `hand_over`): what a sweep does once it has unlinked keys. Returns whether
+    /// it flushed this thread's collector batch (it had something to hand over).
+    pub fn retire_pending(&self, guard: &Guard<'_>) -> bool {
         let mut writer = self.lock();
-        self.hand_over(&mut writer, guard);
+        self.hand_over(&mut writer, guard)
     }
 }
 

@@ -1,10 +1,12 @@
 //! Hand-over at each sweep: what a key's removal or eviction unlinked is given to
-//! the collector by the next sweep, the hot keys' shard included. A key counts
+//! the collector by the next sweep, the hot keys' shard included, and each sweep
+//! retries its thread's collector batch, so that a hand-over made while another
+//! thread was inside a guard is reclaimed once that guard is gone. A key counts
 //! its live copies: the store's copy is dropped when its entry is reclaimed.
 
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Barrier};
 use std::time::Duration;
 use weir_gcra::{GcraAlgorithm, LeaseConfig};
 use weir_keyed::{HotKeys, Keyed, KeyedConfig};
@@ -113,4 +115,99 @@ fn a_removed_hot_key_is_dropped_by_the_next_parallel_sweep() {
     assert!(store.remove(&hot));
     store.par_sweep_all();
     assert_eq!(hot.copies(), 1, "copies of a removed hot key alive after a parallel sweep");
+}
+
+type Store = Keyed<Counted, GcraAlgorithm, ManualClock>;
+
+/// Removes a key and runs `sweep_while_paused` while another thread is paused
+/// inside a `for_each` callback (inside a guard); then, once that thread has
+/// returned and no guard is held anywhere, runs `sweep` (and a check of a stored
+/// key) eight times. Returns the removed key's copies alive after each of the
+/// eight.
+fn copies_after_sweeps_once_the_guard_is_gone(sweep_while_paused: fn(&Store), sweep: fn(&Store)) -> Vec<usize> {
+    let clock = ManualClock::new();
+    let config = KeyedConfig::builder(1_000).build().unwrap();
+    let store: Store = Keyed::gcra_with_clock(Quota::per_second(10).unwrap(), config, clock.clone());
+    let (removed, other) = (Counted::new(1), Counted::new(2));
+    assert!(store.check(&removed).is_allowed() && store.check(&other).is_allowed());
+    assert_eq!(removed.copies(), 2);
+    let (paused, resume) = (Barrier::new(2), Barrier::new(2));
+    let store = &store;
+    std::thread::scope(|scope| {
+        let pinned = scope.spawn(|| {
+            let mut first = true;
+            store.for_each(|_, _| {
+                if std::mem::take(&mut first) {
+                    paused.wait(); // inside the shard's guard
+                    resume.wait();
+                }
+            });
+        });
+        paused.wait();
+        assert!(store.remove(&removed));
+        sweep_while_paused(store);
+        // Held back by the paused callback's guard, rightly.
+        assert_eq!(removed.copies(), 2, "a removed key dropped while a guard entered before its removal is held");
+        resume.wait();
+        pinned.join().unwrap();
+    });
+    // No guard is held anywhere now.
+    (0..8)
+        .map(|_| {
+            sweep(store);
+            let _ = store.check(&other);
+            removed.copies()
+        })
+        .collect()
+}
+
+/// A sweep that hands a removed key over while another thread is inside a guard
+/// (a paused `for_each` callback) leaves it in this thread's collector batch (a
+/// batch is retired only once it holds an entry per thread inside a guard); the
+/// next sweep after that guard is gone retries the batch, though nothing new is
+/// pending, and the key is dropped: by `sweep_all`, and by `sweep` of one shard
+/// (of any shard: the batch is the thread's, not the shard's).
+#[test]
+fn a_hand_over_made_while_another_thread_is_inside_a_guard_is_reclaimed_by_the_next_sweep() {
+    let after_sweep_all = copies_after_sweeps_once_the_guard_is_gone(
+        |store| {
+            store.sweep_all();
+        },
+        |store| {
+            store.sweep_all();
+        },
+    );
+    // Round the store's shards (three) and more while paused, so that the key's
+    // own shard hands it over then.
+    let after_sweep = copies_after_sweeps_once_the_guard_is_gone(
+        |store| {
+            for _ in 0..16 {
+                store.sweep();
+            }
+        },
+        |store| {
+            store.sweep();
+        },
+    );
+    assert_eq!(
+        (after_sweep_all, after_sweep),
+        (vec![1; 8], vec![1; 8]),
+        "copies of the removed key alive after each sweep (sweep_all, sweep) once the guard is gone"
+    );
+}
+
+/// The same for `par_sweep_all`, whose hand-overs are made on the pool's threads:
+/// each of them retries its batch at every parallel sweep.
+#[cfg(feature = "rayon")]
+#[test]
+fn a_hand_over_made_while_another_thread_is_inside_a_guard_is_reclaimed_by_the_next_parallel_sweep() {
+    let after = copies_after_sweeps_once_the_guard_is_gone(
+        |store| {
+            store.par_sweep_all();
+        },
+        |store| {
+            store.par_sweep_all();
+        },
+    );
+    assert_eq!(after, [1; 8], "copies of the removed key alive after each parallel sweep once the guard is gone");
 }
