@@ -318,9 +318,28 @@ impl<M> AllOf<M> {
         }
         let mine = self.tag(index, admission);
         Ok(Some(match later {
-            Ok(Some(later)) if later.remaining() < mine.remaining() => later,
+            // Every member admitted: the answer is the one with the least left,
+            // stamped with the earliest reading any of them decided at (see
+            // `KeyedLimiter::refund` for `AllOf`).
+            Ok(Some(later)) => {
+                let at = earliest(mine.decided_at(), later.decided_at());
+                if later.remaining() < mine.remaining() { later.at(at) } else { mine.at(at) }
+            }
             _ => mine,
         }))
+    }
+}
+
+/// The earlier of two members' readings, a reading of zero meaning "not said"
+/// (a limiter that does not stamp its decisions, or a fallback's decision): the
+/// reading an all-of admission is stamped with, so that a refund hands no member
+/// a reading later than its own.
+#[inline]
+fn earliest(a: crate::Nanos, b: crate::Nanos) -> crate::Nanos {
+    match (a.as_u64(), b.as_u64()) {
+        (0, _) => b,
+        (_, 0) => a,
+        _ => a.min(b),
     }
 }
 
@@ -381,13 +400,28 @@ impl<K: ?Sized, M: AllOfMembers<K>> KeyedLimiter<K> for AllOf<M> {
     /// any charge ([`Decision::without_charge`]), since the deciding member's charge
     /// is not what it charged: a member that records charges then credits the
     /// units' price under its quota only if that quota has not changed since the
-    /// decision was made (at the deciding member's clock reading: members should
-    /// share a clock), and nothing otherwise. So no member is credited more than it
-    /// charged, whatever quota changes came in between, except that a member's quota
-    /// change landing during the all-of check itself, after that member checked and
-    /// before the deciding member read its clock, goes unseen. An admission of 0
-    /// credits nothing. Every member is refunded even if one fails; the first
-    /// failure is returned.
+    /// decision was made, and nothing otherwise. An admission of 0 credits
+    /// nothing. Every member is refunded even if one fails; the first failure is
+    /// returned.
+    ///
+    /// **Which reading each member is refunded against.** An all-of admission
+    /// is stamped ([`Decision::decided_at`]) with the *earliest* reading at which
+    /// any member decided it (members read their clocks one after the other, and
+    /// must share a clock). Every member is handed that reading, which is never
+    /// later than its own, and an earlier reading is conservative for every
+    /// algorithm: a window member gives the units back only if the earlier
+    /// reading's window is still the current one (a window boundary falling
+    /// between two members' readings makes it give back nothing, never into a
+    /// window the admission was not counted in); a token bucket credits the
+    /// units less the time since the earlier reading (a little less); a sliding
+    /// log removes entries at or before the earlier reading (which expire no
+    /// later than the admission's own). Handing every member the deciding member's
+    /// reading instead gave a window member that decided just before a boundary
+    /// the units back in the next window, where they had never been counted: a
+    /// fixed window of 2 admitted 3 in one window. A quota change is likewise judged
+    /// from the earliest reading, so a change landing during the all-of check
+    /// itself, after the first member read its clock, makes the members that
+    /// record no charge credit nothing.
     fn refund(&self, key: &K, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
         let decider = self.decider(admission);
         let others = admission.without_charge();
@@ -684,6 +718,42 @@ mod tests {
         all.refund(&0, 1, &free).unwrap();
         assert_eq!(last.refunded_with.lock().unwrap()[1], (None, 4, true));
         assert_eq!(inner.members().1.refunded_with.lock().unwrap()[1], (None, 1, true));
+    }
+
+    /// Admits everything, stamping its decisions with a fixed reading and `left`
+    /// remaining.
+    struct Stamps {
+        policy: [Policy; 1],
+        at: u64,
+        left: u64,
+    }
+
+    impl KeyedLimiter<u32> for Stamps {
+        fn check_n(&self, _: &u32, _: u64) -> Result<Decision, InsufficientCapacity> {
+            Ok(Decision::allowed(Snapshot::new(10, self.left, 0)).at(crate::Nanos::new(self.at)))
+        }
+        fn refund(&self, _: &u32, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
+            Ok(())
+        }
+        fn snapshot(&self, _: &u32) -> Snapshot {
+            Snapshot::new(10, self.left, 0)
+        }
+        fn policies(&self) -> &[Policy] {
+            &self.policy
+        }
+    }
+
+    /// An admission is stamped with the earliest reading any member decided it at
+    /// (a reading of 0, "not said", passed over), whichever member decided, so that
+    /// a refund hands no member a reading later than its own.
+    #[test]
+    fn an_admission_is_stamped_with_the_earliest_members_reading() {
+        let stamps = |at, left| Stamps { policy: [Policy::new(10, Duration::from_secs(1))], at, left };
+        let all = AllOf::new((stamps(7, 9), stamps(5, 8), stamps(0, 1), stamps(6, 9))).unwrap();
+        let d = all.check_n(&0, 1).unwrap();
+        assert_eq!((d.policy_index(), d.decided_at()), (2, crate::Nanos::new(5)));
+        let all = AllOf::new((stamps(0, 3),)).unwrap();
+        assert_eq!(all.check_n(&0, 1).unwrap().decided_at(), crate::Nanos::ZERO);
     }
 
     /// The documented transient: while a request holds the first quota's last unit
