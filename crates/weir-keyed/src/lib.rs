@@ -191,10 +191,12 @@
 //! fewer entries than there are threads inside a guard when it flushes). The
 //! collector retires a thread's batch only once it holds an entry per thread
 //! inside a guard, so what a sweep hands over while other threads are inside
-//! guards can stay in its thread's batch: every sweep flushes that batch again,
-//! also when it has nothing new to hand over, and such an entry is dropped by the
-//! first sweep of the same thread that runs with no other thread inside a guard
-//! (`tests/hand_over.rs`). So
+//! guards can stay in its thread's batch: every explicit, background or rayon
+//! sweep flushes that batch again, also when it has nothing new to hand over, and
+//! such an entry is dropped by the first such sweep of the same thread that runs
+//! with no other thread inside a guard (`tests/hand_over.rs`). A sweep paced by
+//! insertions flushes only what it hands over: it runs on a check's path, and a
+//! flush is a process-wide memory barrier even with nothing to retire. So
 //! whatever arrives and whatever runs, a shard's slab holds at most one slot more
 //! than twice the most keys it has held plus its slack (and up to twice that in
 //! memory, as a slab grows by doubling), and its entries awaiting reclamation

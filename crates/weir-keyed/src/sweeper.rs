@@ -164,7 +164,7 @@ where
     /// shrinks its index, as `sweep_one` does an ordinary shard's.
     ///
     /// And it flushes this thread's collector batch unless the sweep already did
-    /// (`flushed`): a flush retires a batch only once it holds an entry per thread
+    /// or does not want to (`flushed`; a paced sweep never does, see `paced_sweep`): a flush retires a batch only once it holds an entry per thread
     /// inside a guard, so what a sweep handed over while other threads were inside
     /// guards stays in the batch; without a flush at each sweep, one that finds
     /// nothing new to hand over would leave it there until the batch fills (256
@@ -314,8 +314,12 @@ where
             // cannot fail a check that already took its admission.
             // Ordering: Relaxed; a round-robin ticket, publishing nothing.
             let next = self.cursor.fetch_add(1, Ordering::Relaxed);
-            let (_, flushed) = self.sweep_one(next % self.shards.len(), false);
-            self.finish_sweep(false, flushed);
+            // No flush of its own: a paced sweep runs on an inserting check's
+            // path, and a flush is a process-wide memory barrier (a system call)
+            // even with nothing to retire. What a hand-over left in this thread's
+            // batch is retried by the next explicit or background sweep.
+            self.sweep_one(next % self.shards.len(), false);
+            self.finish_sweep(false, true);
         }
     }
 
