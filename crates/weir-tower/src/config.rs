@@ -476,6 +476,8 @@ impl Config {
             });
         }
         let mut defaults = 0;
+        // Every route prefix and the policy that claimed it first.
+        let mut claimed: Vec<(&str, &str)> = Vec::new();
         for (p, spec) in file.policies.iter().enumerate() {
             if spec.routes.is_empty() && !spec.default {
                 return Err(ctx.at(
@@ -492,6 +494,19 @@ impl Config {
                 if !route.get_ref().starts_with('/') {
                     return Err(ctx.at(route, format!("policy[{p}].routes[{r}]"), "a route starts with `/`"));
                 }
+                let name = spec.name.get_ref().as_str();
+                if let Some((_, first)) = claimed.iter().find(|(prefix, _)| *prefix == route.get_ref().as_str()) {
+                    return Err(ctx.at(
+                        route,
+                        format!("policy[{p}].routes[{r}]"),
+                        format!(
+                            "the route `{}` of policy `{name}` is already policy `{first}`'s: the longest prefix \
+                             wins, so one of them would never apply; give each route to one policy",
+                            route.get_ref()
+                        ),
+                    ));
+                }
+                claimed.push((route.get_ref(), name));
             }
             if spec.limits.is_empty() {
                 return Err(ctx.at(

@@ -61,12 +61,27 @@ pub enum BuildError {
         /// The prefix given.
         prefix: String,
     },
+    /// A [`route`](RateLimitLayerBuilder::route) prefix given twice: the longest
+    /// match wins, so the later policy would never apply.
+    DuplicateRoute {
+        /// The prefix.
+        prefix: String,
+        /// The policy it was given first.
+        first: String,
+        /// The policy it was given again.
+        second: String,
+    },
 }
 
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Route { prefix } => write!(f, "route: `{prefix}` does not start with `/`"),
+            Self::DuplicateRoute { prefix, first, second } => write!(
+                f,
+                "route: `{prefix}` is claimed by policy `{first}` and again by policy `{second}`, which would never \
+                 apply; give each prefix to one policy"
+            ),
         }
     }
 }
@@ -165,9 +180,9 @@ impl Shared {
                     None,
                 )
             }
-            Refusal::Unavailable { error, key } => {
+            Refusal::Unavailable { error, key, retry_after } => {
                 tracing::warn!(target: "weir_tower", policy, key = %key, path, %error, "rate limiter unavailable");
-                self.respond(parts, policy, (Cause::Unavailable, "", Some(&key), None, None), None, None)
+                self.respond(parts, policy, (Cause::Unavailable, "", Some(&key), None, retry_after), None, None)
             }
         }
     }
@@ -384,6 +399,15 @@ impl RateLimitLayerBuilder {
     pub fn route(mut self, prefix: &str, policy: Policy) -> Self {
         if !prefix.starts_with('/') {
             self.errors.push(BuildError::Route { prefix: prefix.to_owned() });
+            return self;
+        }
+        if let Some(&(_, first)) = self.routes.iter().find(|(p, _)| **p == *prefix) {
+            let first = self.policies.get(first).map_or_else(String::new, |p| p.name.to_string());
+            self.errors.push(BuildError::DuplicateRoute {
+                prefix: prefix.to_owned(),
+                first,
+                second: policy.name().into(),
+            });
             return self;
         }
         let index = self.add(policy);

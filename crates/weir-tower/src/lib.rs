@@ -129,7 +129,13 @@
 //! client's rate: it is answered `503 Too Many Clients` ([`Rejection::KeyCapacity`]),
 //! with the store's `Retry-After` and no `RateLimit` fields (the client has no
 //! bucket they could describe); so is a new client of a [`KeyedThrottle`] whose map
-//! is full of throttles in use.
+//! is full of throttles in use. A decision a store's fail policy made
+//! ([`Decision::is_from_fallback`](weir_rl_core::Decision::is_from_fallback): weir-redis's
+//! `Resilient` while Redis is down) says nothing of the client's quota: a denial is
+//! answered as the store's outage, `503 Rate Limiter Unavailable` with the store's
+//! `Retry-After` (until Redis is tried again) and no `RateLimit` fields (gRPC:
+//! `UNAVAILABLE`); an admission carries no `RateLimit` fields of its own (those of
+//! another limit of the policy, if one decided from its own state).
 //!
 //! # gRPC (tonic)
 //!

@@ -544,6 +544,22 @@ impl Drop for Turns<'_> {
     }
 }
 
+/// Whether `decision` was made from the key's own state, not by a store's fallback
+/// ([`Decision::is_from_fallback`]: a remote store's fail policy while its backend
+/// is down, a full store's overflow limiter): only such a decision describes the
+/// client's quota in the `RateLimit` fields.
+fn is_own(decision: &Decision) -> bool {
+    !decision.is_from_fallback()
+}
+
+/// Whether `decision` is a denial made by a store's fallback (see [`is_own`]), not
+/// a full store's refusal of a new key: the store's outage, answered 503.
+fn is_outage(decision: &Decision) -> bool {
+    decision.is_denied()
+        && decision.is_from_fallback()
+        && decision.deny_reason() != Some(weir_rl_core::DenyReason::KeyCapacity)
+}
+
 /// A request's keys, one per limit (`None`: skipped).
 pub(crate) type Keys = [Option<Key>; MAX_LIMITS];
 
@@ -559,8 +575,9 @@ pub(crate) enum Refusal {
     TurnedAway { retry_after: Duration, key: Key },
     /// A throttle's map was full of other keys' throttles in use.
     ThrottleFull { retry_after: Duration, key: Key },
-    /// A store or a tier lookup failed.
-    Unavailable { error: StoreError, key: Key },
+    /// A store or a tier lookup failed, or a store decided by its fail policy
+    /// (then `retry_after` is the store's: until its backend is tried again).
+    Unavailable { error: StoreError, key: Key, retry_after: Option<Duration> },
 }
 
 /// What a policy decided for a request.
@@ -636,6 +653,9 @@ impl CompiledPolicy {
         let mut turns = Turns(Default::default());
         let mut held = Held { policy: self, keys, tiers, admitted: [None; MAX_LIMITS] };
         let mut best: Option<(usize, Decision)> = None;
+        // The first throttle that gave the request its turn: what its admission is
+        // counted as when no store decided (counted once, by `allowed`).
+        let mut throttled: Option<usize> = None;
         for (i, limit) in self.limits.iter().enumerate() {
             let Some(key) = &held.keys[i] else { continue };
             let store = match &limit.limit.kind {
@@ -649,7 +669,8 @@ impl CompiledPolicy {
                                 held.give_back().await;
                                 self.count_unavailable(i);
                                 let key = held.keys[i].take().unwrap_or_else(Key::global);
-                                return Verdict::Refused(Refusal::Unavailable { error: StoreError::new(e), key });
+                                let error = StoreError::new(e);
+                                return Verdict::Refused(Refusal::Unavailable { error, key, retry_after: None });
                             }
                         },
                     };
@@ -670,9 +691,9 @@ impl CompiledPolicy {
                         Ok(turn) => {
                             #[cfg(feature = "metrics")]
                             if let Some(m) = self.limits.get(i).map(|l| &l.metrics) {
-                                m.throttled.increment(1);
                                 m.wait.record(asked.elapsed().as_secs_f64());
                             }
+                            throttled = throttled.or(Some(i));
                             turns.0[i] = Some(turn);
                             continue;
                         }
@@ -703,9 +724,13 @@ impl CompiledPolicy {
             match store.check_n(key, n).await {
                 Ok(decision) if decision.is_allowed() => {
                     held.admitted[i] = Some(decision);
-                    if best.is_none_or(|(_, b)| decision.remaining() < b.remaining()) {
+                    if is_own(&decision) && best.is_none_or(|(_, b)| decision.remaining() < b.remaining()) {
                         best = Some((i, decision));
                     }
+                }
+                Ok(decision) if is_outage(&decision) => {
+                    held.give_back().await;
+                    return self.outage(i, decision, &mut held.keys);
                 }
                 Ok(decision) => {
                     held.give_back().await;
@@ -716,12 +741,21 @@ impl CompiledPolicy {
                     held.give_back().await;
                     self.count_unavailable(i);
                     let key = held.keys[i].take().unwrap_or_else(Key::global);
-                    return Verdict::Refused(Refusal::Unavailable { error, key });
+                    return Verdict::Refused(Refusal::Unavailable { error, key, retry_after: None });
                 }
             }
         }
         held.admitted = [None; MAX_LIMITS]; // admitted for good
         turns.keep();
+        #[cfg(feature = "metrics")]
+        if best.is_none()
+            && let Some(m) = throttled.and_then(|i| self.limits.get(i)).map(|l| &l.metrics)
+        {
+            // A throttle's admission, with no store's to count it by.
+            m.throttled.increment(1);
+            return self.allowed_uncounted(best, &held.keys, &held.tiers, legacy);
+        }
+        let _ = throttled;
         self.allowed(best, &held.keys, &held.tiers, legacy)
     }
 
@@ -739,9 +773,13 @@ impl CompiledPolicy {
             match store.check_n(key, n) {
                 Ok(decision) if decision.is_allowed() => {
                     admitted[i] = Some(decision);
-                    if best.is_none_or(|(_, b)| decision.remaining() < b.remaining()) {
+                    if is_own(&decision) && best.is_none_or(|(_, b)| decision.remaining() < b.remaining()) {
                         best = Some((i, decision));
                     }
+                }
+                Ok(decision) if is_outage(&decision) => {
+                    self.refund_now(keys, tiers, &mut admitted);
+                    return self.outage(i, decision, keys);
                 }
                 Ok(decision) => {
                     self.refund_now(keys, tiers, &mut admitted);
@@ -753,11 +791,24 @@ impl CompiledPolicy {
                     self.refund_now(keys, tiers, &mut admitted);
                     self.count_unavailable(i);
                     let key = keys[i].take().unwrap_or_else(Key::global);
-                    return Verdict::Refused(Refusal::Unavailable { error: StoreError::new(error), key });
+                    return Verdict::Refused(Refusal::Unavailable {
+                        error: StoreError::new(error),
+                        key,
+                        retry_after: None,
+                    });
                 }
             }
         }
         self.allowed(best, keys, tiers, legacy)
+    }
+
+    /// The refusal for limit `i`'s store deciding by its fail policy: the store's
+    /// outage (503 with the store's `Retry-After`), not the client's quota.
+    fn outage(&self, i: usize, decision: Decision, keys: &mut Keys) -> Verdict {
+        self.count_unavailable(i);
+        let key = keys[i].take().unwrap_or_else(Key::global);
+        let error = StoreError::new("the store decided by its fail policy: its backend is unavailable");
+        Verdict::Refused(Refusal::Unavailable { error, key, retry_after: decision.retry_after() })
     }
 
     /// Of limit `denier`'s denial and the denials of the limits after it, the one
@@ -853,6 +904,17 @@ impl CompiledPolicy {
             Some(quota) => quota.metrics.allowed.increment(1),
             None => self.metrics.unlimited.increment(1),
         }
+        self.allowed_uncounted(best, keys, tiers, legacy)
+    }
+
+    /// [`allowed`](Self::allowed), counted by the caller.
+    fn allowed_uncounted(
+        &self,
+        best: Option<(usize, Decision)>,
+        keys: &Keys,
+        tiers: &[Option<usize>; MAX_LIMITS],
+        legacy: bool,
+    ) -> Verdict {
         Verdict::Allowed(best.map(|(i, decision)| {
             let prefix = self.ratelimit_prefix(i, tiers[i], &decision);
             RateLimitHeaders::new(self.policy_header(keys, tiers), prefix, &decision, legacy)

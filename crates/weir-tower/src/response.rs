@@ -261,7 +261,11 @@ pub enum Rejection {
     RateLimited,
     /// The request had no usable key and its limit says [`MissingKey::Deny`](crate::MissingKey::Deny): 400.
     Unidentified,
-    /// A store or the tier lookup failed: 503.
+    /// A store or the tier lookup failed: 503. So is a denial a store's fail policy
+    /// made ([`Decision::is_from_fallback`](weir_rl_core::Decision::is_from_fallback):
+    /// weir-redis's `Resilient` while Redis is down, or a full store's overflow
+    /// limiter), with the store's `Retry-After` and no `RateLimit` fields: the
+    /// store, not the client's quota, refused.
     Unavailable,
     /// A store is full of other clients' keys and refuses a new one
     /// ([`DenyReason::KeyCapacity`](weir_rl_core::DenyReason::KeyCapacity)): 503, with

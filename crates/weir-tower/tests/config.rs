@@ -232,3 +232,36 @@ async fn grpc_services_and_methods_are_route_prefixes() {
     let other = get_from(&router, "/weir.echo.v1.EchoTwo/Say", &[]).await;
     assert_eq!((other.status(), header(&other, "ratelimit")), (StatusCode::OK, None));
 }
+
+/// Two policies claiming one route prefix: the second never applied (a
+/// 1-per-minute `/auth` policy answered 200, 200, 200, the `api` policy's limit
+/// deciding). Refused, naming the policy, the route, its field and line.
+#[test]
+fn two_policies_claiming_one_route_are_refused() {
+    let text = r#"
+[[policy]]
+name = "api"
+routes = ["/auth", "/api"]
+[[policy.limit]]
+key = "ip"
+quotas = [{ algorithm = "gcra", limit = 100, window = "1m" }]
+
+[[policy]]
+name = "login"
+routes = ["/auth"]
+[[policy.limit]]
+key = "ip"
+quotas = [{ algorithm = "fixed_window", limit = 1, window = "1m" }]
+"#;
+    let e = Config::from_toml(text).map(|_| ()).unwrap_err();
+    assert_eq!((e.line, e.field.as_deref()), (Some(11), Some("policy[1].routes[0]")), "{e}");
+    assert!(e.message.contains("`/auth`") && e.message.contains("`api`") && e.message.contains("`login`"), "{e}");
+    // The same prefix given to the builder twice is refused as well.
+    let policy = |name: &str| weir_tower::Policy::builder(name).build().unwrap();
+    let e = weir_tower::RateLimitLayer::builder()
+        .route("/auth", policy("api"))
+        .route("/auth", policy("login"))
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("`/auth`"), "{e}");
+}

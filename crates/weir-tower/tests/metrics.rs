@@ -160,3 +160,42 @@ async fn throttle_waits_and_give_ups_are_recorded() {
     let wait = values[&("weir_tower_throttle_wait_seconds".to_owned(), "limit=line,policy=paced".to_owned())];
     assert_eq!(wait, (1.0, 0.0), "one admitted request, which did not wait (paused time)");
 }
+
+/// The requests a policy admitted, counted once each: the sum over every
+/// `outcome="allowed"` series. (A throttle's admission was counted, then the
+/// request's admission again: two series of 1 for a throttle-only policy, 2 for a
+/// store and a throttle.)
+fn admitted(values: &HashMap<(String, String), (f64, f64)>) -> f64 {
+    values
+        .iter()
+        .filter(|((name, labels), _)| name == DECISIONS && labels.contains("outcome=allowed"))
+        .map(|(_, (n, _))| n)
+        .sum()
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_request_admitted_through_a_throttle_is_counted_once() {
+    let clock = ManualClock::new();
+    for with_store in [false, true] {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let layer = metrics::with_local_recorder(&recorder, || {
+            let throttle = KeyedThrottle::builder(Quota::per_second(1).unwrap(), 1).build().unwrap();
+            let mut policy = Policy::builder("paced");
+            if with_store {
+                policy = policy.limit(Limit::per_ip(per_ip(10, 10, &clock)).named("per_ip"));
+            }
+            let policy = policy.limit(Limit::throttle(KeySource::global(), throttle).named("line"));
+            RateLimitLayer::builder().policy(policy.build().unwrap()).build().unwrap()
+        });
+        assert_eq!(send(&layer, "/", "203.0.113.5:4000", &[]).await, StatusCode::OK);
+        let values = read(&snapshotter);
+        assert_eq!(admitted(&values), 1.0, "with a store: {with_store}; {values:#?}");
+        let deciding = if with_store {
+            "limit=per_ip,outcome=allowed,policy=paced,quota=minute"
+        } else {
+            "limit=line,outcome=allowed,policy=paced,quota=throttle"
+        };
+        assert_eq!(get(&values, DECISIONS, deciding), 1.0);
+    }
+}

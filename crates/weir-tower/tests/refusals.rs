@@ -417,3 +417,58 @@ fn snapshot_room_matches_check_and_check_refund_is_exact_for_every_algorithm() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// A store's fail policy decides: the answer is the store's outage.
+// ---------------------------------------------------------------------------
+
+/// A remote store whose backend is down, deciding as weir-redis's `Resilient`
+/// with `FailPolicy::Closed` does (fail.rs, `decide_locally`): a denial of a
+/// snapshot with nothing remaining, `retry_after` the time until the backend is
+/// tried again, stamped `at(Nanos::ZERO)` and marked `from_fallback`.
+struct ClosedWhileDown([QuotaPolicy; 1]);
+
+impl AsyncKeyedLimiter<Key> for ClosedWhileDown {
+    type Error = InsufficientCapacity;
+
+    async fn check_n(&self, _: &Key, _: u64) -> Result<Decision, InsufficientCapacity> {
+        let until_probe_ns = 2_500_000_000;
+        let snapshot = Snapshot::new(self.0[0].limit(), 0, 0);
+        Ok(Decision::denied(snapshot, until_probe_ns).at(weir_rl_core::Nanos::ZERO).from_fallback())
+    }
+
+    async fn refund(&self, _: &Key, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
+        Ok(())
+    }
+
+    fn snapshot(&self, _: &Key) -> impl Future<Output = Result<Snapshot, InsufficientCapacity>> + Send {
+        let limit = self.0[0].limit();
+        async move { Ok(Snapshot::new(limit, 0, 0)) }
+    }
+
+    fn policies(&self) -> &[QuotaPolicy] {
+        &self.0
+    }
+}
+
+/// A fail-closed decision is the store's outage, not the client's quota: 503 with
+/// the store's `Retry-After` (until the backend is tried again, rounded up), no
+/// `RateLimit` fields, a problem body that says the limiter is unavailable. (It
+/// was a 429 with `RateLimit: "minute";r=0` and "the rate limit for this client is
+/// exhausted".)
+#[tokio::test(flavor = "current_thread")]
+async fn a_fail_closed_decision_is_answered_as_the_stores_outage() {
+    let store = ClosedWhileDown([QuotaPolicy::new(100, Duration::from_secs(60))]);
+    let policy = Policy::builder("api").limit(Limit::new(KeySource::global(), Store::remote(store))).build().unwrap();
+    let layer = RateLimitLayer::new(policy);
+    let response = send(&layer, get_req(&[])).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(&response, "retry-after"), Some("3"));
+    for name in ["ratelimit", "ratelimit-policy", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"] {
+        assert_eq!(header(&response, name), None, "{name}");
+    }
+    let body = json(&response);
+    assert_eq!((body["status"].as_u64(), body["title"].as_str()), (Some(503), Some("Rate Limiter Unavailable")));
+    assert_eq!(body["retry_after"], 3);
+    assert!(!body["detail"].as_str().unwrap().contains("exhausted"), "{body}");
+}
