@@ -1,0 +1,260 @@
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`: check the
+//! request, match it against the current config, decide its counters all or
+//! nothing, answer.
+
+use crate::config::Config;
+use crate::decide::{Check, Decide, DecideError};
+use crate::matching::{DescriptorMatch, UnknownDomain};
+use crate::proto::{self, rate_limit_response as pb};
+use crate::request::{Request, RequestError, RequestLimits};
+use crate::response::{ResponseOptions, build_response};
+use core::fmt;
+use std::sync::Arc;
+use weir_rl_core::{Decision, Snapshot};
+
+/// Where the service gets the config each request is answered with. A request
+/// keeps the config it started with until it is answered, whatever is loaded
+/// meanwhile.
+pub trait ConfigSource: Send + Sync {
+    /// The config now; `None` while none has been loaded (requests are then answered
+    /// `UNAVAILABLE`).
+    fn current(&self) -> Option<Arc<Config>>;
+}
+
+/// A config that never changes.
+impl ConfigSource for Arc<Config> {
+    fn current(&self) -> Option<Arc<Config>> {
+        Some(Arc::clone(self))
+    }
+}
+
+/// What a request for a domain no config file has is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum UnknownDomainPolicy {
+    /// `NOT_FOUND`, naming the domain (the default): a misspelt domain in Envoy's
+    /// config shows at once, rather than as traffic that is never limited.
+    #[default]
+    Refuse,
+    /// OK with no limit for every descriptor, as envoyproxy/ratelimit answers.
+    Allow,
+}
+
+/// The rate-limit service: a [`ConfigSource`] and a [`Decide`], behind tonic's
+/// `RateLimitService` trait.
+///
+/// ```
+/// # use weir_rls::{Check, Decide, DecideError};
+/// # use weir_rl_core::{Decision, Snapshot};
+/// # struct AlwaysAdmit;
+/// # impl Decide for AlwaysAdmit {
+/// #     async fn decide(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, DecideError> {
+/// #         Ok(checks.iter().map(|c| Decision::allowed(Snapshot::new(u64::from(c.limit.requests_per_unit()), 1, 0))).collect())
+/// #     }
+/// # }
+/// use std::sync::Arc;
+/// use weir_rls::proto::rate_limit_service_server::RateLimitServiceServer;
+/// use weir_rls::{Config, LoadOptions, RlsService};
+///
+/// let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
+/// let config = Arc::new(Config::from_yaml("d.yaml", yaml, &LoadOptions::default())?);
+/// let service = RlsService::new(config, AlwaysAdmit);
+/// let _server = RateLimitServiceServer::new(service); // add to a tonic Server
+/// # Ok::<(), weir_rls::ConfigError>(())
+/// ```
+#[derive(Debug)]
+pub struct RlsService<S, D> {
+    config: S,
+    decider: D,
+    request_limits: RequestLimits,
+    response: ResponseOptions,
+    unknown_domain: UnknownDomainPolicy,
+}
+
+impl<S: ConfigSource, D: Decide> RlsService<S, D> {
+    /// A service answering from `config`'s current config, counting with `decider`.
+    pub fn new(config: S, decider: D) -> Self {
+        Self {
+            config,
+            decider,
+            request_limits: RequestLimits::default(),
+            response: ResponseOptions::default(),
+            unknown_domain: UnknownDomainPolicy::default(),
+        }
+    }
+
+    /// With these request bounds.
+    pub fn request_limits(mut self, limits: RequestLimits) -> Self {
+        self.request_limits = limits;
+        self
+    }
+
+    /// With these response headers.
+    pub fn response_options(mut self, options: ResponseOptions) -> Self {
+        self.response = options;
+        self
+    }
+
+    /// Answering unknown domains so.
+    pub fn unknown_domain(mut self, policy: UnknownDomainPolicy) -> Self {
+        self.unknown_domain = policy;
+        self
+    }
+
+    /// Answers one request: what the gRPC method and the `/json` endpoint both do.
+    pub async fn respond(&self, request: proto::RateLimitRequest) -> Result<proto::RateLimitResponse, ServiceError> {
+        let request = Request::from_proto(request, &self.request_limits)?;
+        let config = self.config.current().ok_or(ServiceError::NoConfig)?;
+        let matches = match config.match_request(&request) {
+            Ok(matches) => matches,
+            Err(unknown) => {
+                return match self.unknown_domain {
+                    UnknownDomainPolicy::Allow => Ok(all_ok(request.descriptors().len())),
+                    UnknownDomainPolicy::Refuse => Err(ServiceError::UnknownDomain(unknown)),
+                };
+            }
+        };
+
+        // A limit of 0 refuses whatever costs anything, without a counter. If one
+        // does (outside shadow mode), the request is over whatever the counters
+        // say: they are read, not charged.
+        let mut checks = Vec::new();
+        let mut blocked = false;
+        for (descriptor, m) in matches.descriptors().iter().enumerate() {
+            let DescriptorMatch::Limited(limited) = m else { continue };
+            match limited.limit().quota() {
+                Some(quota) => checks.push(Check {
+                    descriptor,
+                    domain: matches.domain(),
+                    source: limited.source(),
+                    limit: *limited.limit(),
+                    quota,
+                    key: limited.key(),
+                    cost: limited.cost(),
+                    shadow: limited.shadow(),
+                }),
+                None => blocked |= limited.cost() > 0 && !limited.shadow(),
+            }
+        }
+        if blocked {
+            for check in &mut checks {
+                check.cost = 0;
+            }
+        }
+        let decided = if checks.is_empty() { Vec::new() } else { self.decider.decide(&checks).await? };
+        if decided.len() != checks.len() {
+            return Err(ServiceError::DecisionCount { checks: checks.len(), decisions: decided.len() });
+        }
+
+        let mut decisions: Vec<Option<Decision>> = vec![None; matches.descriptors().len()];
+        for (check, decision) in checks.iter().zip(decided) {
+            decisions[check.descriptor] = Some(decision);
+        }
+        for (m, decision) in matches.descriptors().iter().zip(&mut decisions) {
+            if let DescriptorMatch::Limited(limited) = m
+                && limited.limit().quota().is_none()
+            {
+                let window_ns = u64::try_from(limited.limit().window().as_nanos()).unwrap_or(u64::MAX);
+                let snapshot = Snapshot::new(0, 0, window_ns);
+                *decision = Some(if limited.cost() == 0 {
+                    Decision::allowed(snapshot)
+                } else {
+                    Decision::denied(snapshot, window_ns)
+                });
+            }
+        }
+        Ok(build_response(&matches, &decisions, &self.response))
+    }
+}
+
+/// OK with no limit for each of `n` descriptors.
+fn all_ok(n: usize) -> proto::RateLimitResponse {
+    proto::RateLimitResponse {
+        overall_code: pb::Code::Ok.into(),
+        statuses: vec![pb::DescriptorStatus { code: pb::Code::Ok.into(), ..Default::default() }; n],
+        ..Default::default()
+    }
+}
+
+#[tonic::async_trait]
+impl<S, D> proto::rate_limit_service_server::RateLimitService for RlsService<S, D>
+where
+    S: ConfigSource + 'static,
+    D: Decide + 'static,
+{
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<proto::RateLimitRequest>,
+    ) -> Result<tonic::Response<proto::RateLimitResponse>, tonic::Status> {
+        self.respond(request.into_inner()).await.map(tonic::Response::new).map_err(tonic::Status::from)
+    }
+}
+
+/// Why a request was not answered with statuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// The request is malformed or out of bounds (`INVALID_ARGUMENT`).
+    Request(RequestError),
+    /// No config file has the domain (`NOT_FOUND`).
+    UnknownDomain(UnknownDomain),
+    /// No config has been loaded yet (`UNAVAILABLE`).
+    NoConfig,
+    /// The counters could not be decided (`UNAVAILABLE` or `INTERNAL`).
+    Decide(DecideError),
+    /// The [`Decide`] answered a different number of decisions than it was given
+    /// checks (`INTERNAL`).
+    DecisionCount {
+        /// Checks given.
+        checks: usize,
+        /// Decisions answered.
+        decisions: usize,
+    },
+}
+
+impl ServiceError {
+    /// The gRPC status code the request is answered with.
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            Self::Request(e) => e.code(),
+            Self::UnknownDomain(_) => tonic::Code::NotFound,
+            Self::NoConfig => tonic::Code::Unavailable,
+            Self::Decide(e) => e.code(),
+            Self::DecisionCount { .. } => tonic::Code::Internal,
+        }
+    }
+}
+
+impl fmt::Display for ServiceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Request(e) => e.fmt(f),
+            Self::UnknownDomain(e) => e.fmt(f),
+            Self::NoConfig => f.write_str("no rate limit configuration loaded"),
+            Self::Decide(e) => write!(f, "the counters could not be decided: {e}"),
+            Self::DecisionCount { checks, decisions } => {
+                write!(f, "the counters answered {decisions} decisions for {checks} checks")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ServiceError {}
+
+impl From<RequestError> for ServiceError {
+    fn from(e: RequestError) -> Self {
+        Self::Request(e)
+    }
+}
+
+impl From<DecideError> for ServiceError {
+    fn from(e: DecideError) -> Self {
+        Self::Decide(e)
+    }
+}
+
+impl From<ServiceError> for tonic::Status {
+    fn from(e: ServiceError) -> Self {
+        tonic::Status::new(e.code(), e.to_string())
+    }
+}
