@@ -51,22 +51,20 @@
 //! status's metadata or its details, as `tests/grpc.rs` does.
 //!
 //! [`deny_body`]: crate::RateLimitLayerBuilder::deny_body
+//! [`Rejection`]: crate::Rejection
 
-use crate::response::{Cause, Denied, RateLimitHeaders, number};
+use crate::response::{number, write_fields};
 use bytes::Bytes;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{HeaderMap, Response};
-use std::time::Duration;
 use tonic::Code;
 use tonic_types::{ErrorDetails, StatusExt as _};
 use tower_layer::Layer;
 use tower_service::Service;
-
-#[cfg(doc)]
-use crate::Rejection;
+use weir_http::{GrpcCode, Refused};
 
 /// `grpc-retry-pushback-ms` (gRFC A6): how long a client's retry policy waits
 /// before it retries, in milliseconds.
@@ -85,56 +83,32 @@ pub(crate) fn grpc_content_type(parts: &Parts) -> Option<&HeaderValue> {
     })
 }
 
-/// The gRPC status code of a refusal for `cause`.
-pub(crate) fn code(cause: Cause) -> Code {
-    match cause {
-        Cause::RateLimited | Cause::KeyCapacity => Code::ResourceExhausted,
-        Cause::Unidentified => Code::Unauthenticated,
-        Cause::NoPeerAddress => Code::Internal,
-        Cause::Unavailable => Code::Unavailable,
+/// tonic's code for weir-http's.
+fn code(code: GrpcCode) -> Code {
+    match code {
+        GrpcCode::ResourceExhausted => Code::ResourceExhausted,
+        GrpcCode::Unauthenticated => Code::Unauthenticated,
+        GrpcCode::Internal => Code::Internal,
+        GrpcCode::Unavailable => Code::Unavailable,
+        _ => Code::from_i32(code.number()),
     }
 }
 
-/// Whole milliseconds, rounded up, and at least 1 (a pushback of 0 is a retry at
-/// once, which is denied again).
-pub(crate) fn pushback_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX).max(1)
-}
-
-/// The `grpc-message`: the title, the detail, when to retry, and the policy and
-/// quota that decided (unencoded: tonic percent-encodes it).
-fn message(cause: Cause, denied: &Denied<'_>, retry_after: Option<Duration>) -> String {
-    let (title, _) = cause.words();
-    let mut out = format!("{title}: {}", denied.detail);
-    if let Some(retry) = retry_after {
-        out.push_str(&format!(" Retry after {} ms.", pushback_ms(retry)));
-    }
-    match (denied.policy, denied.quota) {
-        ("", "") => {}
-        (policy, "") => out.push_str(&format!(" (policy \"{policy}\")")),
-        ("", quota) => out.push_str(&format!(" (quota \"{quota}\")")),
-        (policy, quota) => out.push_str(&format!(" (policy \"{policy}\", quota \"{quota}\")")),
-    }
-    out
-}
-
-/// The trailers-only gRPC response refusing a call for `cause`, of the call's own
+/// The trailers-only gRPC response refusing a call, of the call's own
 /// `content_type` (`application/grpc+proto`, `application/grpc-web`: the client
 /// reads the framing it asked for).
-pub(crate) fn refusal(
-    content_type: HeaderValue,
-    cause: Cause,
-    denied: &Denied<'_>,
-    retry_after: Option<Duration>,
-    headers: Option<RateLimitHeaders>,
-) -> Response<Bytes> {
-    let code = code(cause);
-    let message = message(cause, denied, retry_after);
-    let status = match retry_after {
-        Some(retry) => tonic::Status::with_error_details(code, message, ErrorDetails::with_retry_info(Some(retry))),
-        None => tonic::Status::new(code, message),
+pub(crate) fn refusal(content_type: HeaderValue, mut refused: Refused<'_>) -> Response<Bytes> {
+    let grpc = refused.grpc();
+    let fields = refused.take_fields();
+    let code = code(grpc.code);
+    let pushback = grpc.pushback_ms();
+    let status = match grpc.retry_after {
+        Some(retry) => {
+            tonic::Status::with_error_details(code, grpc.message, ErrorDetails::with_retry_info(Some(retry)))
+        }
+        None => tonic::Status::new(code, grpc.message),
     };
-    let mut map = HeaderMap::with_capacity(6 + headers.as_ref().map_or(0, RateLimitHeaders::len));
+    let mut map = HeaderMap::with_capacity(6 + fields.as_ref().map_or(0, |f| f.len()));
     map.insert(CONTENT_TYPE, content_type);
     if status.add_header(&mut map).is_err() {
         // Only a header value tonic could not write (it percent-encodes the message
@@ -142,11 +116,11 @@ pub(crate) fn refusal(
         // still tells the client what happened.
         map.insert(GRPC_STATUS, number(code as i32 as u64));
     }
-    if let Some(retry) = retry_after {
-        map.insert(GRPC_RETRY_PUSHBACK_MS, number(pushback_ms(retry)));
+    if let Some(pushback) = pushback {
+        map.insert(GRPC_RETRY_PUSHBACK_MS, number(pushback));
     }
-    if let Some(headers) = headers {
-        headers.write(&mut map);
+    if let Some(fields) = fields {
+        write_fields(fields, &mut map);
     }
     let mut response = Response::new(Bytes::new());
     *response.headers_mut() = map;
@@ -312,58 +286,5 @@ mod tests {
             assert!(grpc_content_type(&parts(http)).is_none(), "{http}");
         }
         assert!(grpc_content_type(&http::Request::new(()).into_parts().0).is_none());
-    }
-
-    #[test]
-    fn pushback_is_whole_milliseconds_rounded_up() {
-        assert_eq!(pushback_ms(Duration::from_nanos(1)), 1);
-        assert_eq!(pushback_ms(Duration::ZERO), 1);
-        assert_eq!(pushback_ms(Duration::from_millis(1500)), 1500);
-        assert_eq!(pushback_ms(Duration::from_micros(1_500_001)), 1501);
-        assert_eq!(pushback_ms(Duration::MAX), u64::MAX);
-    }
-
-    #[test]
-    fn refusals_are_trailers_only_with_the_delay_twice() {
-        let denied = Denied {
-            rejection: Cause::RateLimited.rejection(),
-            policy: "api",
-            quota: "minute",
-            retry_after_secs: Some(2),
-            decision: None,
-            detail: Cause::RateLimited.words().1,
-        };
-        let retry = Duration::from_millis(1250);
-        let grpc = HeaderValue::from_static("application/grpc");
-        let response = refusal(grpc.clone(), Cause::RateLimited, &denied, Some(retry), None);
-        assert_eq!(response.status(), http::StatusCode::OK);
-        assert!(response.body().is_empty());
-        let headers = response.headers();
-        assert_eq!(headers[CONTENT_TYPE], "application/grpc");
-        assert_eq!(headers["grpc-status"], "8");
-        assert_eq!(headers["grpc-retry-pushback-ms"], "1250");
-        let status = tonic::Status::from_header_map(headers).unwrap();
-        assert_eq!(status.code(), Code::ResourceExhausted);
-        assert_eq!(
-            status.message(),
-            "Too Many Requests: The rate limit for this client is exhausted. Retry after 1250 ms. (policy \"api\", \
-             quota \"minute\")"
-        );
-        assert_eq!(status.get_details_retry_info().unwrap().retry_delay, Some(retry));
-        // Percent-encoded on the wire, and base64 without padding.
-        assert!(headers["grpc-message"].to_str().unwrap().contains("%20"));
-        assert!(!headers["grpc-status-details-bin"].to_str().unwrap().ends_with('='));
-        for (cause, want) in [
-            (Cause::Unidentified, Code::Unauthenticated),
-            (Cause::NoPeerAddress, Code::Internal),
-            (Cause::Unavailable, Code::Unavailable),
-            (Cause::KeyCapacity, Code::ResourceExhausted),
-        ] {
-            let response = refusal(grpc.clone(), cause, &Denied { detail: cause.words().1, ..denied }, None, None);
-            let status = tonic::Status::from_header_map(response.headers()).unwrap();
-            assert_eq!(status.code(), want, "{cause:?}");
-            assert!(response.headers().get("grpc-retry-pushback-ms").is_none());
-            assert!(status.get_details_retry_info().is_none());
-        }
     }
 }

@@ -1,8 +1,8 @@
-//! [`RateLimitLayer`] and its [`RateLimit`] service.
+//! [`RateLimitLayer`] and its [`RateLimit`] service: weir-http's request path over
+//! tower's `Service`.
 
-use crate::key::Key;
-use crate::policy::{CompiledPolicy, Keys, MAX_LIMITS, Policy, Refusal, Verdict, compile};
-use crate::response::{BodyStyle, Cause, Denied, DenyBody, RateLimitHeaders, Rejection, retry_after_secs};
+use crate::request::View;
+use crate::response::{BodyStyle, DenyBody, write_fields};
 use bytes::Bytes;
 use core::fmt;
 use core::future::Future;
@@ -14,8 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower_layer::Layer;
 use tower_service::Service;
+use weir_http::{
+    BuildError, Cause, Check, Denied, Key, Limits, LimitsBuilder, Policy, RateLimitFields, Refusal, Rejection, Verdict,
+};
 use weir_rl_core::__private::sync::{AtomicBool, Ordering};
-use weir_rl_core::{Decision, DenyReason, KeyedLimiter};
+use weir_rl_core::{Decision, KeyedLimiter};
 
 type SkipFn = dyn Fn(&Parts) -> bool + Send + Sync;
 type HookFn = dyn Fn(&LimitEvent<'_>) + Send + Sync;
@@ -41,64 +44,19 @@ pub struct LimitEvent<'a> {
     pub retry_after: Option<Duration>,
 }
 
-/// Which [`RateLimitLayerBuilder`] option was refused, and why. (Policies are
-/// checked when they are built: see [`PolicyError`](crate::PolicyError).)
-///
-/// ```
-/// use weir_tower::{BuildError, Policy, RateLimitLayer};
-///
-/// let error = RateLimitLayer::builder().route("auth", Policy::builder("auth").build()?).build().unwrap_err();
-/// assert_eq!(error, BuildError::Route { prefix: "auth".into() });
-/// assert_eq!(error.to_string(), "route: `auth` does not start with `/`");
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum BuildError {
-    /// A [`route`](RateLimitLayerBuilder::route) prefix that does not start with
-    /// `/`: no request path would match it.
-    Route {
-        /// The prefix given.
-        prefix: String,
-    },
-    /// A [`route`](RateLimitLayerBuilder::route) prefix given twice: the longest
-    /// match wins, so the later policy would never apply.
-    DuplicateRoute {
-        /// The prefix.
-        prefix: String,
-        /// The policy it was given first.
-        first: String,
-        /// The policy it was given again.
-        second: String,
-    },
-}
-
-impl fmt::Display for BuildError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Route { prefix } => write!(f, "route: `{prefix}` does not start with `/`"),
-            Self::DuplicateRoute { prefix, first, second } => write!(
-                f,
-                "route: `{prefix}` is claimed by policy `{first}` and again by policy `{second}`, which would never \
-                 apply; give each prefix to one policy"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for BuildError {}
+/// The `detail` of a 400 for a per-IP limit on a request with no peer address:
+/// how a tower server gives one.
+const NO_PEER_ADDRESS: &str = "This rate limit is per client IP, and the request reached it without the address of \
+     its peer, so the server cannot tell its clients apart. To the server's operator: serve the axum app with \
+     `into_make_service_with_connect_info::<SocketAddr>()`, with the `axum` feature of weir-tower (or of weir) on, \
+     so that axum's `ConnectInfo` is read; with tonic, serve over TCP with the `grpc` feature of weir-tower on, so \
+     that tonic's `TcpConnectInfo` is read; with hyper or tower, insert the connection's peer address \
+     (`weir_tower::PeerAddr` or a `std::net::SocketAddr`) into each request's extensions.";
 
 struct Shared {
-    /// Route prefixes and their policies, longest prefix first.
-    routes: Vec<(Box<str>, usize)>,
-    /// The policy for requests no route matches.
-    default: Option<usize>,
-    policies: Vec<CompiledPolicy>,
-    skip_paths: Vec<Box<str>>,
-    skip_methods: Vec<http::Method>,
+    limits: Arc<Limits>,
     skip: Option<Arc<SkipFn>>,
     on_limit: Option<Arc<HookFn>>,
-    legacy_headers: bool,
     body: BodyStyle,
     /// Whether the warning that a per-IP limit met a request with no peer address
     /// was emitted: once per layer, not once per request.
@@ -106,169 +64,44 @@ struct Shared {
 }
 
 impl Shared {
-    fn policy_for(&self, path: &str) -> Option<usize> {
-        self.routes
-            .iter()
-            .find(|(prefix, _)| {
-                path.strip_prefix(&**prefix)
-                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/') || prefix.ends_with('/'))
-            })
-            .map(|&(_, policy)| policy)
-            .or(self.default)
-    }
-
-    fn skips(&self, parts: &Parts) -> bool {
-        self.skip_methods.contains(&parts.method)
-            || self.skip_paths.iter().any(|p| **p == *parts.uri.path())
-            || self.skip.as_ref().is_some_and(|skip| skip(parts))
-    }
-
     /// The middleware's own answer to a refused request, after telling the hook.
-    fn refuse(&self, policy: usize, parts: &Parts, refusal: Refusal) -> Response<Bytes> {
-        let compiled = self.policies.get(policy);
-        let policy = compiled.map_or("", |p| &*p.name);
-        let path = parts.uri.path();
-        match refusal {
-            Refusal::Denied { decision, limit, tier, key, headers: _ }
-                if decision.deny_reason() == Some(DenyReason::KeyCapacity) =>
-            {
-                // The store is full of other clients: no bucket of this client's to
-                // describe in `RateLimit` fields.
-                let (quota, tail) = compiled.map_or(("", None), |p| p.quota_text(limit, tier, &decision));
-                let retry_after = decision.retry_after();
-                tracing::debug!(
-                    target: "weir_tower", policy, quota, key = %key, path,
-                    retry_after_s = retry_after.map(retry_after_secs), "refused: the store is full of other keys"
-                );
-                let why = (Cause::KeyCapacity, quota, Some(&key), Some(&decision), retry_after);
-                self.respond(parts, policy, why, None, tail)
-            }
-            Refusal::Denied { decision, limit, tier, key, headers } => {
-                let (quota, tail) = compiled.map_or(("", None), |p| p.quota_text(limit, tier, &decision));
-                let retry_after = decision.retry_after();
-                tracing::debug!(
-                    target: "weir_tower", policy, quota, key = %key, path,
-                    retry_after_s = retry_after.map(retry_after_secs), "rate limited"
-                );
-                let why = (Cause::RateLimited, quota, Some(&key), Some(&decision), retry_after);
-                self.respond(parts, policy, why, Some(headers), tail)
-            }
-            Refusal::TurnedAway { retry_after, key } => {
-                tracing::debug!(
-                    target: "weir_tower", policy, key = %key, path,
-                    retry_after_s = retry_after_secs(retry_after), "turned away by the throttle"
-                );
-                self.respond(
-                    parts,
-                    policy,
-                    (Cause::RateLimited, "throttle", Some(&key), None, Some(retry_after)),
-                    None,
-                    None,
-                )
-            }
-            Refusal::ThrottleFull { retry_after, key } => {
-                // As a store full of other keys: no line of this client's to describe.
-                tracing::debug!(
-                    target: "weir_tower", policy, key = %key, path,
-                    retry_after_s = retry_after_secs(retry_after), "refused: the throttle is full of other keys"
-                );
-                self.respond(
-                    parts,
-                    policy,
-                    (Cause::KeyCapacity, "throttle", Some(&key), None, Some(retry_after)),
-                    None,
-                    None,
-                )
-            }
-            Refusal::Unavailable { error, key, retry_after } => {
-                tracing::warn!(target: "weir_tower", policy, key = %key, path, %error, "rate limiter unavailable");
-                self.respond(parts, policy, (Cause::Unavailable, "", Some(&key), None, retry_after), None, None)
-            }
+    fn refuse(&self, limits: &Limits, parts: &Parts, refusal: Refusal) -> Response<Bytes> {
+        let refused = limits.refused(&View(parts), refusal);
+        if refused.cause() == Cause::NoPeerAddress {
+            self.warn_no_peer(refused.policy(), parts);
         }
+        if let Some(hook) = &self.on_limit {
+            hook(&LimitEvent {
+                request: parts,
+                policy: refused.policy(),
+                rejection: refused.rejection(),
+                quota: refused.quota(),
+                key: refused.key(),
+                decision: refused.decision(),
+                retry_after: refused.retry_after(),
+            });
+        }
+        // A gRPC call is refused as gRPC: a client reads `grpc-status`, not the
+        // HTTP status.
+        #[cfg(feature = "grpc")]
+        if let Some(content_type) = crate::grpc::grpc_content_type(parts) {
+            return crate::grpc::refusal(content_type.clone(), refused);
+        }
+        self.body.response(refused)
     }
 
-    /// The answer to a request that has no key for the policy's `limit`-th limit,
-    /// which denies keyless requests, or whose header `too_long` is longer than the
-    /// limit's source accepts.
-    fn unidentified(
-        &self,
-        policy: usize,
-        limit: usize,
-        parts: &Parts,
-        too_long: Option<http::HeaderName>,
-    ) -> Response<Bytes> {
-        let compiled = self.policies.get(policy);
-        let no_peer = compiled.is_some_and(|p| p.lacks_peer_address(limit, parts));
-        let policy = compiled.map_or("", |p| &*p.name);
-        let path = parts.uri.path();
-        if let Some(name) = too_long {
-            tracing::debug!(target: "weir_tower", policy, path, header = %name, "client key too long");
-            let detail = format!(
-                "The request's `{name}` header is longer than {} bytes, the longest client key this limit accepts.",
-                crate::MAX_KEY_BYTES
-            );
-            return self.respond_with(parts, policy, (Cause::Unidentified, "", None, None, None), None, None, &detail);
-        }
-        if !no_peer {
-            tracing::debug!(target: "weir_tower", policy, path, "client not identified");
-            let detail = compiled.map_or("", |p| p.missing_detail(limit));
-            return self.respond_with(parts, policy, (Cause::Unidentified, "", None, None, None), None, None, detail);
-        }
+    fn warn_no_peer(&self, policy: &str, parts: &Parts) {
         // Ordering: Relaxed: the flag guards a log line and publishes nothing else;
         // at worst two threads racing on the first such request both warn.
         if !self.warned_no_peer.load(Ordering::Relaxed) && !self.warned_no_peer.swap(true, Ordering::Relaxed) {
             tracing::warn!(
-                target: "weir_tower", policy, path,
+                target: "weir_tower", policy, path = parts.uri.path(),
                 "a per-IP rate limit sees no peer address, so it answers every request with 400 (warned once per \
                  layer): serve an axum app with `into_make_service_with_connect_info::<SocketAddr>()` and the `axum` \
                  feature of weir-tower (or weir) on; with tonic, serve over TCP with the `grpc` feature on; with \
                  hyper or tower, insert a `weir_tower::PeerAddr` or `SocketAddr` into each request's extensions"
             );
-        } else {
-            tracing::debug!(target: "weir_tower", policy, path, "client not identified: no peer address");
         }
-        self.respond(parts, policy, (Cause::NoPeerAddress, "", None, None, None), None, None)
-    }
-
-    /// Tells the hook, then builds the response: `why` is the rejection, the
-    /// deciding quota, the key, the decision and the retry time; `tail`, the end of
-    /// the problem body for the policy and quota, if made beforehand.
-    fn respond(
-        &self,
-        parts: &Parts,
-        policy: &str,
-        why: (Cause, &str, Option<&Key>, Option<&Decision>, Option<Duration>),
-        headers: Option<RateLimitHeaders>,
-        tail: Option<&[u8]>,
-    ) -> Response<Bytes> {
-        self.respond_with(parts, policy, why, headers, tail, why.0.words().1)
-    }
-
-    /// [`respond`](Self::respond), with the problem body's `detail`.
-    #[allow(clippy::too_many_arguments)]
-    fn respond_with(
-        &self,
-        parts: &Parts,
-        policy: &str,
-        why: (Cause, &str, Option<&Key>, Option<&Decision>, Option<Duration>),
-        headers: Option<RateLimitHeaders>,
-        tail: Option<&[u8]>,
-        detail: &str,
-    ) -> Response<Bytes> {
-        let (cause, quota, key, decision, retry_after) = why;
-        let rejection = cause.rejection();
-        if let Some(hook) = &self.on_limit {
-            hook(&LimitEvent { request: parts, policy, rejection, quota, key, decision, retry_after });
-        }
-        let denied =
-            Denied { rejection, policy, quota, retry_after_secs: retry_after.map(retry_after_secs), decision, detail };
-        // A gRPC call is refused as gRPC: a client reads `grpc-status`, not the
-        // HTTP status.
-        #[cfg(feature = "grpc")]
-        if let Some(content_type) = crate::grpc::grpc_content_type(parts) {
-            return crate::grpc::refusal(content_type.clone(), cause, &denied, retry_after, headers);
-        }
-        self.body.response(cause, &denied, headers, tail)
     }
 }
 
@@ -314,7 +147,10 @@ pub struct RateLimitLayer {
 impl RateLimitLayer {
     /// A layer applying `policy` to every request.
     pub fn new(policy: Policy) -> Self {
-        Self::builder().policy(policy).finish()
+        let limits = Limits::builder().no_peer_detail(NO_PEER_ADDRESS).policy(policy.clone()).build();
+        // Only a route can be refused, and there is none.
+        let limits = limits.unwrap_or_else(|_| Limits::new(policy));
+        Self::with(Arc::new(limits), None, None, BodyStyle::default())
     }
 
     /// A layer limiting each client IP (the peer address, IPv6 by `/64`) with the
@@ -335,90 +171,64 @@ impl RateLimitLayer {
 
     /// A builder: policies per route, a skip rule, a hook, headers and bodies.
     pub fn builder() -> RateLimitLayerBuilder {
-        RateLimitLayerBuilder {
-            routes: Vec::new(),
-            default: None,
-            policies: Vec::new(),
-            skip_paths: Vec::new(),
-            skip_methods: Vec::new(),
-            skip: None,
-            on_limit: None,
-            legacy_headers: true,
-            body: BodyStyle::default(),
-            errors: Vec::new(),
-        }
+        RateLimitLayerBuilder::from_limits(Limits::builder())
+    }
+
+    /// The layer over `limits` built elsewhere (from weir-http's [`Config`](weir_http::Config)).
+    pub fn from_limits(limits: Limits) -> Self {
+        Self::with(Arc::new(limits), None, None, BodyStyle::default())
+    }
+
+    fn with(limits: Arc<Limits>, skip: Option<Arc<SkipFn>>, on_limit: Option<Arc<HookFn>>, body: BodyStyle) -> Self {
+        Self { shared: Arc::new(Shared { limits, skip, on_limit, body, warned_no_peer: AtomicBool::new(false) }) }
+    }
+
+    /// The limits this layer applies.
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
     }
 }
 
 impl fmt::Debug for RateLimitLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = &self.shared;
-        f.debug_struct("RateLimitLayer")
-            .field("routes", &s.routes)
-            .field("default", &s.default)
-            .field("policies", &s.policies.iter().map(|p| &*p.name).collect::<Vec<_>>())
-            .field("skip_paths", &s.skip_paths)
-            .field("skip_methods", &s.skip_methods)
-            .field("legacy_headers", &s.legacy_headers)
-            .finish_non_exhaustive()
+        f.debug_struct("RateLimitLayer").field("limits", &self.shared.limits).finish_non_exhaustive()
     }
 }
 
-/// Builds a [`RateLimitLayer`].
+/// Builds a [`RateLimitLayer`]: weir-http's [`LimitsBuilder`] and what only tower
+/// sees (a skip rule and a hook on `http` requests, a body of your own).
 pub struct RateLimitLayerBuilder {
-    routes: Vec<(Box<str>, usize)>,
-    default: Option<usize>,
-    policies: Vec<CompiledPolicy>,
-    skip_paths: Vec<Box<str>>,
-    skip_methods: Vec<http::Method>,
+    limits: LimitsBuilder,
     skip: Option<Arc<SkipFn>>,
     on_limit: Option<Arc<HookFn>>,
-    legacy_headers: bool,
     body: BodyStyle,
-    errors: Vec<BuildError>,
 }
 
 impl RateLimitLayerBuilder {
-    fn add(&mut self, policy: Policy) -> usize {
-        self.policies.push(compile(policy));
-        self.policies.len() - 1
+    /// The options of weir-http's `limits`, at tower's defaults for the rest.
+    pub fn from_limits(limits: LimitsBuilder) -> Self {
+        Self { limits: limits.no_peer_detail(NO_PEER_ADDRESS), skip: None, on_limit: None, body: BodyStyle::default() }
     }
 
     /// The policy for every request no [`route`](Self::route) matches (none: such
     /// requests are not limited).
-    pub fn policy(mut self, policy: Policy) -> Self {
-        self.default = Some(self.add(policy));
-        self
+    pub fn policy(self, policy: Policy) -> Self {
+        Self { limits: self.limits.policy(policy), ..self }
     }
 
     /// The policy for requests whose path is `prefix` or under it (`/auth` matches
-    /// `/auth` and `/auth/login`, not `/authors`). The longest matching prefix wins.
-    /// A prefix ending in `/` matches every path under it: a gRPC service is
-    /// `/package.Service/`, one of its methods `/package.Service/Method`. Paths are as the layer sees them: inside an axum `nest`, without the nest's
-    /// prefix.
-    pub fn route(mut self, prefix: &str, policy: Policy) -> Self {
-        if !prefix.starts_with('/') {
-            self.errors.push(BuildError::Route { prefix: prefix.to_owned() });
-            return self;
-        }
-        if let Some(&(_, first)) = self.routes.iter().find(|(p, _)| **p == *prefix) {
-            let first = self.policies.get(first).map_or_else(String::new, |p| p.name.to_string());
-            self.errors.push(BuildError::DuplicateRoute {
-                prefix: prefix.to_owned(),
-                first,
-                second: policy.name().into(),
-            });
-            return self;
-        }
-        let index = self.add(policy);
-        self.routes.push((prefix.into(), index));
-        self
+    /// `/auth` and `/auth/login`, not `/authors`). The longest matching prefix wins;
+    /// a prefix given twice is refused. A prefix ending in `/` matches every path
+    /// under it: a gRPC service is `/package.Service/`, one of its methods
+    /// `/package.Service/Method`. Paths are as the layer sees them: inside an axum
+    /// `nest`, without the nest's prefix.
+    pub fn route(self, prefix: &str, policy: Policy) -> Self {
+        Self { limits: self.limits.route(prefix, policy), ..self }
     }
 
     /// Requests to exactly this path are not limited (a health check, say).
-    pub fn skip_path(mut self, path: &str) -> Self {
-        self.skip_paths.push(path.into());
-        self
+    pub fn skip_path(self, path: &str) -> Self {
+        Self { limits: self.limits.skip_path(path), ..self }
     }
 
     /// Requests of these methods are not limited (nor given `RateLimit` headers):
@@ -441,9 +251,9 @@ impl RateLimitLayerBuilder {
     /// # let _ = layer;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn skip_methods(mut self, methods: impl IntoIterator<Item = http::Method>) -> Self {
-        self.skip_methods.extend(methods);
-        self
+    pub fn skip_methods(self, methods: impl IntoIterator<Item = http::Method>) -> Self {
+        let methods: Vec<http::Method> = methods.into_iter().collect();
+        Self { limits: self.limits.skip_methods(methods.iter().map(http::Method::as_str)), ..self }
     }
 
     /// Requests for which `skip` returns true are not limited.
@@ -454,7 +264,7 @@ impl RateLimitLayerBuilder {
     /// Called for every request the middleware answers itself (limited, turned away,
     /// unidentified, store unavailable): logs, metrics. It runs on the request's
     /// task; keep it short. (A `tracing` event is emitted in any case, target
-    /// `weir_tower`: `debug` for refusals, `warn` for failures.)
+    /// `weir_http`: `debug` for refusals, `warn` for failures.)
     pub fn on_limit(self, hook: impl Fn(&LimitEvent<'_>) + Send + Sync + 'static) -> Self {
         Self { on_limit: Some(Arc::new(hook)), ..self }
     }
@@ -463,12 +273,12 @@ impl RateLimitLayerBuilder {
     /// `X-RateLimit-Reset` headers besides `RateLimit` and `RateLimit-Policy`
     /// (default on).
     pub fn legacy_headers(self, on: bool) -> Self {
-        Self { legacy_headers: on, ..self }
+        Self { limits: self.limits.legacy_headers(on), ..self }
     }
 
     /// The `type` URI of the problem+json bodies (default `about:blank`).
     pub fn problem_type(self, uri: &str) -> Self {
-        Self { body: BodyStyle::problem(uri), ..self }
+        Self { limits: self.limits.problem_type(uri), body: BodyStyle::Problem, ..self }
     }
 
     /// Writes rejection bodies with `body` instead of problem+json. (A refused gRPC
@@ -478,37 +288,16 @@ impl RateLimitLayerBuilder {
     }
 
     /// The layer, or the first route refused (a prefix that does not start with
-    /// `/`).
+    /// `/`, or one given twice).
     pub fn build(self) -> Result<RateLimitLayer, BuildError> {
-        if let Some(error) = self.errors.first() {
-            return Err(error.clone());
-        }
-        Ok(self.finish())
-    }
-
-    fn finish(mut self) -> RateLimitLayer {
-        // Longest prefix first, so the first match is the longest.
-        self.routes.sort_by_key(|route| core::cmp::Reverse(route.0.len()));
-        RateLimitLayer {
-            shared: Arc::new(Shared {
-                routes: self.routes,
-                default: self.default,
-                policies: self.policies,
-                skip_paths: self.skip_paths,
-                skip_methods: self.skip_methods,
-                skip: self.skip,
-                on_limit: self.on_limit,
-                legacy_headers: self.legacy_headers,
-                body: self.body,
-                warned_no_peer: AtomicBool::new(false),
-            }),
-        }
+        let limits = self.limits.build()?;
+        Ok(RateLimitLayer::with(Arc::new(limits), self.skip, self.on_limit, self.body))
     }
 }
 
 impl fmt::Debug for RateLimitLayerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitLayerBuilder").field("routes", &self.routes).finish_non_exhaustive()
+        f.debug_struct("RateLimitLayerBuilder").field("limits", &self.limits).finish_non_exhaustive()
     }
 }
 
@@ -554,45 +343,27 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &self.shared;
+        let limits = &shared.limits;
         let (parts, body) = request.into_parts();
-        let policy_index = match shared.policy_for(parts.uri.path()) {
-            Some(policy) if !shared.skips(&parts) => policy,
-            #[cfg(feature = "metrics")]
-            Some(policy) => {
-                if let Some(policy) = shared.policies.get(policy) {
-                    policy.metrics.skipped.increment(1);
-                }
+        let check = match &shared.skip {
+            Some(skip) => limits.check_unless(&View(&parts), |view| skip(view.0)),
+            None => limits.check(&View(&parts)),
+        };
+        let pending = match check {
+            Check::Unlimited | Check::Skipped => {
                 return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), None);
             }
-            _ => return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), None),
-        };
-        let Some(policy) = shared.policies.get(policy_index) else {
-            return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), None);
-        };
-        let mut keys: Keys = Default::default();
-        if let Err((limit, too_long)) = policy.keys(&parts, &mut keys) {
-            policy.count_unidentified(limit);
-            return ResponseFuture::rejected(shared.unidentified(policy_index, limit, &parts, too_long));
-        }
-        let (tiers, ready) = policy.cached_tiers(&keys);
-        if ready {
-            // Every store in memory, every tier cached: decided here, no future kept.
-            return match policy.decide_now(&mut keys, &tiers, shared.legacy_headers) {
-                Verdict::Allowed(headers) => {
-                    ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), headers)
-                }
-                Verdict::Refused(refusal) => ResponseFuture::rejected(shared.refuse(policy_index, &parts, refusal)),
-            };
-        }
-        // A store to wait on, a tier to look up, or a throttle: decided in the future.
-        let owned = Arc::clone(shared);
-        let legacy = shared.legacy_headers;
-        let verdict: VerdictFuture = Box::pin(async move {
-            match owned.policies.get(policy_index) {
-                Some(policy) => policy.decide(keys, tiers, legacy).await,
-                None => Verdict::Allowed(None),
+            Check::Decided(Verdict::Allowed(fields)) => {
+                return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), fields);
             }
-        });
+            Check::Decided(Verdict::Refused(refusal)) => {
+                return ResponseFuture::rejected(shared.refuse(limits, &parts, refusal));
+            }
+            Check::Pending(pending) => pending,
+        };
+        // A store to wait on, a tier to look up, or a throttle: decided in the future.
+        let owned = Arc::clone(limits);
+        let verdict: VerdictFuture = Box::pin(async move { pending.decide(&owned).await });
         // The service driven ready by `poll_ready` goes with the request; this one
         // keeps a fresh clone.
         let clone = self.inner.clone();
@@ -604,7 +375,6 @@ where
                     service: Some(service),
                     request: Some((parts, body)),
                     shared: Arc::clone(shared),
-                    policy: policy_index,
                 }),
             },
         }
@@ -635,7 +405,7 @@ pin_project_lite::pin_project! {
         Calling {
             #[pin]
             future: S::Future,
-            headers: Option<RateLimitHeaders>,
+            fields: Option<RateLimitFields>,
         },
         Rejected {
             response: Option<Response<Bytes>>,
@@ -649,12 +419,11 @@ struct Deciding<S, B> {
     service: Option<S>,
     request: Option<(Parts, B)>,
     shared: Arc<Shared>,
-    policy: usize,
 }
 
 impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
-    fn calling(future: S::Future, headers: Option<RateLimitHeaders>) -> Self {
-        Self { state: State::Calling { future, headers } }
+    fn calling(future: S::Future, fields: Option<RateLimitFields>) -> Self {
+        Self { state: State::Calling { future, fields } }
     }
 
     fn rejected(response: Response<Bytes>) -> Self {
@@ -672,15 +441,14 @@ where
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
             match self.as_mut().project().state.project() {
-                StateProj::Calling { future, headers } => {
-                    let response = match future.poll(cx) {
+                StateProj::Calling { future, fields } => {
+                    let mut response = match future.poll(cx) {
                         Poll::Ready(Ok(response)) => response,
                         Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                         Poll::Pending => return Poll::Pending,
                     };
-                    let mut response = response;
-                    if let Some(headers) = headers.take() {
-                        headers.write(response.headers_mut());
+                    if let Some(fields) = fields.take() {
+                        write_fields(fields, response.headers_mut());
                     }
                     return Poll::Ready(Ok(response));
                 }
@@ -689,7 +457,7 @@ where
                     return Poll::Ready(Ok(response.map(ResBody::from)));
                 }
                 StateProj::Deciding { deciding } => {
-                    let Deciding { verdict, service, request, shared, policy } = &mut **deciding;
+                    let Deciding { verdict, service, request, shared } = &mut **deciding;
                     let verdict = match verdict.as_mut().poll(cx) {
                         Poll::Ready(verdict) => verdict,
                         Poll::Pending => return Poll::Pending,
@@ -698,11 +466,11 @@ where
                         return Poll::Ready(Ok(Response::<Bytes>::default().map(ResBody::from)));
                     };
                     let next = match verdict {
-                        Verdict::Allowed(headers) => {
-                            State::Calling { future: service.call(Request::from_parts(parts, body)), headers }
+                        Verdict::Allowed(fields) => {
+                            State::Calling { future: service.call(Request::from_parts(parts, body)), fields }
                         }
                         Verdict::Refused(refusal) => {
-                            State::Rejected { response: Some(shared.refuse(*policy, &parts, refusal)) }
+                            State::Rejected { response: Some(shared.refuse(&shared.limits, &parts, refusal)) }
                         }
                     };
                     self.as_mut().project().state.set(next);
@@ -721,5 +489,3 @@ impl<S: Service<Request<B>>, B> fmt::Debug for ResponseFuture<S, B> {
         })
     }
 }
-
-const _: () = assert!(MAX_LIMITS <= 16);

@@ -35,6 +35,10 @@
 //! Identified`, with a problem+json `detail` that says the above, and the layer
 //! emits one `tracing` warning (target `weir_tower`) the first time.
 //!
+//! The request path is weir-http's, framework-neutral (weir-actix runs the same over
+//! actix-web); this crate reads an `http` request into it and writes its answer in
+//! `http`'s types. The types below are weir-http's, re-exported.
+//!
 //! # How a request flows
 //!
 //! ```text
@@ -83,7 +87,7 @@
 //! A [`Policy`] is the set of [`Limit`]s a route group applies (`/auth`: 5 per 5
 //! minutes per IP; everything else: 100 per minute); a skip rule exempts paths; an
 //! on-limit hook sees every refusal ([`LimitEvent`]), and a `tracing` event is
-//! emitted for each (target `weir_tower`). Each limit checks its key in a [`Store`]:
+//! emitted for each (target `weir_http`). Each limit checks its key in a [`Store`]:
 //! in memory (any [`KeyedLimiter`](weir_rl_core::KeyedLimiter): `weir_keyed::Keyed`
 //! over GCRA, the sliding window, the sliding log or the fixed window), or remote
 //! (any [`AsyncKeyedLimiter`](weir_rl_core::AsyncKeyedLimiter), such as Redis). Or a
@@ -281,30 +285,21 @@ pub mod config;
 #[cfg(feature = "grpc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub mod grpc;
-mod ip;
-mod key;
 mod layer;
-mod memory;
-#[cfg(feature = "metrics")]
-mod metrics;
-mod policy;
+mod request;
 mod response;
-mod store;
-#[cfg(test)]
-mod test_support;
-mod throttle;
-mod tier;
-pub mod wait;
 
 pub use config::{Config, ConfigError};
-pub use ip::{Cidr, CidrError, ClientIp, ClientIpBuilder, ClientIpError, ForwardedHeader, PeerAddr};
-pub use key::{Key, KeyKind, KeySource, LongKeys, MAX_KEY_BYTES, MissingKey, User};
-pub use layer::{BuildError, LimitEvent, RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
-pub use policy::{Limit, MAX_LIMITS, Policy, PolicyBuilder, PolicyError};
+pub use layer::{LimitEvent, RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
+pub use request::Http1;
 pub use response::{
-    Denied, DenyBody, RATELIMIT, RATELIMIT_POLICY, Rejection, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
-    X_RATELIMIT_RESET,
+    DenyBody, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
-pub use store::{Store, StoreError};
-pub use throttle::{KeyedThrottle, KeyedThrottleBuilder, KeyedThrottleError};
-pub use tier::{LookupFailed, OnLookupError, Tiers, TiersBuilder, TiersError};
+/// Waiting in handlers (weir-http's `wait`).
+pub use weir_http::wait;
+pub use weir_http::{
+    BuildError, Cidr, CidrError, ClientIp, ClientIpBuilder, ClientIpError, Denied, ForwardedHeader, Key, KeyKind,
+    KeySource, KeyedThrottle, KeyedThrottleBuilder, KeyedThrottleError, Limit, Limits, LimitsBuilder, LongKeys,
+    LookupFailed, MAX_KEY_BYTES, MAX_LIMITS, MissingKey, OnLookupError, PeerAddr, Policy, PolicyBuilder, PolicyError,
+    Rejection, Store, StoreError, Tiers, TiersBuilder, TiersError, User,
+};

@@ -41,7 +41,7 @@ use weir_rl_core::{Clock, Nanos, Quota, TokioClock};
 /// ```
 /// use std::time::Duration;
 /// use weir_rl_core::Quota;
-/// use weir_tower::KeyedThrottle;
+/// use weir_http::KeyedThrottle;
 ///
 /// // Two requests per second per client, up to 10 waiting, none waiting over 5 s.
 /// let throttle = KeyedThrottle::builder(Quota::per_second(2)?, 10).max_wait(Duration::from_secs(5)).build()?;
@@ -245,7 +245,7 @@ impl Line {
 ///
 /// ```
 /// use weir_rl_core::Quota;
-/// use weir_tower::{KeyedThrottle, KeyedThrottleError};
+/// use weir_http::{KeyedThrottle, KeyedThrottleError};
 ///
 /// let error = KeyedThrottle::builder(Quota::per_second(2)?, 10).max_keys(0).build().unwrap_err();
 /// assert_eq!(error, KeyedThrottleError::ZeroMaxKeys);

@@ -38,7 +38,7 @@
 //! use std::time::Duration;
 //! use weir_rl_core::{Limiter, Quota, TokioClock};
 //! use weir_gcra::Gcra;
-//! use weir_tower::wait::until_ready;
+//! use weir_http::wait::until_ready;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -163,7 +163,7 @@ fn deadline_in(timeout: Duration) -> Instant {
 /// use std::time::Duration;
 /// use weir_rl_core::{Limiter, Quota, TokioClock};
 /// use weir_gcra::Gcra;
-/// use weir_tower::wait::{WaitError, until_ready_timeout};
+/// use weir_http::wait::{WaitError, until_ready_timeout};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -208,7 +208,7 @@ where
 /// use std::time::Duration;
 /// use weir_rl_core::Quota;
 /// use weir_keyed::{KeyedConfig, KeyedGcra};
-/// use weir_tower::wait::FifoWait;
+/// use weir_http::wait::FifoWait;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -1,10 +1,9 @@
 //! [`Key`]: who a request counts against, and [`KeySource`]: where it is read from.
 
 use crate::ip::ClientIp;
+use crate::request::{AsRequest, Request, is_header_name};
 use core::fmt;
 use core::hash::{Hash, Hasher};
-use http::HeaderName;
-use http::request::Parts;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
@@ -85,7 +84,7 @@ impl KeyKind {
 /// keys no longer than that (or refuse longer ones with [`LongKeys::Refuse`]).
 ///
 /// ```
-/// use weir_tower::{Key, MAX_KEY_BYTES};
+/// use weir_http::{Key, MAX_KEY_BYTES};
 ///
 /// let long = vec![b'k'; 100 * 1024];
 /// let key = Key::api_key(&long);
@@ -98,7 +97,7 @@ impl KeyKind {
 ///
 /// ```
 /// use std::net::IpAddr;
-/// use weir_tower::{Key, KeyKind};
+/// use weir_http::{Key, KeyKind};
 ///
 /// let ip: IpAddr = "2001:db8::1".parse()?;
 /// let grouped = Key::ip_grouped(ip, 64);
@@ -284,7 +283,7 @@ impl Eq for Key {}
 /// long key is sent as its hash, never whole.
 ///
 /// ```
-/// use weir_tower::Key;
+/// use weir_http::Key;
 ///
 /// assert_eq!(Key::api_key(b"k-1").as_ref(), b"\x02k-1");
 /// assert_eq!(Key::api_key(&[b'k'; 100 * 1024]).as_ref().len(), 17);
@@ -346,14 +345,15 @@ impl fmt::Debug for Key {
     }
 }
 
-/// The authenticated user, as an authentication layer inserts it into the request's
-/// extensions; [`KeySource::user`] reads it.
+/// The authenticated user, as an authentication layer attaches it to the request
+/// (weir-tower and weir-actix read it from the request's extensions);
+/// [`KeySource::user`] reads it, through [`Request::user`].
 ///
 /// ```
-/// use weir_tower::User;
+/// use weir_http::{Key, User};
 ///
-/// let mut request = http::Request::new(());
-/// request.extensions_mut().insert(User::from("alice"));
+/// let user = User::from("alice");
+/// assert_eq!(Key::user(&user.0), Key::user("alice"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct User(pub Arc<str>);
@@ -370,12 +370,12 @@ impl From<String> for User {
     }
 }
 
-type KeyFn = dyn Fn(&Parts) -> Option<Key> + Send + Sync;
+type KeyFn = dyn Fn(&dyn Request) -> Option<Key> + Send + Sync;
 
 /// Where a limit reads a request's [`Key`] from.
 ///
 /// ```
-/// use weir_tower::{ClientIp, KeySource};
+/// use weir_http::{ClientIp, KeySource};
 ///
 /// // The API key if the request has one, else the client's IP address.
 /// let client = KeySource::first_of([KeySource::header("x-api-key"), KeySource::ip(ClientIp::default())]);
@@ -387,7 +387,8 @@ pub struct KeySource(Source);
 #[derive(Clone)]
 enum Source {
     Ip(ClientIp),
-    Header(HeaderName, LongKeys),
+    /// The header's name, lowercase.
+    Header(Box<str>, LongKeys),
     User,
     Global,
     Custom(Arc<KeyFn>),
@@ -404,9 +405,10 @@ impl KeySource {
     /// The value of header `name` (an API key). A name that is not a valid header
     /// name never matches (every request then has no key from this source).
     pub fn header(name: &str) -> Self {
-        match HeaderName::from_bytes(name.as_bytes()) {
-            Ok(name) => Self(Source::Header(name, LongKeys::Hash)),
-            Err(_) => Self(Source::Custom(Arc::new(|_: &Parts| None))),
+        if is_header_name(name) {
+            Self(Source::Header(name.to_ascii_lowercase().into(), LongKeys::Hash))
+        } else {
+            Self(Source::Custom(Arc::new(|_: &dyn Request| None)))
         }
     }
 
@@ -416,7 +418,7 @@ impl KeySource {
     /// the request ([`LongKeys::Refuse`]).
     ///
     /// ```
-    /// use weir_tower::{KeySource, LongKeys};
+    /// use weir_http::{KeySource, LongKeys};
     ///
     /// let api_key = KeySource::header("x-api-key").long_keys(LongKeys::Refuse);
     /// # let _ = api_key;
@@ -436,19 +438,28 @@ impl KeySource {
         Self(Source::User)
     }
 
-    /// An extension of type `T` in the request, turned into a key by `key` (for the
-    /// user type of your authentication layer).
-    pub fn extension<T: Send + Sync + 'static>(key: impl Fn(&T) -> Key + Send + Sync + 'static) -> Self {
-        Self(Source::Custom(Arc::new(move |parts: &Parts| parts.extensions.get::<T>().map(&key))))
-    }
-
     /// One key for every request: a limit on the whole route.
     pub fn global() -> Self {
         Self(Source::Global)
     }
 
-    /// Your own: `None` when the request has no usable key.
-    pub fn custom(key: impl Fn(&Parts) -> Option<Key> + Send + Sync + 'static) -> Self {
+    /// Your own: `None` when the request has no usable key. The closure reads the
+    /// request through [`Request`]; for what only your framework's request has (an
+    /// extension your authentication layer inserted), [`native`](trait.Request.html#method.native-1)
+    /// gives that request: `request.native::<http::request::Parts>()` under
+    /// weir-tower.
+    ///
+    /// ```
+    /// use weir_http::{Key, KeySource};
+    ///
+    /// // The tenant named in a header, lowercased, one key per tenant.
+    /// let tenant = KeySource::custom(|request| {
+    ///     let tenant = request.header("x-tenant")?;
+    ///     Some(Key::custom(&tenant.to_ascii_lowercase()))
+    /// });
+    /// # let _ = tenant;
+    /// ```
+    pub fn custom(key: impl Fn(&dyn Request) -> Option<Key> + Send + Sync + 'static) -> Self {
         Self(Source::Custom(Arc::new(key)))
     }
 
@@ -487,30 +498,30 @@ impl KeySource {
     /// value this source refuses: see [`long_keys`](Self::long_keys)). A header
     /// with several lines is read by its first; surrounding spaces and tabs are not
     /// part of the key.
-    pub fn key(&self, parts: &Parts) -> Option<Key> {
-        self.read(parts).ok().flatten()
+    pub fn key<M>(&self, request: &impl AsRequest<M>) -> Option<Key> {
+        self.read(&request.as_request()).ok().flatten()
     }
 
     /// The request's key; `Ok(None)` when it has none from this source; `Err` with
     /// the header's name when a header value is over [`MAX_KEY_BYTES`] and this
     /// source refuses long keys.
-    pub(crate) fn read(&self, parts: &Parts) -> Result<Option<Key>, HeaderName> {
+    pub(crate) fn read<R: Request + ?Sized>(&self, request: &R) -> Result<Option<Key>, &str> {
         Ok(match &self.0 {
-            Source::Ip(client) => client.key(parts),
+            Source::Ip(client) => client.key_of_request(request),
             Source::Header(name, long) => {
-                let Some(value) = parts.headers.get(name) else { return Ok(None) };
-                let value = value.as_bytes().trim_ascii();
+                let Some(value) = request.header(name) else { return Ok(None) };
+                let value = value.trim_ascii();
                 if value.len() > MAX_KEY_BYTES && *long == LongKeys::Refuse {
-                    return Err(name.clone());
+                    return Err(name);
                 }
                 (!value.is_empty()).then(|| Key::api_key(value))
             }
-            Source::User => parts.extensions.get::<User>().map(|user| Key::user(&user.0)),
+            Source::User => request.user().map(|user| Key::user(&user.0)),
             Source::Global => Some(Key::global()),
-            Source::Custom(key) => key(parts),
+            Source::Custom(key) => key(&request),
             Source::FirstOf(sources) => {
                 for source in sources.iter() {
-                    if let Some(key) = source.read(parts)? {
+                    if let Some(key) = source.read(request)? {
                         return Ok(Some(key));
                     }
                 }
@@ -630,18 +641,17 @@ mod tests {
     }
 
     #[test]
-    fn sources_read_headers_extensions_and_fall_back() {
-        let mut request = http::Request::builder().header("x-api-key", "  k1 ").body(()).unwrap();
-        request.extensions_mut().insert(User::from("bob"));
-        let (parts, ()) = request.into_parts();
-        assert_eq!(KeySource::header("x-api-key").key(&parts), Some(Key::api_key(b"k1")));
-        assert_eq!(KeySource::header("x-other").key(&parts), None);
-        assert_eq!(KeySource::header("bad header").key(&parts), None);
-        assert_eq!(KeySource::user().key(&parts), Some(Key::user("bob")));
+    fn sources_read_headers_the_user_and_fall_back() {
+        let request = crate::test_support::TestRequest::get("/").header("X-Api-Key", "  k1 ").user("bob");
+        assert_eq!(KeySource::header("x-api-key").key(&request), Some(Key::api_key(b"k1")));
+        assert_eq!(KeySource::header("X-API-KEY").key(&request), Some(Key::api_key(b"k1")));
+        assert_eq!(KeySource::header("x-other").key(&request), None);
+        assert_eq!(KeySource::header("bad header").key(&request), None);
+        assert_eq!(KeySource::user().key(&request), Some(Key::user("bob")));
         let first = KeySource::first_of([KeySource::header("x-other"), KeySource::user()]);
-        assert_eq!(first.key(&parts), Some(Key::user("bob")));
-        let ext = KeySource::extension(|u: &User| Key::custom(u.0.as_bytes()));
-        assert_eq!(ext.key(&parts), Some(Key::custom(b"bob")));
-        assert_eq!(KeySource::global().key(&parts), Some(Key::global()));
+        assert_eq!(first.key(&request), Some(Key::user("bob")));
+        let custom = KeySource::custom(|r| r.user().map(|u| Key::custom(u.0.as_bytes())));
+        assert_eq!(custom.key(&request), Some(Key::custom(b"bob")));
+        assert_eq!(KeySource::global().key(&request), Some(Key::global()));
     }
 }

@@ -72,7 +72,7 @@ pub enum OnLookupError {
 /// ```
 /// use weir_rl_core::{AllOf, Quota};
 /// use weir_keyed::{KeyedConfig, KeyedFixedWindow, KeyedGcra, KeyedSlidingWindow};
-/// use weir_tower::{Key, OnLookupError, Store, Tiers};
+/// use weir_http::{Key, OnLookupError, Store, Tiers};
 ///
 /// /// A plan: `per_minute` a minute and `per_day` a day, at most `burst` at once,
 /// /// all or nothing.
@@ -202,7 +202,7 @@ impl std::error::Error for LookupFailed {}
 /// Which [`TiersBuilder`] option was refused, and why.
 ///
 /// ```
-/// use weir_tower::{Key, Tiers, TiersError};
+/// use weir_http::{Key, Tiers, TiersError};
 ///
 /// let lookup = |_: Key| async { Ok::<_, std::io::Error>("free") };
 /// assert_eq!(Tiers::builder(lookup).build().unwrap_err(), TiersError::NoTiers);
@@ -535,11 +535,11 @@ impl Tiers {
             Ok(tier) => (Answer::Tier(tier), self.ttl),
             Err(error) => match (&self.on_error, self.fallback) {
                 (OnLookupError::Tier(name), Some(tier)) => {
-                    tracing::warn!(target: "weir_tower", key = %key, %error, fallback = %name, "tier lookup failed");
+                    tracing::warn!(target: "weir_http", key = %key, %error, fallback = %name, "tier lookup failed");
                     (Answer::Tier(tier), self.failure_ttl)
                 }
                 _ => {
-                    tracing::warn!(target: "weir_tower", key = %key, %error, "tier lookup failed");
+                    tracing::warn!(target: "weir_http", key = %key, %error, "tier lookup failed");
                     (Answer::Failed(Arc::from(error)), Duration::ZERO)
                 }
             },

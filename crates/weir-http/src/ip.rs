@@ -56,11 +56,10 @@
 //! protects anything.
 
 use crate::key::{Key, mask32, mask128};
+use crate::request::{AsRequest, HeaderLines, Request};
 use core::fmt;
+use core::ops::ControlFlow;
 use core::str::FromStr;
-use http::HeaderMap;
-use http::header::{FORWARDED, HeaderName};
-use http::request::Parts;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -68,7 +67,7 @@ use std::sync::Arc;
 /// address, `192.0.2.7`, which is `/32` or `/128`).
 ///
 /// ```
-/// use weir_tower::Cidr;
+/// use weir_http::Cidr;
 ///
 /// let net: Cidr = "10.0.0.0/8".parse()?;
 /// assert!(net.contains("10.20.30.40".parse()?));
@@ -89,12 +88,12 @@ impl Cidr {
     ///
     /// ```
     /// use std::net::{IpAddr, Ipv4Addr};
-    /// use weir_tower::Cidr;
+    /// use weir_http::Cidr;
     ///
     /// let net = Cidr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 0)), 8)?;
     /// assert_eq!(net.to_string(), "10.0.0.0/8");
     /// assert!(Cidr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 0)), 33).is_err());
-    /// # Ok::<(), weir_tower::CidrError>(())
+    /// # Ok::<(), weir_http::CidrError>(())
     /// ```
     pub fn new(addr: IpAddr, prefix: u8) -> Result<Self, CidrError> {
         let addr = addr.to_canonical();
@@ -185,23 +184,17 @@ pub enum ForwardedHeader {
     Forwarded,
 }
 
-/// The peer address of a connection, for servers that are not axum's: insert it (or
-/// a plain [`SocketAddr`]) into each request's extensions. axum's
-/// `ConnectInfo<SocketAddr>` is read directly with the `axum` feature (on by
-/// default); without it, axum's type cannot be named, and an axum server's requests
-/// carry no peer address this crate can read. tonic's `TcpConnectInfo` is read
-/// directly with the `grpc` feature.
+/// The peer address of a connection, as a server that is not axum's or tonic's
+/// puts it in each request's extensions for weir-tower (see weir-tower's
+/// `PeerAddr` docs); a [`Request`] gives it as [`peer_ip`](Request::peer_ip).
 ///
 /// ```
 /// use std::net::SocketAddr;
-/// use weir_tower::{ClientIp, Key, PeerAddr};
+/// use weir_http::{ClientIp, Key, PeerAddr};
 ///
-/// // What a hyper server's per-connection service does with the accepted peer:
 /// let peer: SocketAddr = "192.0.2.7:50000".parse()?;
-/// let mut request = http::Request::new(());
-/// request.extensions_mut().insert(PeerAddr(peer));
-/// let key = ClientIp::default().key(&request.into_parts().0);
-/// assert_eq!(key, Some(Key::ip(peer.ip())));
+/// let PeerAddr(addr) = PeerAddr(peer);
+/// assert_eq!(ClientIp::default().key_of(addr.ip()), Key::ip(peer.ip()));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -217,7 +210,7 @@ pub struct PeerAddr(pub SocketAddr);
 /// every option.
 ///
 /// ```
-/// use weir_tower::{ClientIp, ForwardedHeader};
+/// use weir_http::{ClientIp, ForwardedHeader};
 ///
 /// let client = ClientIp::builder()
 ///     .trust_proxies(["10.0.0.0/8", "fd00::/8"])
@@ -225,8 +218,7 @@ pub struct PeerAddr(pub SocketAddr);
 ///     .ipv6_prefix(56)
 ///     .build()?;
 /// let peer = "10.0.0.2".parse()?;
-/// let mut headers = http::HeaderMap::new();
-/// headers.insert("x-forwarded-for", "203.0.113.9, 198.51.100.4, 10.0.0.7".parse()?);
+/// let headers = [("x-forwarded-for", "203.0.113.9, 198.51.100.4, 10.0.0.7")];
 /// // 10.0.0.7 is a trusted proxy; 198.51.100.4 is not: it is the client. The
 /// // leftmost entry is whatever the client wrote.
 /// assert_eq!(client.resolve(peer, &headers), Some("198.51.100.4".parse()?));
@@ -332,7 +324,7 @@ impl ClientIpBuilder {
     /// network.
     ///
     /// ```
-    /// use weir_tower::{ClientIp, ClientIpError};
+    /// use weir_http::{ClientIp, ClientIpError};
     ///
     /// let e = ClientIp::builder().ipv4_prefix(33).build().unwrap_err();
     /// assert_eq!(e, ClientIpError::Prefix { version: 4, prefix: 33 });
@@ -429,50 +421,59 @@ impl ClientIp {
     ///   times.
     ///
     /// ```
-    /// use http::{HeaderMap, HeaderValue};
-    /// use weir_tower::{ClientIp, ForwardedHeader};
+    /// use weir_http::{ClientIp, ForwardedHeader};
     ///
     /// let proxy = "10.0.0.1".parse()?;
     /// let xff = ClientIp::builder().trust_proxies(["10.0.0.0/8"]).build()?;
-    /// let mut headers = HeaderMap::new();
     /// // The client sent `\xff`; the proxy appended the address it saw.
-    /// headers.insert("x-forwarded-for", HeaderValue::from_bytes(b"\xff, 203.0.113.5")?);
+    /// let headers = [("x-forwarded-for", &b"\xff, 203.0.113.5"[..])];
     /// assert_eq!(xff.resolve(proxy, &headers), Some("203.0.113.5".parse()?));
     ///
     /// let forwarded = ClientIp::builder()
     ///     .trust_proxies(["10.0.0.0/8"])
     ///     .forwarded_header(ForwardedHeader::Forwarded)
     ///     .build()?;
-    /// let mut headers = HeaderMap::new();
     /// // The proxy quoted the client's Host: the `;for=` inside it is text.
-    /// headers.insert("forwarded", r#"host="x;for=6.6.6.6;y=";for=203.0.113.5"#.parse()?);
+    /// let headers = [("forwarded", r#"host="x;for=6.6.6.6;y=";for=203.0.113.5"#)];
     /// assert_eq!(forwarded.resolve(proxy, &headers), Some("203.0.113.5".parse()?));
-    /// headers.insert("forwarded", r#"for="unknown", for=10.0.0.7"#.parse()?);
+    /// let headers = [("forwarded", r#"for="unknown", for=10.0.0.7"#)];
     /// assert_eq!(forwarded.resolve(proxy, &headers), None);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> Option<IpAddr> {
+    pub fn resolve<M>(&self, peer: IpAddr, headers: &(impl HeaderLines<M> + ?Sized)) -> Option<IpAddr> {
+        self.resolve_lines(peer, |name, each| headers.lines_rev(name, each))
+    }
+
+    /// [`resolve`](Self::resolve), the header's lines given by `lines_rev` (its
+    /// name, then a function to call with each line from the last, until it breaks).
+    fn resolve_lines(
+        &self,
+        peer: IpAddr,
+        lines_rev: impl FnOnce(&str, &mut dyn FnMut(&[u8]) -> ControlFlow<()>),
+    ) -> Option<IpAddr> {
         let peer = peer.to_canonical();
         if !self.is_trusted(peer) {
             return Some(peer);
         }
-        let mut client = peer;
-        let name: HeaderName = match self.header {
-            ForwardedHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
-            ForwardedHeader::Forwarded => FORWARDED,
+        let name = match self.header {
+            ForwardedHeader::XForwardedFor => "x-forwarded-for",
+            ForwardedHeader::Forwarded => "forwarded",
         };
         // Header lines in reverse, each line's hops in reverse: the hops from the
         // nearest proxy outwards. Each line is read as raw bytes, lazily from its right
         // end, and reading stops at the client's hop: nothing left of it is looked at.
-        for line in headers.get_all(&name).iter().rev() {
-            for hop in hops(self.header, line.as_bytes()) {
-                client = hop?;
-                if !self.is_trusted(client) {
-                    return Some(client);
+        let mut client = Some(peer);
+        lines_rev(name, &mut |line| {
+            for hop in hops(self.header, line) {
+                client = hop;
+                match hop {
+                    Some(ip) if self.is_trusted(ip) => {}
+                    _ => return ControlFlow::Break(()),
                 }
             }
-        }
-        Some(client)
+            ControlFlow::Continue(())
+        });
+        client
     }
 
     /// The client's key: its address, grouped by the prefix for its family.
@@ -483,31 +484,24 @@ impl ClientIp {
         }
     }
 
-    /// The request's key: the client resolved from its peer address (axum's
-    /// `ConnectInfo<SocketAddr>`, a [`PeerAddr`], tonic's `TcpConnectInfo` with the
-    /// `grpc` feature, or a [`SocketAddr`] extension) and
-    /// headers. `None` if the request carries no peer address or the client cannot be
-    /// told.
-    pub fn key(&self, parts: &Parts) -> Option<Key> {
-        let peer = peer_addr(parts)?;
-        Some(self.key_of(self.resolve(peer, &parts.headers)?))
+    /// The request's key: the client resolved from its peer address and headers.
+    /// `None` if the request carries no peer address or the client cannot be told.
+    /// Takes a [`Request`], or a framework's request its adapter reads
+    /// ([`AsRequest`]: weir-tower's `http::request::Parts`).
+    pub fn key<M>(&self, request: &impl AsRequest<M>) -> Option<Key> {
+        self.key_of_request(&request.as_request())
     }
-}
 
-/// The peer address in a request's extensions.
-pub(crate) fn peer_addr(parts: &Parts) -> Option<IpAddr> {
-    #[cfg(feature = "axum")]
-    if let Some(info) = parts.extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
-        return Some(info.0.ip());
+    /// [`key`](Self::key) of a [`Request`].
+    #[inline]
+    pub(crate) fn key_of_request<R: Request + ?Sized>(&self, request: &R) -> Option<Key> {
+        let peer = request.peer_ip()?;
+        let peer = peer.to_canonical();
+        if self.trusted.is_empty() || !self.is_trusted(peer) {
+            return Some(self.key_of(peer));
+        }
+        Some(self.key_of(self.resolve_lines(peer, |name, each| request.header_lines_rev(name, each))?))
     }
-    if let Some(PeerAddr(addr)) = parts.extensions.get::<PeerAddr>() {
-        return Some(addr.ip());
-    }
-    #[cfg(feature = "grpc")]
-    if let Some(addr) = crate::grpc::peer_addr(parts) {
-        return Some(addr.ip());
-    }
-    parts.extensions.get::<SocketAddr>().map(SocketAddr::ip)
 }
 
 /// The hops of one header line, from the right: each the address it names, or `None`
@@ -807,12 +801,8 @@ mod tests {
         s.parse().unwrap()
     }
 
-    fn headers(name: &str, lines: &[&str]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for line in lines {
-            map.append(HeaderName::from_bytes(name.as_bytes()).unwrap(), line.parse().unwrap());
-        }
-        map
+    fn headers(name: &str, lines: &[&str]) -> Vec<(String, String)> {
+        lines.iter().map(|line| (name.to_owned(), (*line).to_owned())).collect()
     }
 
     #[test]
@@ -862,7 +852,7 @@ mod tests {
         let h = headers("x-forwarded-for", &["10.9.9.9, 10.2.2.2"]);
         assert_eq!(client.resolve(ip("10.0.0.1"), &h), Some(ip("10.9.9.9")));
         // No header: the proxy itself.
-        assert_eq!(client.resolve(ip("10.0.0.1"), &HeaderMap::new()), Some(ip("10.0.0.1")));
+        assert_eq!(client.resolve(ip("10.0.0.1"), &Vec::<(String, String)>::new()), Some(ip("10.0.0.1")));
         // Ports and brackets.
         let h = headers("x-forwarded-for", &["[2001:db8::7]:443, 203.0.113.5:8080"]);
         assert_eq!(client.resolve(ip("10.0.0.1"), &h), Some(ip("203.0.113.5")));
@@ -917,13 +907,13 @@ mod tests {
     }
 
     #[test]
-    fn the_peer_is_read_from_extensions() {
-        assert_eq!(ClientIp::default().key(&http::Request::new(()).into_parts().0), None);
-        let mut request = http::Request::new(());
-        request.extensions_mut().insert("192.0.2.1:4000".parse::<SocketAddr>().unwrap());
-        assert_eq!(ClientIp::default().key(&request.into_parts().0), Some(Key::ip(ip("192.0.2.1"))));
-        let mut request = http::Request::new(());
-        request.extensions_mut().insert(PeerAddr("192.0.2.2:4000".parse().unwrap()));
-        assert_eq!(ClientIp::default().key(&request.into_parts().0), Some(Key::ip(ip("192.0.2.2"))));
+    fn the_peer_is_read_from_the_request() {
+        use crate::test_support::TestRequest;
+        assert_eq!(ClientIp::default().key(&TestRequest::get("/")), None);
+        let request = TestRequest::get("/").peer("192.0.2.1");
+        assert_eq!(ClientIp::default().key(&request), Some(Key::ip(ip("192.0.2.1"))));
+        let behind = ClientIp::builder().trust_proxies(["192.0.2.0/24"]).build().unwrap();
+        let request = request.header("x-forwarded-for", "203.0.113.9, 192.0.2.8");
+        assert_eq!(behind.key(&request), Some(Key::ip(ip("203.0.113.9"))));
     }
 }

@@ -3,12 +3,13 @@
 
 use crate::ip::ClientIp;
 use crate::key::{Key, KeySource, MissingKey};
-use crate::response::{RateLimitHeaders, policy_item, problem_tail, sf_string};
+use crate::request::Request;
+use crate::response::{RateLimitFields, policy_item, problem_tail, sf_string};
 use crate::store::{Store, StoreError};
 use crate::throttle::{Away, KeyedThrottle, Line, Turn};
 use crate::tier::Tiers;
+use bytes::Bytes;
 use core::fmt;
-use http::HeaderValue;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use weir_rl_core::{Decision, KeyedLimiter};
@@ -22,7 +23,7 @@ pub const MAX_LIMITS: usize = 8;
 /// ```
 /// use weir_rl_core::Quota;
 /// use weir_keyed::{KeyedConfig, KeyedGcra, KeyedSlidingWindow};
-/// use weir_tower::{Key, KeySource, Limit, MissingKey, Store};
+/// use weir_http::{Key, KeySource, Limit, MissingKey, Store};
 ///
 /// let per_ip: KeyedGcra<Key> = KeyedGcra::gcra(Quota::per_second(10)?, KeyedConfig::builder(100_000).build()?);
 /// let per_user: KeyedSlidingWindow<Key> = KeyedSlidingWindow::sliding_window(Quota::per_minute(300)?, KeyedConfig::builder(10_000).build()?)?;
@@ -57,7 +58,7 @@ impl Limit {
     /// Each client IP (the peer address; IPv6 by `/64`) counted in the in-memory
     /// `store`. Behind a proxy, use [`Limit::new`] with a [`ClientIp`] that trusts it.
     /// The server must give the peer address (see
-    /// [`RateLimitLayer::per_ip`](crate::RateLimitLayer::per_ip)).
+    /// its adapter's docs).
     pub fn per_ip(store: impl KeyedLimiter<Key> + Send + Sync + 'static) -> Self {
         Self::new(KeySource::ip(ClientIp::default()), Store::local(store))
     }
@@ -153,7 +154,7 @@ impl fmt::Debug for Limit {
 /// use std::time::Duration;
 /// use weir_rl_core::Quota;
 /// use weir_keyed::{KeyedConfig, KeyedSlidingLog};
-/// use weir_tower::{Key, Limit, Policy};
+/// use weir_http::{Key, Limit, Policy};
 ///
 /// let five_per_5_min: KeyedSlidingLog<Key> =
 ///     KeyedSlidingLog::sliding_log(Quota::new(5, Duration::from_secs(300))?, KeyedConfig::builder(100_000).build()?)?;
@@ -171,7 +172,7 @@ pub struct Policy {
 /// Which [`PolicyBuilder`] option was refused, and why. Each names the policy.
 ///
 /// ```
-/// use weir_tower::{Policy, PolicyError};
+/// use weir_http::{Policy, PolicyError};
 ///
 /// let error = Policy::builder("api").cost(0).build().unwrap_err();
 /// assert_eq!(error, PolicyError::ZeroCost { policy: "api".into() });
@@ -300,8 +301,20 @@ impl Policy {
         PolicyBuilder { name: Arc::from(name.as_ref()), limits: Vec::new(), cost: 1 }
     }
 
-    /// A policy of one limit at a cost of 1, which every quota admits.
-    pub(crate) fn single(name: &str, limit: Limit) -> Self {
+    /// A policy of one limit at a cost of 1, which every quota admits (so there is
+    /// nothing to refuse, and no `build`).
+    ///
+    /// ```
+    /// use weir_http::{Key, Limit, Policy};
+    /// use weir_keyed::{KeyedConfig, KeyedGcra};
+    /// use weir_rl_core::Quota;
+    ///
+    /// let store: KeyedGcra<Key> = KeyedGcra::gcra(Quota::per_second(10)?, KeyedConfig::builder(1_000).build()?);
+    /// let policy = Policy::single("api", Limit::per_ip(store));
+    /// assert_eq!((policy.name(), policy.limits().len(), policy.cost()), ("api", 1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn single(name: &str, limit: Limit) -> Self {
         Self { name: Arc::from(name), limits: vec![limit], cost: 1 }
     }
 
@@ -402,8 +415,8 @@ pub(crate) struct CompiledPolicy {
     /// Every store is in memory and there is no throttle: a request whose tiers are
     /// cached is decided in `call`, with no future.
     local: bool,
-    /// `RateLimit-Policy` when every limit applies with its one variant.
-    full_policy_header: Option<HeaderValue>,
+    /// `RateLimit-Policy` when every limit applies with its one variant: made once.
+    full_policy_header: Option<Bytes>,
     #[cfg(feature = "metrics")]
     pub(crate) metrics: crate::metrics::PolicyMetrics,
 }
@@ -463,7 +476,7 @@ pub(crate) fn compile(policy: Policy) -> CompiledPolicy {
     });
     let full_policy_header = if compiled.iter().all(|l| l.variants.len() <= 1) {
         let items: Vec<&str> = compiled.iter().filter_map(|l| l.variants.first()).map(|v| &*v.items).collect();
-        HeaderValue::from_str(&items.join(", ")).ok()
+        Some(Bytes::from(items.join(", ")))
     } else {
         None
     };
@@ -502,7 +515,7 @@ impl Held<'_> {
             let Some(admission) = self.admitted[i].take() else { continue };
             let (Some(key), Some(store)) = (&self.keys[i], policy.store_of(i, &self.tiers)) else { continue };
             if let Err(error) = store.refund(key, policy.cost, &admission).await {
-                tracing::warn!(target: "weir_tower", policy = %policy.name, key = %key, %error, "refund failed");
+                tracing::warn!(target: "weir_http", policy = %policy.name, key = %key, %error, "refund failed");
             }
         }
     }
@@ -570,7 +583,7 @@ pub(crate) type Keys = [Option<Key>; MAX_LIMITS];
 pub(crate) enum Refusal {
     /// A limit denied the request: the `limit`-th, checked in its tier `tier` (for a
     /// tiered limit); its quota's name is looked up when the refusal is answered.
-    Denied { decision: Decision, limit: usize, tier: Option<usize>, key: Key, headers: RateLimitHeaders },
+    Denied { decision: Decision, limit: usize, tier: Option<usize>, key: Key, headers: RateLimitFields },
     /// A throttle turned the request away.
     TurnedAway { retry_after: Duration, key: Key },
     /// A throttle's map was full of other keys' throttles in use.
@@ -578,13 +591,17 @@ pub(crate) enum Refusal {
     /// A store or a tier lookup failed, or a store decided by its fail policy
     /// (then `retry_after` is the store's: until its backend is tried again).
     Unavailable { error: StoreError, key: Key, retry_after: Option<Duration> },
+    /// No key for the `limit`-th limit, which denies keyless requests; or a header
+    /// value longer than the limit's source accepts (`too_long`: its name); or a
+    /// per-IP limit and no peer address (`no_peer`).
+    Unidentified { limit: usize, too_long: Option<Box<str>>, no_peer: bool },
 }
 
 /// What a policy decided for a request.
 #[derive(Debug)]
 pub(crate) enum Verdict {
     /// Admitted; the headers to add (none if no limit applied).
-    Allowed(Option<RateLimitHeaders>),
+    Allowed(Option<RateLimitFields>),
     /// Answered by the middleware.
     Refused(Refusal),
 }
@@ -594,13 +611,9 @@ impl CompiledPolicy {
     /// hundred bytes, not worth moving), or says which limit denies keyless requests
     /// (and, if it refused a header value over [`MAX_KEY_BYTES`](crate::MAX_KEY_BYTES),
     /// the header's name).
-    pub(crate) fn keys(
-        &self,
-        parts: &http::request::Parts,
-        keys: &mut Keys,
-    ) -> Result<(), (usize, Option<http::HeaderName>)> {
+    pub(crate) fn keys<R: Request + ?Sized>(&self, request: &R, keys: &mut Keys) -> Result<(), (usize, Option<&str>)> {
         for (i, limit) in self.limits.iter().enumerate() {
-            let read = limit.limit.key.read(parts).map_err(|name| (i, Some(name)))?;
+            let read = limit.limit.key.read(request).map_err(|name| (i, Some(name)))?;
             keys[i] = match read {
                 Some(key) => Some(key),
                 None => match &limit.limit.missing {
@@ -620,9 +633,8 @@ impl CompiledPolicy {
 
     /// Whether the `limit`-th limit reads the client IP and the request carries no
     /// peer address (so no request can have a key: the server gives none).
-    pub(crate) fn lacks_peer_address(&self, limit: usize, parts: &http::request::Parts) -> bool {
-        self.limits.get(limit).is_some_and(|l| l.limit.key.reads_peer_address())
-            && crate::ip::peer_addr(parts).is_none()
+    pub(crate) fn lacks_peer_address<R: Request + ?Sized>(&self, limit: usize, request: &R) -> bool {
+        self.limits.get(limit).is_some_and(|l| l.limit.key.reads_peer_address()) && request.peer_ip().is_none()
     }
 
     /// Tiers the cache already knows, and whether the request can then be decided
@@ -860,7 +872,7 @@ impl CompiledPolicy {
         if decision.is_allowed() {
             if let Err(error) = store.refund(key, n, &decision) {
                 tracing::warn!(
-                    target: "weir_tower", policy = %self.name, key = %key, %error,
+                    target: "weir_http", policy = %self.name, key = %key, %error,
                     "refund failed: a check made only to learn a wait stays spent"
                 );
             }
@@ -886,7 +898,7 @@ impl CompiledPolicy {
             }
         }
         let prefix = self.ratelimit_prefix(i, tiers[i], &decision);
-        let headers = RateLimitHeaders::new(self.policy_header(keys, tiers), prefix, &decision, legacy);
+        let headers = RateLimitFields::new(self.policy_header(keys, tiers), prefix, &decision, legacy);
         let key = keys[i].take().unwrap_or_else(Key::global);
         Verdict::Refused(Refusal::Denied { decision, limit: i, tier: tiers[i], key, headers })
     }
@@ -917,7 +929,7 @@ impl CompiledPolicy {
     ) -> Verdict {
         Verdict::Allowed(best.map(|(i, decision)| {
             let prefix = self.ratelimit_prefix(i, tiers[i], &decision);
-            RateLimitHeaders::new(self.policy_header(keys, tiers), prefix, &decision, legacy)
+            RateLimitFields::new(self.policy_header(keys, tiers), prefix, &decision, legacy)
         }))
     }
 
@@ -952,7 +964,7 @@ impl CompiledPolicy {
             let (Some(admission), Some(key)) = (&*slot, &keys[i]) else { continue };
             let Some(store) = self.store_of(i, tiers).and_then(Store::as_local) else { continue };
             if let Err(error) = store.refund(key, self.cost, admission) {
-                tracing::warn!(target: "weir_tower", policy = %self.name, key = %key, %error, "refund failed");
+                tracing::warn!(target: "weir_http", policy = %self.name, key = %key, %error, "refund failed");
             }
             *slot = None;
         }
@@ -991,7 +1003,7 @@ impl CompiledPolicy {
     }
 
     /// `RateLimit-Policy`: the quotas of every limit that applied to the request.
-    fn policy_header(&self, keys: &Keys, tiers: &[Option<usize>; MAX_LIMITS]) -> HeaderValue {
+    fn policy_header(&self, keys: &Keys, tiers: &[Option<usize>; MAX_LIMITS]) -> Bytes {
         let all_apply = keys.iter().take(self.limits.len()).all(Option::is_some);
         if all_apply && let Some(header) = &self.full_policy_header {
             return header.clone();
@@ -1001,7 +1013,7 @@ impl CompiledPolicy {
             .filter_map(|i| self.variant(i, tiers[i]))
             .map(|v| &*v.items)
             .collect();
-        HeaderValue::from_str(&items.join(", ")).unwrap_or(HeaderValue::from_static(""))
+        Bytes::from(items.join(", "))
     }
 }
 
