@@ -299,6 +299,12 @@ fn weirs_additions() {
         let err = bad(yaml);
         assert_eq!((err.line(), err.field(), err.kind().to_string().as_str()), (Some(4), field, want), "{yaml}");
     }
+    // weir's keys anywhere else.
+    let err = load("domain: d\ndescriptors:\n  - key: k\n    burst: 5\n").unwrap_err();
+    assert_eq!(
+        (err.field(), err.kind().to_string().as_str()),
+        ("descriptors[0].burst", "'burst' belongs in a rate_limit")
+    );
     // A refill longer than weir's arithmetic spans.
     let err = bad("{window: 520w, requests_per_unit: 1}");
     assert!(matches!(err.kind(), ConfigErrorKind::Quota(_)), "{err}");

@@ -691,3 +691,15 @@ async fn the_demo_environment() {
     assert_eq!(answers(&[("foo", "foo"), ("baz", "shady")], 5).await, [Ok; 5]);
     assert_eq!(answers(&[("foo", "foo"), ("baz", "not-so-shady")], 4).await, [Ok, Ok, Ok, OverLimit]);
 }
+
+#[test]
+fn the_crate_readmes_config_loads() {
+    let readme = include_str!("../README.md");
+    let start = readme.find("```yaml\n").unwrap() + "```yaml\n".len();
+    let yaml = &readme[start..start + readme[start..].find("```").unwrap()];
+    let c = config(yaml);
+    let Got::Limited { per, .. } = matched(&c, "api", &[("api_key", "k")]) else { panic!() };
+    assert_eq!(per, (600, Some(Unit::Minute)));
+    let Got::Limited { per, .. } = matched(&c, "api", &[("remote_address", "10.0.0.1")]) else { panic!() };
+    assert_eq!(per, (50, None));
+}

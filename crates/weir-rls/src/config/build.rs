@@ -29,6 +29,9 @@ const UPSTREAM_KEYS: [&str; 16] = [
     "metadata",
 ];
 
+/// weir's keys, all a rate_limit's.
+const WEIR_KEYS: [&str; 3] = ["algorithm", "burst", "window"];
+
 /// Where each key belongs, for the strict mode's "misplaced key" error.
 fn belongs(key: &str) -> &'static str {
     match key {
@@ -149,6 +152,10 @@ impl FileCx<'_, '_, '_> {
     /// level) or unknown.
     fn other_key(&mut self, key: &str, key_node: &Node, value: &Node, field: &str) -> Result<(), ConfigError> {
         let field = join(field, key);
+        if WEIR_KEYS.contains(&key) {
+            let kind = ConfigErrorKind::MisplacedKey { key: key.to_owned(), belongs: "in a rate_limit" };
+            return Err(self.error(key_node, &field, kind));
+        }
         if !UPSTREAM_KEYS.contains(&key) {
             return Err(self.error(key_node, &field, ConfigErrorKind::UnknownKey { key: key.to_owned() }));
         }
