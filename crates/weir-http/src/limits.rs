@@ -10,8 +10,10 @@ use crate::response::{
     Cause, Denied, NO_PEER_ADDRESS, ProblemHeads, RateLimitFields, Rejection, problem_body, retry_after_secs,
 };
 use bytes::Bytes;
+use core::any::Any;
 use core::fmt;
 use std::borrow::Cow;
+use std::sync::OnceLock;
 use std::time::Duration;
 use weir_rl_core::{Decision, DenyReason, KeyedLimiter};
 
@@ -80,7 +82,7 @@ impl std::error::Error for BuildError {}
 /// ```
 ///
 /// Immutable once built, `Send` and `Sync`: share it in an `Arc` (an adapter
-/// does), or hold it in a [`Reloadable`](crate::Reloadable) to swap in another.
+/// does).
 ///
 /// ```
 /// use std::time::Duration;
@@ -124,6 +126,8 @@ pub struct Limits {
     legacy_headers: bool,
     problem: ProblemHeads,
     no_peer_detail: Cow<'static, str>,
+    /// What an adapter derived from these limits (see [`adapter_data`](Limits::adapter_data)).
+    adapter: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
 impl Limits {
@@ -177,6 +181,27 @@ impl Limits {
             || (!self.skip_paths.is_empty() && self.skip_paths.iter().any(|p| **p == *request.path()))
     }
 
+    /// The policies, in the order they were added: their [`PolicyId`]s.
+    pub fn policies(&self) -> impl Iterator<Item = PolicyId> + '_ {
+        (0..self.policies.len()).map(PolicyId)
+    }
+
+    /// The `RateLimit-Policy` value of `policy` when every limit of it applies,
+    /// made when the configuration was built (`None` for a policy whose value
+    /// depends on the request: a tiered limit, a limit a request may skip).
+    pub fn policy_field(&self, policy: PolicyId) -> Option<&Bytes> {
+        self.policies.get(policy.0)?.full_policy_header()
+    }
+
+    /// What an adapter derives from these limits once (the header values of
+    /// [`policy_field`](Self::policy_field) in its framework's type, say), made by
+    /// `init` on first use and kept as long as these limits: a configuration
+    /// reloaded is a new [`Limits`], with its own. `None` if another type was kept
+    /// first (one adapter per `Limits`).
+    pub fn adapter_data<T: Any + Send + Sync>(&self, init: impl FnOnce(&Limits) -> T) -> Option<&T> {
+        self.adapter.get_or_init(|| Box::new(init(self))).downcast_ref()
+    }
+
     /// Whether the legacy `X-RateLimit-*` fields are written.
     pub fn legacy_headers(&self) -> bool {
         self.legacy_headers
@@ -197,6 +222,9 @@ impl Limits {
             #[cfg(feature = "metrics")]
             policy.metrics.skipped.increment(1);
             return Check::Skipped;
+        }
+        if let Some(decided) = policy.decide_single(policy_index, request, self.legacy_headers) {
+            return Check::Decided(Verdict::of(policy_index, decided));
         }
         let mut keys: Keys = Default::default();
         if let Err((limit, too_long)) = policy.keys(request, &mut keys) {
@@ -322,7 +350,14 @@ impl fmt::Debug for Limits {
 
 /// Which policy of a [`Limits`] applies to a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PolicyId(usize);
+pub struct PolicyId(pub(crate) usize);
+
+impl PolicyId {
+    /// Its place among the [`Limits::policies`], from 0.
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
 
 /// Builds [`Limits`].
 pub struct LimitsBuilder {
@@ -432,6 +467,7 @@ impl LimitsBuilder {
             legacy_headers: self.legacy_headers,
             problem: ProblemHeads::new(&self.problem_type, &self.no_peer_detail),
             no_peer_detail: self.no_peer_detail,
+            adapter: OnceLock::new(),
         }
     }
 }

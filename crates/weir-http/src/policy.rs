@@ -417,6 +417,10 @@ pub(crate) struct CompiledPolicy {
     local: bool,
     /// `RateLimit-Policy` when every limit applies with its one variant: made once.
     full_policy_header: Option<Bytes>,
+    /// The policy is one limit with one in-memory store (no tiers, no throttle):
+    /// decided by [`decide_single`](CompiledPolicy::decide_single), with no array
+    /// of keys.
+    single: bool,
     #[cfg(feature = "metrics")]
     pub(crate) metrics: crate::metrics::PolicyMetrics,
 }
@@ -480,9 +484,12 @@ pub(crate) fn compile(policy: Policy) -> CompiledPolicy {
     } else {
         None
     };
+    let single = compiled.len() == 1
+        && compiled.iter().all(|l| matches!(&l.limit.kind, LimitKind::Store(store) if store.is_local()));
     CompiledPolicy {
         #[cfg(feature = "metrics")]
         metrics: crate::metrics::PolicyMetrics::register(&name),
+        single,
         name,
         limits: compiled.into_boxed_slice(),
         cost: policy.cost,
@@ -571,6 +578,13 @@ fn is_outage(decision: &Decision) -> bool {
     decision.is_denied()
         && decision.is_from_fallback()
         && decision.deny_reason() != Some(weir_rl_core::DenyReason::KeyCapacity)
+}
+
+/// The keys of a request to a policy of one limit.
+fn single_key(key: Key) -> Keys {
+    let mut keys: Keys = Default::default();
+    keys[0] = Some(key);
+    keys
 }
 
 /// A request's keys, one per limit (`None`: skipped).
@@ -769,6 +783,54 @@ impl CompiledPolicy {
         }
         let _ = throttled;
         self.allowed(best, &held.keys, &held.tiers, legacy)
+    }
+
+    /// The verdict of a policy of one in-memory limit (see `single`) for `request`,
+    /// made with no array of keys: `None` when the request has no key of its own
+    /// (or another policy shape): the general path then answers it.
+    #[inline]
+    pub(crate) fn decide_single<R: Request + ?Sized>(
+        &self,
+        index: usize,
+        request: &R,
+        legacy: bool,
+    ) -> Option<Verdict> {
+        if !self.single {
+            return None;
+        }
+        let limit = self.limits.first()?;
+        let LimitKind::Store(store) = &limit.limit.kind else { return None };
+        let local = store.as_local()?;
+        let key = limit.limit.key.read(request).ok()??;
+        match local.check_n(&key, self.cost) {
+            Ok(decision) if decision.is_allowed() && is_own(&decision) => {
+                let quota = limit.variants.first().and_then(|v| v.quota(decision.policy_index()));
+                #[cfg(feature = "metrics")]
+                match quota {
+                    Some(quota) => quota.metrics.allowed.increment(1),
+                    None => self.metrics.unlimited.increment(1),
+                }
+                let prefix = quota.map_or(UNNAMED_PREFIX, |q| &q.ratelimit_prefix);
+                let fields = match &self.full_policy_header {
+                    Some(header) => RateLimitFields::new(header.clone(), prefix, &decision, legacy).precomputed(index),
+                    None => {
+                        let policy = self.policy_header(&single_key(key), &[None; MAX_LIMITS]);
+                        RateLimitFields::new(policy, prefix, &decision, legacy)
+                    }
+                };
+                Some(Verdict::Allowed(Some(fields)))
+            }
+            Ok(decision) if decision.is_allowed() => {
+                self.allowed(None, &single_key(key), &[None; MAX_LIMITS], legacy).into()
+            }
+            Ok(decision) if is_outage(&decision) => Some(self.outage(0, decision, &mut single_key(key))),
+            Ok(decision) => Some(self.denied(0, decision, &mut single_key(key), &[None; MAX_LIMITS], legacy)),
+            Err(error) => {
+                self.count_unavailable(0);
+                let error = StoreError::new(error);
+                Some(Verdict::Refused(Refusal::Unavailable { error, key, retry_after: None }))
+            }
+        }
     }
 
     /// [`decide`](Self::decide) for a request whose stores are all in memory and
@@ -1000,6 +1062,11 @@ impl CompiledPolicy {
     pub(crate) fn quota_text(&self, i: usize, tier: Option<usize>, decision: &Decision) -> (&str, Option<&[u8]>) {
         let quota = self.variant(i, tier).and_then(|v| v.quota(decision.policy_index()));
         quota.map_or(("", None), |q| (&q.name, Some(&q.problem_tail)))
+    }
+
+    /// `RateLimit-Policy` when every limit applies with its one variant.
+    pub(crate) fn full_policy_header(&self) -> Option<&Bytes> {
+        self.full_policy_header.as_ref()
     }
 
     /// `RateLimit-Policy`: the quotas of every limit that applied to the request.

@@ -172,6 +172,8 @@ pub struct RateLimitFields {
     /// `RateLimit-Policy`: every quota applied to the request (made when the
     /// configuration is built, shared here).
     pub(crate) policy: Bytes,
+    /// The policy whose precomputed `RateLimit-Policy` `policy` is, if it is one.
+    pub(crate) precomputed: Option<u32>,
     /// `RateLimit`: the deciding quota's remaining and reset.
     pub(crate) ratelimit: Bytes,
     /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`, when switched on.
@@ -195,7 +197,20 @@ impl RateLimitFields {
             remaining: decision.remaining(),
             reset_secs: ceil_secs(decision.reset_after()),
         });
-        Self { policy, ratelimit, legacy }
+        Self { policy, precomputed: None, ratelimit, legacy }
+    }
+
+    /// The same fields, their `RateLimit-Policy` the precomputed one of policy
+    /// `index`.
+    pub(crate) fn precomputed(self, index: usize) -> Self {
+        Self { precomputed: u32::try_from(index).ok(), ..self }
+    }
+
+    /// The policy whose `RateLimit-Policy` value, made when the configuration was
+    /// built ([`Limits::policy_field`](crate::Limits::policy_field)), these fields
+    /// carry: an adapter that converted that value once writes its own copy.
+    pub fn precomputed_policy(&self) -> Option<crate::PolicyId> {
+        self.precomputed.map(|i| crate::PolicyId(i as usize))
     }
 
     /// `RateLimit-Policy`'s value: `"minute";q=100;w=60`, one item per quota that

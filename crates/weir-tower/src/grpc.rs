@@ -53,7 +53,7 @@
 //! [`deny_body`]: crate::RateLimitLayerBuilder::deny_body
 //! [`Rejection`]: crate::Rejection
 
-use crate::response::{number, write_fields};
+use crate::response::{Fields, number};
 use bytes::Bytes;
 use core::pin::Pin;
 use core::task::{Context, Poll};
@@ -64,7 +64,7 @@ use tonic::Code;
 use tonic_types::{ErrorDetails, StatusExt as _};
 use tower_layer::Layer;
 use tower_service::Service;
-use weir_http::{GrpcCode, Refused};
+use weir_http::{GrpcCode, Limits, Refused};
 
 /// `grpc-retry-pushback-ms` (gRFC A6): how long a client's retry policy waits
 /// before it retries, in milliseconds.
@@ -97,9 +97,9 @@ fn code(code: GrpcCode) -> Code {
 /// The trailers-only gRPC response refusing a call, of the call's own
 /// `content_type` (`application/grpc+proto`, `application/grpc-web`: the client
 /// reads the framing it asked for).
-pub(crate) fn refusal(content_type: HeaderValue, mut refused: Refused<'_>) -> Response<Bytes> {
+pub(crate) fn refusal(limits: &Limits, content_type: HeaderValue, mut refused: Refused<'_>) -> Response<Bytes> {
     let grpc = refused.grpc();
-    let fields = refused.take_fields();
+    let fields = refused.take_fields().map(|fields| Fields::new(limits, &fields));
     let code = code(grpc.code);
     let pushback = grpc.pushback_ms();
     let status = match grpc.retry_after {
@@ -120,7 +120,7 @@ pub(crate) fn refusal(content_type: HeaderValue, mut refused: Refused<'_>) -> Re
         map.insert(GRPC_RETRY_PUSHBACK_MS, number(pushback));
     }
     if let Some(fields) = fields {
-        write_fields(fields, &mut map);
+        fields.write(&mut map);
     }
     let mut response = Response::new(Bytes::new());
     *response.headers_mut() = map;

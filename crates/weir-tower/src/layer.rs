@@ -2,7 +2,7 @@
 //! tower's `Service`.
 
 use crate::request::View;
-use crate::response::{BodyStyle, DenyBody, write_fields};
+use crate::response::{BodyStyle, DenyBody, Fields};
 use bytes::Bytes;
 use core::fmt;
 use core::future::Future;
@@ -14,9 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower_layer::Layer;
 use tower_service::Service;
-use weir_http::{
-    BuildError, Cause, Check, Denied, Key, Limits, LimitsBuilder, Policy, RateLimitFields, Refusal, Rejection, Verdict,
-};
+use weir_http::{BuildError, Cause, Check, Denied, Key, Limits, LimitsBuilder, Policy, Refusal, Rejection, Verdict};
 use weir_rl_core::__private::sync::{AtomicBool, Ordering};
 use weir_rl_core::{Decision, KeyedLimiter};
 
@@ -85,9 +83,9 @@ impl Shared {
         // HTTP status.
         #[cfg(feature = "grpc")]
         if let Some(content_type) = crate::grpc::grpc_content_type(parts) {
-            return crate::grpc::refusal(content_type.clone(), refused);
+            return crate::grpc::refusal(limits, content_type.clone(), refused);
         }
-        self.body.response(refused)
+        self.body.response(limits, refused)
     }
 
     fn warn_no_peer(&self, policy: &str, parts: &Parts) {
@@ -354,6 +352,7 @@ where
                 return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), None);
             }
             Check::Decided(Verdict::Allowed(fields)) => {
+                let fields = fields.map(|fields| Fields::new(limits, &fields));
                 return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), fields);
             }
             Check::Decided(Verdict::Refused(refusal)) => {
@@ -405,7 +404,7 @@ pin_project_lite::pin_project! {
         Calling {
             #[pin]
             future: S::Future,
-            fields: Option<RateLimitFields>,
+            fields: Option<Fields>,
         },
         Rejected {
             response: Option<Response<Bytes>>,
@@ -422,7 +421,7 @@ struct Deciding<S, B> {
 }
 
 impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
-    fn calling(future: S::Future, fields: Option<RateLimitFields>) -> Self {
+    fn calling(future: S::Future, fields: Option<Fields>) -> Self {
         Self { state: State::Calling { future, fields } }
     }
 
@@ -448,7 +447,7 @@ where
                         Poll::Pending => return Poll::Pending,
                     };
                     if let Some(fields) = fields.take() {
-                        write_fields(fields, response.headers_mut());
+                        fields.write(response.headers_mut());
                     }
                     return Poll::Ready(Ok(response));
                 }
@@ -467,6 +466,7 @@ where
                     };
                     let next = match verdict {
                         Verdict::Allowed(fields) => {
+                            let fields = fields.map(|fields| Fields::new(&shared.limits, &fields));
                             State::Calling { future: service.call(Request::from_parts(parts, body)), fields }
                         }
                         Verdict::Refused(refusal) => {

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 use std::sync::{Arc, LazyLock};
-use weir_http::{Denied, RateLimitFields, Refused};
+use weir_http::{Denied, Legacy, Limits, RateLimitFields, Refused};
 
 /// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-10).
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -87,19 +87,72 @@ pub(crate) fn number(n: u64) -> HeaderValue {
     }
 }
 
-/// Writes `fields` into `headers`, replacing any of the same names the service
-/// set: the limiter's decision is what the client is told.
-pub(crate) fn write_fields(fields: RateLimitFields, headers: &mut HeaderMap) {
-    // Room for these and one more (the `content-length` axum's router adds after
-    // the layer), made before they go in: one growth at most, while the map holds
-    // only the service's own headers.
-    headers.reserve(fields.len() + 1);
-    headers.insert(RATELIMIT_POLICY, value(fields.policy()));
-    headers.insert(RATELIMIT, value(fields.ratelimit()));
-    if let Some(legacy) = fields.legacy() {
-        headers.insert(X_RATELIMIT_LIMIT, number(legacy.limit));
-        headers.insert(X_RATELIMIT_REMAINING, number(legacy.remaining));
-        headers.insert(X_RATELIMIT_RESET, number(legacy.reset_secs));
+/// The `RateLimit` fields of a decided request as header values: the
+/// `RateLimit-Policy` value made once per policy (see [`PolicyValues`]), the
+/// `RateLimit` value as weir-http made it, the legacy numbers made as they are
+/// written.
+#[derive(Debug, Clone)]
+pub(crate) struct Fields {
+    policy: HeaderValue,
+    ratelimit: HeaderValue,
+    legacy: Option<Legacy>,
+}
+
+/// Each policy's `RateLimit-Policy` value made when the configuration was built
+/// ([`Limits::policy_field`]), as a header value: converted once, cloned per request.
+pub(crate) struct PolicyValues(Vec<Option<HeaderValue>>);
+
+impl PolicyValues {
+    fn of(limits: &Limits) -> Self {
+        Self(limits.policies().map(|policy| limits.policy_field(policy).map(value)).collect())
+    }
+}
+
+impl Fields {
+    /// `fields` as header values, for a request `limits` decided.
+    #[inline]
+    pub(crate) fn new(limits: &Limits, fields: &RateLimitFields) -> Self {
+        let precomputed = fields.precomputed_policy().and_then(|policy| {
+            let values = limits.adapter_data(PolicyValues::of)?;
+            values.0.get(policy.index())?.clone()
+        });
+        Self {
+            policy: precomputed.unwrap_or_else(|| value(fields.policy())),
+            ratelimit: value(fields.ratelimit()),
+            legacy: fields.legacy(),
+        }
+    }
+
+    /// How many headers [`write`](Self::write) adds.
+    pub(crate) fn len(&self) -> usize {
+        if self.legacy.is_some() { 5 } else { 2 }
+    }
+
+    /// Writes the fields into `headers`, replacing any of the same names the
+    /// service set: the limiter's decision is what the client is told.
+    pub(crate) fn write(self, headers: &mut HeaderMap) {
+        // Room for these and one more (the `content-length` axum's router adds after
+        // the layer), made before they go in: one growth at most, while the map
+        // holds only the service's own headers.
+        headers.reserve(self.len() + 1);
+        headers.insert(RATELIMIT_POLICY, self.policy);
+        headers.insert(RATELIMIT, self.ratelimit);
+        if let Some(legacy) = self.legacy {
+            headers.insert(X_RATELIMIT_LIMIT, number(legacy.limit));
+            headers.insert(X_RATELIMIT_REMAINING, number(legacy.remaining));
+            headers.insert(X_RATELIMIT_RESET, number(legacy.reset_secs));
+        }
+    }
+
+    /// The values, in the order [`write`](Self::write) inserts them.
+    fn into_values(self, mut set: impl FnMut(HeaderValue)) {
+        set(self.policy);
+        set(self.ratelimit);
+        if let Some(legacy) = self.legacy {
+            set(number(legacy.limit));
+            set(number(legacy.remaining));
+            set(number(legacy.reset_secs));
+        }
     }
 }
 
@@ -136,7 +189,7 @@ impl BodyStyle {
 
     /// The rejection response: status, `Retry-After`, body, and the `RateLimit`
     /// fields when the refusal has them.
-    pub(crate) fn response(&self, mut refused: Refused<'_>) -> Response<Bytes> {
+    pub(crate) fn response(&self, limits: &Limits, mut refused: Refused<'_>) -> Response<Bytes> {
         let DenyBody { content_type, body } = match self {
             Self::Problem => DenyBody { content_type: PROBLEM_JSON, body: refused.problem_json() },
             Self::Custom(f) => f(&refused.denied()),
@@ -146,8 +199,8 @@ impl BodyStyle {
         // The map of the refusal's shape, cloned, its values set in its order: no
         // header name is hashed.
         let retry = refused.retry_after_secs();
-        let fields = refused.take_fields();
-        let mut map = refusal_map(retry.is_some(), fields.as_ref().map_or(0, RateLimitFields::len)).clone();
+        let fields = refused.take_fields().map(|fields| Fields::new(limits, &fields));
+        let mut map = refusal_map(retry.is_some(), fields.as_ref().map_or(0, Fields::len)).clone();
         let mut slots = map.values_mut();
         let mut set = |value: HeaderValue| {
             if let Some(slot) = slots.next() {
@@ -159,13 +212,7 @@ impl BodyStyle {
             set(number(secs));
         }
         if let Some(fields) = fields {
-            set(value(fields.policy()));
-            set(value(fields.ratelimit()));
-            if let Some(legacy) = fields.legacy() {
-                set(number(legacy.limit));
-                set(number(legacy.remaining));
-                set(number(legacy.reset_secs));
-            }
+            fields.into_values(set);
         }
         *response.headers_mut() = map;
         response
