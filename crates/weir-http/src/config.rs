@@ -76,6 +76,9 @@ use weir_rl_core::{AllOf, KeyedLimiter, Quota};
 /// A mistake in a configuration file: what, which field, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
+    /// The file, when the configuration was read from one
+    /// ([`Config::from_file`]).
+    pub file: Option<std::path::PathBuf>,
     /// The 1-based line, when known.
     pub line: Option<usize>,
     /// The 1-based column, when known.
@@ -86,8 +89,23 @@ pub struct ConfigError {
     pub message: String,
 }
 
+impl ConfigError {
+    /// An error of no place: `message` alone.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self { file: None, line: None, column: None, field: None, message: message.into() }
+    }
+
+    /// The same error, in `file`.
+    pub fn in_file(self, file: impl Into<std::path::PathBuf>) -> Self {
+        Self { file: Some(file.into()), ..self }
+    }
+}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(file) = &self.file {
+            write!(f, "{}: ", file.display())?;
+        }
         match (self.line, self.column) {
             (Some(line), Some(column)) => write!(f, "line {line}, column {column}: ")?,
             (Some(line), None) => write!(f, "line {line}: ")?,
@@ -295,7 +313,13 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     fn at<T>(&self, spanned: &Spanned<T>, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
         let (line, column) = line_col(self.text, spanned.span().start);
-        ConfigError { line: Some(line), column: Some(column), field: Some(field.into()), message: message.into() }
+        ConfigError {
+            file: None,
+            line: Some(line),
+            column: Some(column),
+            field: Some(field.into()),
+            message: message.into(),
+        }
     }
 
     fn duration(&self, spanned: &Spanned<DurationSpec>, field: &str) -> Result<Duration, ConfigError> {
@@ -356,12 +380,27 @@ impl Config {
                 (Some(l), Some(c))
             });
             let field = span.and_then(|s| key_before(text, s.start));
-            ConfigError { line, column, field, message: e.message().trim().to_owned() }
+            ConfigError { file: None, line, column, field, message: e.message().trim().to_owned() }
         })?;
         let config =
             Self { text: Arc::from(text), file, lookup: None, tier_clock: None, factory: Arc::new(memory_store) };
         config.validate()?;
         Ok(config)
+    }
+
+    /// Reads and validates the configuration in `path`; an error names the file,
+    /// with the line and field.
+    pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new(format!("cannot read the file: {e}")).in_file(path))?;
+        Self::from_toml(&text).map_err(|e| e.in_file(path))
+    }
+
+    /// Builds stores with `wrap(factory)` in place of the factory given so far.
+    pub(crate) fn wrap_factory(mut self, wrap: impl FnOnce(Arc<StoreFactory>) -> Arc<StoreFactory>) -> Self {
+        self.factory = wrap(self.factory);
+        self
     }
 
     /// The async lookup of a client's tier (see [`Tiers::builder`]); needed when a
@@ -449,6 +488,7 @@ impl Config {
     /// The limits.
     pub fn limits(self) -> Result<Limits, ConfigError> {
         self.builder()?.build().map_err(|e| ConfigError {
+            file: None,
             line: None,
             column: None,
             field: None,
@@ -471,6 +511,7 @@ impl Config {
         self.client(&ctx)?;
         if file.policies.is_empty() {
             return Err(ConfigError {
+                file: None,
                 line: None,
                 column: None,
                 field: Some("policy".into()),
@@ -623,7 +664,13 @@ impl Config {
             };
             match spanned {
                 Some(spanned) => ctx.at(spanned, field, e.to_string()),
-                None => ConfigError { line: None, column: None, field: Some(field.into()), message: e.to_string() },
+                None => ConfigError {
+                    file: None,
+                    line: None,
+                    column: None,
+                    field: Some(field.into()),
+                    message: e.to_string(),
+                },
             }
         })
     }
@@ -638,6 +685,7 @@ impl Config {
         let Some(mut tiers) = lookup else {
             if needed {
                 return Err(ConfigError {
+                    file: None,
                     line: None,
                     column: None,
                     field: Some("tiers".into()),
@@ -678,7 +726,7 @@ impl Config {
                 TiersError::NoTiers => "tiers".to_owned(),
                 _ => format!("tier_cache.{}", e.option()),
             };
-            ConfigError { line: None, column: None, field: Some(field), message: e.to_string() }
+            ConfigError { file: None, line: None, column: None, field: Some(field), message: e.to_string() }
         })?;
         Ok(Some(tiers))
     }
@@ -706,6 +754,7 @@ impl Config {
             Store::local(members.pop().ok_or_else(|| ctx_error(field))?)
         } else {
             Store::local(AllOf::new(members).map_err(|e| ConfigError {
+                file: None,
                 line: None,
                 column: None,
                 field: Some(field.into()),
@@ -745,7 +794,7 @@ impl Config {
 }
 
 fn ctx_error(field: &str) -> ConfigError {
-    ConfigError { line: None, column: None, field: Some(field.into()), message: "no quotas".into() }
+    ConfigError { file: None, line: None, column: None, field: Some(field.into()), message: "no quotas".into() }
 }
 
 fn max_keys(ctx: &Ctx<'_>, spec: Option<&Spanned<u64>>, field: &str) -> Result<usize, ConfigError> {

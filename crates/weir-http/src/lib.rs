@@ -83,6 +83,7 @@ mod memory;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod policy;
+mod reload;
 mod request;
 mod response;
 mod store;
@@ -98,6 +99,7 @@ pub use ip::{Cidr, CidrError, ClientIp, ClientIpBuilder, ClientIpError, Forwarde
 pub use key::{Key, KeyKind, KeySource, LongKeys, MAX_KEY_BYTES, MissingKey, User};
 pub use limits::{BuildError, Check, Limits, LimitsBuilder, Pending, PolicyId, Refusal, Refused, Verdict};
 pub use policy::{Limit, MAX_LIMITS, Policy, PolicyBuilder, PolicyError};
+pub use reload::Reloadable;
 pub use request::{AsRequest, HeaderLines, Request};
 pub use response::{
     Cause, Denied, Legacy, PROBLEM_JSON, RATELIMIT, RATELIMIT_POLICY, RETRY_AFTER, RateLimitFields, Rejection,

@@ -122,12 +122,7 @@ impl Config {
 
     /// The layer.
     pub fn layer(self) -> Result<RateLimitLayer, ConfigError> {
-        self.builder()?.build().map_err(|e| ConfigError {
-            line: None,
-            column: None,
-            field: None,
-            message: e.to_string(),
-        })
+        self.builder()?.build().map_err(|e| ConfigError::new(e.to_string()))
     }
 
     /// weir-http's configuration.

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower_layer::Layer;
 use tower_service::Service;
-use weir_http::{BuildError, Cause, Check, Denied, Key, Limits, LimitsBuilder, Policy, Refusal, Rejection, Verdict};
+use weir_http::{
+    BuildError, Cause, Check, Denied, Key, Limits, LimitsBuilder, Policy, Refusal, Rejection, Reloadable, Verdict,
+};
 use weir_rl_core::__private::sync::{AtomicBool, Ordering};
 use weir_rl_core::{Decision, KeyedLimiter};
 
@@ -51,8 +53,14 @@ const NO_PEER_ADDRESS: &str = "This rate limit is per client IP, and the request
      that tonic's `TcpConnectInfo` is read; with hyper or tower, insert the connection's peer address \
      (`weir_tower::PeerAddr` or a `std::net::SocketAddr`) into each request's extensions.";
 
+/// The limits a layer applies: fixed, or swapped on reload.
+enum Source {
+    Fixed(Arc<Limits>),
+    Reloadable(Reloadable),
+}
+
 struct Shared {
-    limits: Arc<Limits>,
+    limits: Source,
     skip: Option<Arc<SkipFn>>,
     on_limit: Option<Arc<HookFn>>,
     body: BodyStyle,
@@ -177,19 +185,49 @@ impl RateLimitLayer {
         Self::with(Arc::new(limits), None, None, BodyStyle::default())
     }
 
+    /// The layer over the limits `reloadable` holds: a
+    /// [`reload`](Reloadable::reload) of a clone of it is in force for the next
+    /// request, while requests in flight finish on the limits they started with.
+    ///
+    /// ```
+    /// use weir_tower::{RateLimitLayer, Reloadable};
+    ///
+    /// let toml = "[[policy]]\nname = \"api\"\ndefault = true\n[[policy.limit]]\nkey = \"ip\"\n\
+    ///             quotas = [{ algorithm = \"gcra\", limit = 100, window = \"1m\" }]\n";
+    /// let limits = Reloadable::from_config(weir_http::Config::from_toml(toml)?)?;
+    /// let layer = RateLimitLayer::reloadable(limits.clone());
+    /// // Later (on SIGHUP, say): `limits.reload_file("limits.toml", |config| config)?`.
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reloadable(reloadable: Reloadable) -> Self {
+        let shared = Shared {
+            limits: Source::Reloadable(reloadable),
+            skip: None,
+            on_limit: None,
+            body: BodyStyle::default(),
+            warned_no_peer: AtomicBool::new(false),
+        };
+        Self { shared: Arc::new(shared) }
+    }
+
     fn with(limits: Arc<Limits>, skip: Option<Arc<SkipFn>>, on_limit: Option<Arc<HookFn>>, body: BodyStyle) -> Self {
+        let limits = Source::Fixed(limits);
         Self { shared: Arc::new(Shared { limits, skip, on_limit, body, warned_no_peer: AtomicBool::new(false) }) }
     }
 
-    /// The limits this layer applies.
-    pub fn limits(&self) -> &Limits {
-        &self.shared.limits
+    /// The limits this layer applies now.
+    pub fn limits(&self) -> Arc<Limits> {
+        match &self.shared.limits {
+            Source::Fixed(limits) => Arc::clone(limits),
+            Source::Reloadable(reloadable) => reloadable.load(),
+        }
     }
 }
 
 impl fmt::Debug for RateLimitLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitLayer").field("limits", &self.shared.limits).finish_non_exhaustive()
+        f.debug_struct("RateLimitLayer").field("limits", &self.limits()).finish_non_exhaustive()
     }
 }
 
@@ -340,8 +378,30 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let shared = &self.shared;
-        let limits = &shared.limits;
+        match &self.shared.limits {
+            Source::Fixed(limits) => call(&mut self.inner, &self.shared, limits, request),
+            Source::Reloadable(reloadable) => {
+                reloadable.with(|limits| call(&mut self.inner, &self.shared, limits, request))
+            }
+        }
+    }
+}
+
+/// [`RateLimit::call`] on `limits`, the limits in force.
+#[inline]
+fn call<S, ReqBody, ResBody>(
+    inner: &mut S,
+    shared: &Arc<Shared>,
+    limits: &Arc<Limits>,
+    request: Request<ReqBody>,
+) -> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    ReqBody: Send + 'static,
+    ResBody: From<Bytes>,
+{
+    {
         let (parts, body) = request.into_parts();
         let check = match &shared.skip {
             Some(skip) => limits.check_unless(&View(&parts), |view| skip(view.0)),
@@ -349,11 +409,11 @@ where
         };
         let pending = match check {
             Check::Unlimited | Check::Skipped => {
-                return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), None);
+                return ResponseFuture::calling(inner.call(Request::from_parts(parts, body)), None);
             }
             Check::Decided(Verdict::Allowed(fields)) => {
                 let fields = fields.map(|fields| Fields::new(limits, &fields));
-                return ResponseFuture::calling(self.inner.call(Request::from_parts(parts, body)), fields);
+                return ResponseFuture::calling(inner.call(Request::from_parts(parts, body)), fields);
             }
             Check::Decided(Verdict::Refused(refusal)) => {
                 return ResponseFuture::rejected(shared.refuse(limits, &parts, refusal));
@@ -365,8 +425,8 @@ where
         let verdict: VerdictFuture = Box::pin(async move { pending.decide(&owned).await });
         // The service driven ready by `poll_ready` goes with the request; this one
         // keeps a fresh clone.
-        let clone = self.inner.clone();
-        let service = core::mem::replace(&mut self.inner, clone);
+        let clone = inner.clone();
+        let service = core::mem::replace(inner, clone);
         ResponseFuture {
             state: State::Deciding {
                 deciding: Box::new(Deciding {
@@ -374,6 +434,7 @@ where
                     service: Some(service),
                     request: Some((parts, body)),
                     shared: Arc::clone(shared),
+                    limits: Arc::clone(limits),
                 }),
             },
         }
@@ -418,6 +479,8 @@ struct Deciding<S, B> {
     service: Option<S>,
     request: Option<(Parts, B)>,
     shared: Arc<Shared>,
+    /// The limits the request started on (kept across a reload).
+    limits: Arc<Limits>,
 }
 
 impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
@@ -456,7 +519,7 @@ where
                     return Poll::Ready(Ok(response.map(ResBody::from)));
                 }
                 StateProj::Deciding { deciding } => {
-                    let Deciding { verdict, service, request, shared } = &mut **deciding;
+                    let Deciding { verdict, service, request, shared, limits } = &mut **deciding;
                     let verdict = match verdict.as_mut().poll(cx) {
                         Poll::Ready(verdict) => verdict,
                         Poll::Pending => return Poll::Pending,
@@ -466,11 +529,11 @@ where
                     };
                     let next = match verdict {
                         Verdict::Allowed(fields) => {
-                            let fields = fields.map(|fields| Fields::new(&shared.limits, &fields));
+                            let fields = fields.map(|fields| Fields::new(limits, &fields));
                             State::Calling { future: service.call(Request::from_parts(parts, body)), fields }
                         }
                         Verdict::Refused(refusal) => {
-                            State::Rejected { response: Some(shared.refuse(&shared.limits, &parts, refusal)) }
+                            State::Rejected { response: Some(shared.refuse(limits, &parts, refusal)) }
                         }
                     };
                     self.as_mut().project().state.set(next);

@@ -301,5 +301,5 @@ pub use weir_http::{
     BuildError, Cidr, CidrError, ClientIp, ClientIpBuilder, ClientIpError, Denied, ForwardedHeader, Key, KeyKind,
     KeySource, KeyedThrottle, KeyedThrottleBuilder, KeyedThrottleError, Limit, Limits, LimitsBuilder, LongKeys,
     LookupFailed, MAX_KEY_BYTES, MAX_LIMITS, MissingKey, OnLookupError, PeerAddr, Policy, PolicyBuilder, PolicyError,
-    Rejection, Store, StoreError, Tiers, TiersBuilder, TiersError, User,
+    Rejection, Reloadable, Store, StoreError, Tiers, TiersBuilder, TiersError, User,
 };

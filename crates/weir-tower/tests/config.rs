@@ -265,3 +265,27 @@ quotas = [{ algorithm = "fixed_window", limit = 1, window = "1m" }]
         .unwrap_err();
     assert!(e.to_string().contains("`/auth`"), "{e}");
 }
+
+/// A reload through the layer: the next request is decided by the new limits; an
+/// invalid configuration is refused and the old limits go on answering.
+#[tokio::test]
+async fn a_reloaded_configuration_is_in_force_for_the_next_request() {
+    let clock = ManualClock::new();
+    let text = |limit: u64| {
+        format!(
+            "[[policy]]\nname = \"api\"\ndefault = true\n[[policy.limit]]\nkey = \"ip\"\n\
+             quotas = [{{ algorithm = \"fixed_window\", limit = {limit}, window = \"1m\" }}]\n"
+        )
+    };
+    let parsed = |limit| weir_http::Config::from_toml(&text(limit)).unwrap().clock(clock.clone());
+    let limits = weir_tower::Reloadable::from_config(parsed(1)).unwrap();
+    let router =
+        Router::new().route("/", get(|| async { "ok" })).layer(weir_tower::RateLimitLayer::reloadable(limits.clone()));
+    assert_eq!(get_from(&router, "/", &[]).await.status(), StatusCode::OK);
+    assert_eq!(get_from(&router, "/", &[]).await.status(), StatusCode::TOO_MANY_REQUESTS);
+    limits.reload(parsed(5)).unwrap();
+    let response = get_from(&router, "/", &[]).await;
+    assert_eq!((response.status(), header(&response, "ratelimit")), (StatusCode::OK, Some("\"minute\";r=4;t=60")));
+    let error = weir_http::Config::from_toml(&text(0)).map(|_| ()).unwrap_err();
+    assert_eq!(error.field.as_deref(), Some("policy[0].limit[0].quotas[0].limit"));
+}
