@@ -199,12 +199,17 @@ pub mod __private {
 
 use weir_rl_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
 use weir_rl_core::__private::ticks;
-use weir_rl_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, QuotaCell, Retire, Snapshot};
+use weir_rl_core::{
+    Algorithm, Clock, Contention, Decision, InsufficientCapacity, Nanos, Quota, QuotaCell, Retire, Snapshot,
+};
 
 /// The latest time, in ticks since the limiter's creation, that a limiter uses. Later
 /// readings are clamped to it, so `now + capacity in use` (at most 2⁶³ ticks, see
 /// [`weir_rl_core::MAX_TOLERANCE_TICKS`]) never overflows a `u64`.
 const HORIZON_TICKS: u64 = (1 << 63) - 1;
+
+/// The last reading, in ns since the origin, that a limiter uses (the horizon).
+const LAST_NS: u64 = HORIZON_TICKS >> ticks::SHIFT;
 
 /// The TAT of a retired state ([`Retire`]): far beyond any live TAT (at most
 /// `HORIZON_TICKS + MAX_TOLERANCE_TICKS` < 2⁶³ + 2⁶²), so a retired state admits
@@ -221,11 +226,14 @@ const PROMOTED: u64 = u64::MAX - 1;
 ///
 /// This is the [`Algorithm`] half, for per-key stores; most users want [`Gcra`].
 #[derive(Debug)]
+#[repr(C)] // the quota cell first (see `Gcra`)
 pub struct GcraAlgorithm {
     /// The quota in force, and when it last changed.
     quota: CachePadded<QuotaCell>,
     /// Clock reading (ns) that tick 0 of every state corresponds to.
     origin: u64,
+    /// What a check does after losing a race (read on the retry path only).
+    contention: Contention,
 }
 
 /// One bucket's state: the theoretical arrival time, in ticks (1/16 ns) since the
@@ -252,7 +260,18 @@ impl GcraAlgorithm {
     /// Parameters for `quota`, with tick 0 at the clock reading `origin` (use the
     /// clock's `now()` at creation).
     pub fn new(quota: Quota, origin: Nanos) -> Self {
-        Self { quota: CachePadded::new(QuotaCell::new(quota)), origin: origin.as_u64() }
+        Self { quota: CachePadded::new(QuotaCell::new(quota)), origin: origin.as_u64(), contention: Contention::Fair }
+    }
+
+    /// The same parameters, with checks that lose a race to another thread's
+    /// retrying as `contention` says ([`Contention::Fair`] by default).
+    pub fn with_contention(self, contention: Contention) -> Self {
+        Self { contention, ..self }
+    }
+
+    /// What a check does after losing a race.
+    pub fn contention(&self) -> Contention {
+        self.contention
     }
 
     /// The current quota.
@@ -307,11 +326,25 @@ impl GcraAlgorithm {
         }
     }
 
-    /// `now` in ticks since the origin, clamped to the horizon (clamped in ns first,
-    /// so the shift cannot overflow: one compare, no saturation logic).
-    #[inline]
+    /// `now` in ticks since the origin, clamped to `[0, horizon]`. One compare on
+    /// the way every reading takes (a reading before the origin wraps to above the
+    /// horizon too); only a reading outside the range takes the other branch.
+    #[inline(always)]
     fn ticks_at(&self, now: Nanos) -> u64 {
-        now.as_u64().saturating_sub(self.origin).min(HORIZON_TICKS >> ticks::SHIFT) << ticks::SHIFT
+        match self.ticks_in_range(now) {
+            Some(ticks) => ticks,
+            None => now.as_u64().saturating_sub(self.origin).min(LAST_NS) << ticks::SHIFT,
+        }
+    }
+
+    /// `now` in ticks since the origin if it is in `[origin, horizon]`: one
+    /// subtraction and one compare (a reading before the origin wraps to above the
+    /// horizon too). What the inline check path reads time with; a reading outside
+    /// the range goes to the out-of-line path, which clamps it.
+    #[inline(always)]
+    fn ticks_in_range(&self, now: Nanos) -> Option<u64> {
+        let since = now.as_u64().wrapping_sub(self.origin);
+        (since <= LAST_NS).then_some(since << ticks::SHIFT)
     }
 
     /// A snapshot with `used` ticks of capacity in use. `remaining` is divided out
@@ -331,19 +364,19 @@ impl GcraAlgorithm {
     /// The one admission routine: `n <= burst` is the caller's to check.
     #[inline(always)]
     pub(crate) fn acquire<C: Clock + ?Sized>(&self, quota: &Quota, state: &GcraState, n: u64, clock: &C) -> Decision {
-        self.acquire_counting(quota, state, n, clock).0
+        self.acquire_inner::<C, false>(quota, state, n, clock.now(), clock).0
     }
 
     /// [`acquire`](Self::acquire), also returning how many CAS races it lost (a
     /// measure of contention on this state; unused counts compile away).
     ///
-    /// Inlined into the caller: one load, one clock read, the decision and at most
-    /// one CAS, with no loop and no backoff; a lost race goes on in the out-of-line
+    /// Inlined into the caller: one load, one clock read, one compare and at most
+    /// one CAS, with no loop; a lost race goes on in the out-of-line
     /// [`acquire_contended`](Self::acquire_contended). Both paths yield an
-    /// [`Outcome`] (two words), and the `Decision` is built from it once they
-    /// join, inline: a caller that reads only part of the decision has no more of
-    /// it computed (built in each path, the whole decision was written to the
-    /// place the out-of-line path returns it in: 35 instructions of a keyed check).
+    /// [`Outcome`], and the `Decision` is built from it once they join, inline, from
+    /// the quota's plain words: a caller that reads only whether the request was
+    /// admitted has nothing else computed or loaded (measured in BENCHMARKS.md,
+    /// "The single check").
     #[inline(always)]
     fn acquire_counting<C: Clock + ?Sized>(
         &self,
@@ -352,97 +385,225 @@ impl GcraAlgorithm {
         n: u64,
         clock: &C,
     ) -> (Decision, u32) {
-        // Ordering: Relaxed; the TAT is the whole state and publishes no other memory.
-        // Every read-modify-write of it is ordered by its modification order alone.
-        let tat = state.tat.load(Ordering::Relaxed);
-        let (outcome, lost) = match self.attempt(quota, state, tat, n, clock) {
-            Ok(outcome) => (outcome, 0),
-            Err(actual) => self.acquire_contended(*quota, state, actual, n, clock),
-        };
-        (Self::decision(quota, n, outcome), lost)
+        self.acquire_inner::<C, true>(quota, state, n, clock.now(), clock)
     }
 
-    /// One admission attempt against the TAT value `tat`: what it decided, or the
-    /// value a failed CAS found (another admission landed since `tat` was read).
+    /// [`acquire_counting`](Self::acquire_counting), counting the races lost only
+    /// if `COUNT` (a count taken through a pointer keeps a stack slot, and so a
+    /// stack frame, in a caller that never reads it).
     #[inline(always)]
-    fn attempt<C: Clock + ?Sized>(
+    fn acquire_inner<C: Clock + ?Sized, const COUNT: bool>(
         &self,
         quota: &Quota,
         state: &GcraState,
-        tat: u64,
         n: u64,
+        reading: Nanos,
+        clock: &C,
+    ) -> (Decision, u32) {
+        // One unit costs the interval rounded up to a whole tick, for every quota
+        // (a byte rate's single unit too), and may find `unit_slack` in use: no
+        // branch on how the quota is charged, no subtraction.
+        let (cost, slack) = if n == 1 {
+            (quota.emission_interval_ticks(), quota.unit_slack_ticks())
+        } else {
+            // `cost ≤ tolerance` as `n ≤ burst`.
+            let cost = quota.cost_ticks(n);
+            (cost, quota.tolerance_ticks() - cost)
+        };
+        // Ordering: Relaxed; the TAT is the whole state and publishes no other memory.
+        // Every read-modify-write of it is ordered by its modification order alone.
+        // The clock was read first (`reading`), then the quota and the TAT: a clock
+        // that may call into the system (quanta's fallback) then finds nothing
+        // loaded to keep across the call. A TAT that moved on since `reading`
+        // (admissions at later readings) is judged at `reading`: as strict as at a
+        // later one or stricter, never looser (a reading earlier than one already
+        // used counts as no time passing), and a lost race retries with a fresh
+        // reading.
+        let tat = state.tat.load(Ordering::Relaxed);
+        // Inline: a reading in range, and one attempt, as `attempt` makes it. Every
+        // other case (a reading out of range, a lost race) goes on out of line,
+        // where nothing this frame holds is live across the call: the inline path
+        // keeps every value in registers the call may clobber, so it saves none.
+        let first = match self.ticks_in_range(reading) {
+            Some(now) => Self::attempt_at(state, tat, cost, slack, reading, now),
+            None => Err(tat), // no attempt made: the reading needs clamping
+        };
+        let (outcome, lost) = match first {
+            Ok(outcome) => (outcome, 0),
+            // One call site for both ways out (a lost race, a reading out of range):
+            // the inline path then needs no stack frame, only the call's block does.
+            Err(found) if COUNT => {
+                let mut lost = 0;
+                (self.finish_counting(state, tat, found, cost, slack, clock, &mut lost), lost)
+            }
+            Err(found) => (self.finish(state, found, cost, slack, clock), u32::from(found != tat)),
+        };
+        (Self::decision(quota, cost, outcome), lost)
+    }
+
+    /// One admission attempt against the TAT value `tat` for a request costing
+    /// `cost` ticks, admitted while the TAT is at most `slack` ahead of now: what it
+    /// decided, or the value a failed CAS found (another admission landed since
+    /// `tat` was read).
+    ///
+    /// `new_tat = max(tat, now) + cost` is admitted iff `new_tat − now ≤ tolerance`,
+    /// that is iff `tat ≤ now + (tolerance − cost)`: one compare, no saturation
+    /// (`now < 2⁶³`, `slack ≤ 2⁶²`). A retired or promoted TAT (≥ 2⁶⁴ − 2) is above
+    /// every such bound, so it is denied here too.
+    #[inline(always)]
+    fn attempt<C: Clock + ?Sized>(
+        &self,
+        state: &GcraState,
+        tat: u64,
+        cost: u64,
+        slack: u64,
         clock: &C,
     ) -> Result<Outcome, u64> {
-        // The clock is read after the TAT: a retry decides with a fresh reading,
-        // never more strictly than it must. (A stale reading could never move the
-        // TAT backwards anyway: `new_tat ≥ tat` always.)
         let reading = clock.now();
-        let now = self.ticks_at(reading);
-        // ≤ 2^63 for a live state (a TAT is never set more than 2^62 ahead);
-        // saturates the debt for a retired one (TAT = RETIRED), which is then denied.
-        let outcome = Outcome { reading, used: tat.max(now) - now };
-        let Some(debt) = outcome.debt(quota, n) else {
-            return Ok(outcome); // denied: nothing is written
-        };
-        let new_tat = now + debt; // now ≤ 2^63 − 1, debt ≤ 2^62: no overflow
+        Self::attempt_at(state, tat, cost, slack, reading, self.ticks_at(reading))
+    }
+
+    /// [`attempt`](Self::attempt) at the clock reading `reading`, `now` ticks since
+    /// the origin.
+    #[inline(always)]
+    fn attempt_at(
+        state: &GcraState,
+        tat: u64,
+        cost: u64,
+        slack: u64,
+        reading: Nanos,
+        now: u64,
+    ) -> Result<Outcome, u64> {
+        if tat > now + slack {
+            return Ok(Outcome::denied(reading, tat, now)); // denied: nothing is written
+        }
+        // tat ≤ now + slack: new_tat ≤ now + tolerance < 2⁶³ + 2⁶², no overflow.
+        let new_tat = tat.max(now) + cost;
         // Ordering: Relaxed on success and failure; see `acquire_counting`. The CAS
         // admits only if no other admission landed since `tat` was read.
         match state.tat.compare_exchange(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => Ok(outcome),
+            Ok(_) => Ok(Outcome::admitted(reading, tat, now)),
             Err(actual) => Err(actual),
         }
     }
 
-    /// The decision `outcome` stands for, for a request of `n` under `quota`.
+    /// The decision `outcome` stands for, for a request costing `cost` ticks under
+    /// `quota`.
     #[inline(always)]
-    fn decision(quota: &Quota, n: u64, outcome: Outcome) -> Decision {
-        match outcome.debt(quota, n) {
-            Some(debt) => {
-                Decision::allowed(Self::snapshot_of(quota, debt)).at(outcome.reading).charged(quota.unit_charge())
-            }
-            None => {
-                // The wait: until the debt is back within the tolerance. (A retired
-                // state's saturated debt makes it as long as can be.)
-                let excess = outcome.used.saturating_add(quota.cost_ticks(n)) - quota.tolerance_ticks();
-                Decision::denied(Self::snapshot_of(quota, outcome.used), ticks::to_nanos_ceil(excess))
-                    .at(outcome.reading)
+    fn decision(quota: &Quota, cost: u64, outcome: Outcome) -> Decision {
+        let used = outcome.used();
+        if outcome.is_admitted() {
+            // used ≤ slack: no overflow.
+            Decision::allowed(Self::snapshot_of(quota, used + cost)).at(outcome.reading).charged(quota.unit_charge())
+        } else {
+            // The wait: until the debt is back within the tolerance (denied: `used +
+            // cost > tolerance`; `used < 2⁶³`, `cost ≤ 2⁶²`: no overflow). A retired
+            // state's clamped debt makes it 18 years.
+            let excess = used + cost - quota.tolerance_ticks();
+            Decision::denied(Self::snapshot_of(quota, used), ticks::to_nanos_ceil(excess)).at(outcome.reading)
+        }
+    }
+
+    /// The rest of an admission the inline path did not finish: attempts against
+    /// `found` (what a failed CAS returned: another admission landed, and the
+    /// failed `lock cmpxchg` left the line in this core's cache; or the TAT the
+    /// inline path read, when its clock reading was out of range and it made no
+    /// attempt) with a fresh clock reading each (clamped to the limiter's range),
+    /// each after no wait ([`Contention::Fair`]) or a short exponential backoff
+    /// ([`Contention::Greedy`]: contenders stop stealing the line from the one
+    /// about to succeed; one short wait, too, before the attempt of a reading out
+    /// of range). Measured in BENCHMARKS.md ("fairness"). Every attempt decides for
+    /// the same cost and slack as the first (a lease's refill sizes and charges
+    /// under one quota).
+    ///
+    /// The outcome comes back in two registers ([`Outcome`] is two words): a larger
+    /// one would come back through memory, and the caller's inline path would store
+    /// its own outcome there too, to join the two. Six arguments, all in registers:
+    /// a seventh, on the stack, would give the inline path a stack frame.
+    #[cold]
+    #[inline(never)]
+    fn finish<C: Clock + ?Sized>(
+        &self,
+        state: &GcraState,
+        mut found: u64,
+        cost: u64,
+        slack: u64,
+        clock: &C,
+    ) -> Outcome {
+        let mut backoff = Backoff::retrying(self.contention);
+        loop {
+            backoff.spin();
+            match self.attempt(state, found, cost, slack, clock) {
+                Ok(outcome) => return outcome,
+                Err(actual) => found = actual,
             }
         }
     }
 
-    /// [`attempt`](Self::attempt) again after a lost race, with the value the failed
-    /// CAS returned (the failed `lock cmpxchg` left the line in this core's cache),
-    /// after a short exponential backoff so contenders stop stealing the line from
-    /// the one about to succeed. Measured in BENCHMARKS.md ("retry policy").
-    /// The quota is passed by value, so that the fast path keeps its copy in
-    /// registers and only this cold path stores one; every retry decides under it,
-    /// as the first attempt did (a lease's refill sizes and charges under one quota).
+    /// [`finish`](Self::finish), adding the races it loses to `lost` (`found !=
+    /// tat`: the inline attempt lost one too).
     #[cold]
     #[inline(never)]
-    fn acquire_contended<C: Clock + ?Sized>(
+    #[allow(clippy::too_many_arguments)] // the inline path's registers, passed as they are
+    fn finish_counting<C: Clock + ?Sized>(
         &self,
-        quota: Quota,
         state: &GcraState,
-        mut tat: u64,
+        tat: u64,
+        mut found: u64,
+        cost: u64,
+        slack: u64,
+        clock: &C,
+        lost: &mut u32,
+    ) -> Outcome {
+        let mut backoff = Backoff::retrying(self.contention);
+        let mut raced = found != tat;
+        loop {
+            if raced {
+                *lost = lost.saturating_add(1);
+                backoff.spin();
+            }
+            match self.attempt(state, found, cost, slack, clock) {
+                Ok(outcome) => return outcome,
+                Err(actual) => found = actual,
+            }
+            raced = true;
+        }
+    }
+
+    /// One unit's check under the quota in force, also returning how many CAS races
+    /// it lost (what weir-keyed's hot keys read). The clock first: see
+    /// `acquire_inner`.
+    #[inline(always)]
+    pub(crate) fn check_counting<C: Clock + ?Sized>(&self, state: &GcraState, clock: &C) -> (Decision, u32) {
+        let reading = clock.now();
+        self.acquire_inner::<C, true>(&self.quota.load(), state, 1, reading, clock)
+    }
+
+    /// [`Algorithm::check_n`] under `quota` (the one quota in force for the whole
+    /// check), also returning how many CAS races it lost (what weir-keyed's hot
+    /// keys read).
+    #[inline(always)]
+    pub(crate) fn check_n_counting<C: Clock + ?Sized>(
+        &self,
+        quota: &Quota,
+        state: &GcraState,
         n: u64,
         clock: &C,
-    ) -> (Outcome, u32) {
-        let mut backoff = Backoff::new();
-        let mut lost = 1u32;
-        loop {
-            backoff.spin();
-            match self.attempt(&quota, state, tat, n, clock) {
-                Ok(outcome) => return (outcome, lost),
-                Err(actual) => tat = actual,
-            }
-            lost = lost.saturating_add(1);
+    ) -> Result<(Decision, u32), InsufficientCapacity> {
+        if n > quota.burst() {
+            return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
         }
+        if n == 0 {
+            let now = clock.now();
+            return Ok((Decision::allowed(self.snapshot_with(quota, state, now)).at(now).zero_cost(), 0));
+        }
+        Ok(self.acquire_counting(quota, state, n, clock))
     }
 
     /// The denial `acquire` would return for `n` (≤ burst), if it would deny: one
-    /// load, nothing written; else the clock reading it was judged at. As in
-    /// `acquire`, the clock is read after the TAT, so a thread paused before the call
-    /// is not denied on old time.
+    /// load, nothing written; else the clock reading it was judged at. Here the
+    /// clock is read after the TAT, so that the reading returned is never older than
+    /// the TAT it was judged against (the refill that follows charges from it).
     #[inline]
     pub(crate) fn peek_denial<C: Clock + ?Sized>(
         &self,
@@ -451,14 +612,15 @@ impl GcraAlgorithm {
         n: u64,
         clock: &C,
     ) -> Result<Decision, Nanos> {
+        let cost = if n == 1 { quota.emission_interval_ticks() } else { quota.cost_ticks(n) };
         // Ordering: Relaxed; see `acquire_counting`.
         let tat = state.tat.load(Ordering::Relaxed);
         let reading = clock.now();
         let now = self.ticks_at(reading);
-        let outcome = Outcome { reading, used: tat.max(now) - now };
-        match outcome.debt(quota, n) {
-            None => Ok(Self::decision(quota, n, outcome)),
-            Some(_) => Err(reading),
+        if tat > now + (quota.tolerance_ticks() - cost) {
+            Ok(Self::decision(quota, cost, Outcome::denied(reading, tat, now)))
+        } else {
+            Err(reading)
         }
     }
 
@@ -499,21 +661,43 @@ impl GcraAlgorithm {
     }
 }
 
-/// What one admission attempt decided, before its [`Decision`] is built: the
-/// clock reading it was decided at and the ticks of capacity in use then.
+/// What one admission attempt decided, before its [`Decision`] is built, in two
+/// words: the clock reading it was decided at, and the capacity in use before the
+/// request (ticks, below 2⁶³) with whether it was admitted in the top bit.
 #[derive(Debug, Clone, Copy)]
 struct Outcome {
     reading: Nanos,
-    used: u64,
+    used_admitted: u64,
 }
 
+/// The top bit of [`Outcome::used_admitted`].
+const ADMITTED: u64 = 1 << 63;
+
 impl Outcome {
-    /// The debt admitting `n` under `quota` leaves, or `None` if it passes the
-    /// tolerance (denied). (`n ≤ burst`: the increment is at most 2^62.)
+    /// An admission judged at `tat` and `now` (ticks): `tat ≤ now + slack`, so
+    /// what was in use is at most 2⁶².
     #[inline(always)]
-    fn debt(self, quota: &Quota, n: u64) -> Option<u64> {
-        let debt = self.used.saturating_add(quota.cost_ticks(n));
-        (debt <= quota.tolerance_ticks()).then_some(debt)
+    fn admitted(reading: Nanos, tat: u64, now: u64) -> Self {
+        Self { reading, used_admitted: (tat.max(now) - now) | ADMITTED }
+    }
+
+    /// A denial judged at `tat` and `now`; what was in use is clamped below 2⁶³
+    /// (only a retired or promoted TAT reaches it: a live TAT is never more than
+    /// 2⁶² ahead).
+    #[inline(always)]
+    fn denied(reading: Nanos, tat: u64, now: u64) -> Self {
+        Self { reading, used_admitted: (tat.max(now) - now).min(ADMITTED - 1) }
+    }
+
+    #[inline(always)]
+    fn is_admitted(self) -> bool {
+        self.used_admitted & ADMITTED != 0
+    }
+
+    /// Ticks of capacity in use before the request.
+    #[inline(always)]
+    fn used(self) -> u64 {
+        self.used_admitted & !ADMITTED
     }
 }
 
@@ -547,21 +731,14 @@ impl Algorithm for GcraAlgorithm {
         n: u64,
         clock: &C,
     ) -> Result<Decision, InsufficientCapacity> {
-        let quota = self.quota.load();
-        if n > quota.burst() {
-            return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
-        }
-        if n == 0 {
-            let now = clock.now();
-            return Ok(Decision::allowed(self.snapshot_with(&quota, state, now)).at(now).zero_cost());
-        }
-        Ok(self.acquire(&quota, state, n, clock))
+        Ok(self.check_n_counting(&self.quota.load(), state, n, clock)?.0)
     }
 
     #[inline(always)] // the whole fast path, into the caller
     fn check<C: Clock + ?Sized>(&self, state: &GcraState, clock: &C) -> Decision {
-        let quota = self.quota.load();
-        self.acquire(&quota, state, 1, clock) // 1 ≤ burst, always
+        // The clock first: see `acquire_inner`. 1 ≤ burst, always.
+        let reading = clock.now();
+        self.acquire_inner::<C, false>(&self.quota.load(), state, 1, reading, clock).0
     }
 
     /// Credits `n` units' time less the time since `admission` was decided, never
@@ -646,6 +823,9 @@ default_clock_struct! {
     /// # Ok::<(), weir_rl_core::QuotaError>(())
     /// ```
     #[derive(Debug)]
+    // The quota cell first: the check addresses every word of it from the
+    // limiter's own address.
+    #[repr(C)]
     pub struct Gcra<C> { algorithm: GcraAlgorithm, state: CachePadded<GcraState>, clock: C }
 }
 

@@ -27,22 +27,14 @@ pub fn check_n_contended<C: Clock + ?Sized>(
     n: u64,
     clock: &C,
 ) -> Result<(Decision, u32), InsufficientCapacity> {
-    let quota = algorithm.quota.load();
-    if n > quota.burst() {
-        return Err(InsufficientCapacity { requested: n, capacity: quota.burst() });
-    }
-    if n == 0 {
-        let now = clock.now();
-        return Ok((Decision::allowed(algorithm.snapshot_with(&quota, state, now)).at(now).zero_cost(), 0));
-    }
-    Ok(algorithm.acquire_counting(&quota, state, n, clock))
+    algorithm.check_n_counting(&algorithm.quota.load(), state, n, clock)
 }
 
 /// [`check_n_contended`] for one unit (`Algorithm::check`): 1 ≤ burst always, so
 /// there is no error to return.
 #[inline(always)]
 pub fn check_contended<C: Clock + ?Sized>(algorithm: &GcraAlgorithm, state: &GcraState, clock: &C) -> (Decision, u32) {
-    algorithm.acquire_counting(&algorithm.quota.load(), state, 1, clock)
+    algorithm.check_counting(state, clock)
 }
 
 /// Moves `from`'s bucket into `to` (a fresh, not yet shared hot bucket) and marks

@@ -93,6 +93,7 @@ extern crate std;
 #[cfg(feature = "alloc")]
 mod all_of;
 pub mod clock;
+mod contention;
 mod decision;
 mod limiter;
 #[cfg(feature = "long-keys")]
@@ -147,6 +148,7 @@ pub use clock::TokioClock;
 pub use clock::{Clock, DefaultClock};
 #[cfg(feature = "std")]
 pub use clock::{CoarseClockError, InstantClock, MonotonicClock};
+pub use contention::Contention;
 pub use decision::{Decision, DenyReason, InsufficientCapacity, Snapshot};
 pub use limiter::{Algorithm, Limiter, Retire};
 #[cfg(feature = "long-keys")]

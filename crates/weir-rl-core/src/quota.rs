@@ -101,9 +101,12 @@ pub struct Quota {
     /// not whole), the interval in 2⁻³² tick rounded down (non-zero, below
     /// 2⁴²: an interval under 1000 ticks).
     fraction: u64,
-    /// `burst` calls' worth of capacity, `⌈burst × interval⌉` ticks, at most
-    /// [`MAX_TOLERANCE_TICKS`].
-    tolerance_ticks: u64,
+    /// `burst` calls' worth of capacity (`⌈burst × interval⌉` ticks, at most
+    /// [`MAX_TOLERANCE_TICKS`]) less one unit's (`interval_ticks`): the most
+    /// capacity that may be in use for one more unit to be admitted, which is what
+    /// a check of one unit compares with (kept rather than the whole, so that check
+    /// subtracts nothing).
+    slack_ticks: u64,
 }
 
 /// Quotas are equal when they enforce the same limit.
@@ -170,7 +173,7 @@ impl Quota {
             // Truncation is harmless: an interval this long fails `with_burst` below.
             interval_ticks: if interval > u64::MAX as u128 { u64::MAX } else { interval as u64 },
             fraction,
-            tolerance_ticks: 0,
+            slack_ticks: 0,
         };
         quota.with_burst(count)
     }
@@ -194,7 +197,8 @@ impl Quota {
             let min_burst = if min_burst > u64::MAX as u128 { u64::MAX } else { min_burst as u64 };
             return Err(QuotaError::BurstTooShort { count: self.count, period: self.period(), burst, min_burst });
         }
-        Ok(Self { tolerance_ticks: tolerance, ..quota })
+        // One unit costs `interval_ticks` (= `cost_ticks(1)`) ≤ `cost_ticks(burst)`.
+        Ok(Self { slack_ticks: tolerance - quota.interval_ticks, ..quota })
     }
 
     /// Requests per period.
@@ -233,7 +237,17 @@ impl Quota {
     #[doc(hidden)] // fixed-point arithmetic that weir's crates share: not part of the public API
     #[inline]
     pub const fn tolerance_ticks(&self) -> u64 {
-        self.tolerance_ticks
+        self.slack_ticks + self.interval_ticks
+    }
+
+    /// The most capacity in use, in ticks, at which a request of one unit is still
+    /// admitted: [`tolerance_ticks`](Self::tolerance_ticks) less one unit's
+    /// [`cost_ticks`](Self::cost_ticks) (which is
+    /// [`emission_interval_ticks`](Self::emission_interval_ticks) for every quota).
+    #[doc(hidden)] // fixed-point arithmetic that weir's crates share: not part of the public API
+    #[inline]
+    pub const fn unit_slack_ticks(&self) -> u64 {
+        self.slack_ticks
     }
 
     /// What a call for `n` is charged, in ticks: `n` emission intervals (see
@@ -352,7 +366,7 @@ impl Quota {
 
     /// The quota as words, for [`QuotaCell`](crate::QuotaCell) (and equality).
     pub(crate) const fn to_words(self) -> [u64; 6] {
-        [self.count, self.period_ns, self.burst, self.interval_ticks, self.fraction, self.tolerance_ticks]
+        [self.count, self.period_ns, self.burst, self.interval_ticks, self.fraction, self.slack_ticks]
     }
 
     /// The inverse of [`to_words`](Self::to_words), for words that came from it.
@@ -363,7 +377,7 @@ impl Quota {
             burst: words[2],
             interval_ticks: words[3],
             fraction: words[4],
-            tolerance_ticks: words[5],
+            slack_ticks: words[5],
         }
     }
 
@@ -570,6 +584,18 @@ mod tests {
             let burst = q.burst();
             assert_eq!(q.tolerance_ticks(), burst * q.emission_interval_ticks(), "{count} per {period} s");
             assert_eq!(q.cost_ticks(burst), q.tolerance_ticks());
+        }
+    }
+
+    #[test]
+    fn one_unit_costs_the_interval_for_every_quota() {
+        for count in [1u64, 3, 7, 10, 1_000, 16_000_000, 300_000_000, 2_500_000_000, 16_000_000_001, 100_000_000_000] {
+            for period in [1u64, 7, 60] {
+                let Ok(q) = Quota::new(count, Duration::from_secs(period)) else { continue };
+                let Ok(q) = q.with_burst(q.burst().max(7_000)) else { continue };
+                assert_eq!(q.cost_ticks(1), q.emission_interval_ticks(), "{count} per {period} s");
+                assert_eq!(q.unit_slack_ticks() + q.cost_ticks(1), q.cost_ticks(q.burst()), "{count} per {period} s");
+            }
         }
     }
 

@@ -28,6 +28,13 @@ const UNKNOWN: u64 = u64::MAX;
 /// Writers exclude each other with a flag and may wait for one another; writing is
 /// not on any check path. Modelled under loom in `loom-tests/tests/quota_cell.rs`.
 ///
+/// **A quota never replaced costs one load.** The cell keeps the quota it was made
+/// with in a plain, never-written field as well: while `version` is 0 (no write has
+/// completed) a reader takes that copy, with no slot to pick and no version to read
+/// again, and a caller that needs only some of the quota's words has the others
+/// optimized away (an atomic load never is). Once the quota has been replaced, every
+/// load goes through the two slots (about ten instructions more per load).
+///
 /// The cell also records when its quota was last replaced
 /// ([`store_with_clock`](Self::store_with_clock)), so that a refund of an admission
 /// whose charge it does not know can tell whether the quota it was decided under
@@ -46,6 +53,10 @@ pub struct QuotaCell {
     /// Number of completed writes; slot `version & 1` is current. Stored only by the
     /// writer holding `writing`.
     version: AtomicU64,
+    /// The quota the cell was made with: what `load` returns while `version` is 0.
+    /// Never written after construction, so a reader that saw `version == 0` reads
+    /// it with no further check.
+    initial: Quota,
     /// The two slots; the spare one is written only while `writing` is held.
     slots: [[AtomicU64; WORDS]; 2],
     /// Writer exclusion: true while a writer fills the spare slot.
@@ -63,6 +74,7 @@ impl QuotaCell {
         let words = quota.to_words();
         Self {
             version: AtomicU64::new(0),
+            initial: quota,
             slots: [core::array::from_fn(|i| AtomicU64::new(words[i])), core::array::from_fn(|_| AtomicU64::new(0))],
             writing: AtomicBool::new(false),
             changed_at: AtomicU64::new(NEVER),
@@ -70,8 +82,46 @@ impl QuotaCell {
     }
 
     /// The quota of the latest completed [`store`](Self::store) (or of [`new`](Self::new)).
-    #[inline]
+    #[inline(always)]
     pub fn load(&self) -> Quota {
+        // Ordering: Relaxed; a 0 means no write has completed at this load, and the
+        // quota in force is `initial`, which nothing ever writes (it was written
+        // before the cell was shared, which the sharing itself synchronized). A load
+        // that reads 0 while a write is under way takes the quota before it, as a
+        // slot load that ends before the write's publication does.
+        if self.version.load(Ordering::Relaxed) == 0 {
+            return self.initial;
+        }
+        self.load_replaced()
+    }
+
+    /// The quota, if it has never been replaced: read with one load and no copy, so
+    /// a caller that reads only some of its words loads only those. `None` once a
+    /// write has completed ([`load`](Self::load) then).
+    ///
+    ///
+    /// ```
+    /// use weir_rl_core::{Quota, QuotaCell};
+    ///
+    /// let cell = QuotaCell::new(Quota::per_second(10)?);
+    /// assert_eq!(cell.unchanged().map(Quota::count), Some(10));
+    /// cell.store(Quota::per_second(100)?);
+    /// assert!(cell.unchanged().is_none());
+    /// # Ok::<(), weir_rl_core::QuotaError>(())
+    /// ```
+    #[inline(always)]
+    pub fn unchanged(&self) -> Option<&Quota> {
+        // Ordering: Relaxed, as in `load`.
+        if self.version.load(Ordering::Relaxed) == 0 { Some(&self.initial) } else { None }
+    }
+
+    /// [`load`](Self::load) once the quota has been replaced: the quota of the
+    /// current slot. Inline too: out of line, its result would come back through
+    /// memory and the caller's copy of the quota with it (every word of it stored
+    /// and loaded again, where the unchanged path loads only the words it uses).
+    #[cold]
+    #[inline(always)]
+    fn load_replaced(&self) -> Quota {
         loop {
             // Ordering: Acquire pairs with the Release store of `version` in `store`,
             // so the words that write put in slot `v & 1` are visible below.

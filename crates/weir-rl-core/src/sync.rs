@@ -38,10 +38,13 @@ pub fn spin_loop() {
 /// Exponential backoff for CAS retry loops: after a lost race, wait a little longer
 /// each time (up to 2⁶ spin hints) before retrying, so that contending threads stop
 /// stealing the cache line from the one about to succeed. Under loom each wait is one
-/// `yield_now`.
+/// `yield_now`. A limiter's retry loop makes it with [`Backoff::retrying`], which
+/// under [`Contention::Fair`](crate::Contention::Fair) does not wait at all.
 #[derive(Debug, Default)]
 pub struct Backoff {
     step: u32,
+    /// Retry at once ([`Contention::Fair`](crate::Contention::Fair)).
+    fair: bool,
 }
 
 /// The longest backoff wait is 2^`SPIN_LIMIT` spin hints.
@@ -52,17 +55,31 @@ impl Backoff {
     /// A fresh backoff.
     #[inline]
     pub const fn new() -> Self {
-        Self { step: 0 }
+        Self { step: 0, fair: false }
+    }
+
+    /// The backoff of a limiter's CAS retry loop under `contention`: none for
+    /// [`Fair`](crate::Contention::Fair), exponential for
+    /// [`Greedy`](crate::Contention::Greedy).
+    #[inline]
+    pub const fn retrying(contention: crate::Contention) -> Self {
+        Self { step: 0, fair: matches!(contention, crate::Contention::Fair) }
     }
 
     /// Waits after a lost race.
     #[inline]
     pub fn spin(&mut self) {
+        // Under loom every wait is one yield, fair or not: the models stay small.
         #[cfg(loom)]
-        loom::thread::yield_now();
+        {
+            let _ = self.fair;
+            loom::thread::yield_now();
+        }
         #[cfg(not(loom))]
-        for _ in 0..1u32 << self.step.min(SPIN_LIMIT) {
-            core::hint::spin_loop();
+        if !self.fair {
+            for _ in 0..1u32 << self.step.min(SPIN_LIMIT) {
+                core::hint::spin_loop();
+            }
         }
         self.step = self.step.saturating_add(1);
     }

@@ -67,7 +67,7 @@
 use crate::WindowError;
 use crate::frame::{self, Frame};
 use weir_rl_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_rl_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
+use weir_rl_core::{Algorithm, Clock, Contention, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
 
 /// Fixed-window parameters shared by any number of [`FixedWindowState`]s: the limit,
 /// the window length and alignment, and the state's bit layout.
@@ -95,6 +95,8 @@ pub struct FixedWindowAlgorithm {
     count_bits: u32,
     /// `2^count_bits − 1`: the count field.
     count_mask: u64,
+    /// What a check does after losing a race (read on the retry path only).
+    contention: Contention,
 }
 
 /// One fixed window's state: `window << count_bits | count`, where `window` is the
@@ -129,8 +131,24 @@ impl FixedWindowAlgorithm {
         let count_bits = frame::bits(limit);
         max_window(count_bits)
             .and_then(|max| Frame::new(limit, period, now, window_start, max))
-            .map(|frame| Self { frame, count_bits, count_mask: u64::MAX >> (u64::BITS - count_bits) })
+            .map(|frame| Self {
+                frame,
+                count_bits,
+                count_mask: u64::MAX >> (u64::BITS - count_bits),
+                contention: Contention::Fair,
+            })
             .ok_or_else(|| Frame::too_large(limit, period, 0, max_window))
+    }
+
+    /// The same parameters, with checks that lose a race to another thread's
+    /// retrying as `contention` says ([`Contention::Fair`] by default).
+    pub fn with_contention(self, contention: Contention) -> Self {
+        Self { contention, ..self }
+    }
+
+    /// What a check does after losing a race.
+    pub fn contention(&self) -> Contention {
+        self.contention
     }
 
     /// The most requests admitted per window.
@@ -176,78 +194,117 @@ impl FixedWindowAlgorithm {
 
     /// The one admission routine: `n ≤ limit` is the caller's to check.
     ///
-    /// Inlined into the caller: one load, one clock read and, when the reading is
+    /// Inlined into the caller: one clock read, one load and, when the reading is
     /// in the stored window or the next one, the decision and its one CAS, with no
-    /// loop, no backoff and no repacking (the new word is the old one plus `n`, or
-    /// the next window's first `n`). A lost race, a reading that lags the stored
-    /// window and a jump of more than one window take the out-of-line
-    /// [`acquire_slow`](Self::acquire_slow), which decides the same.
+    /// loop and no repacking (the new word is the old one plus `n`, or the next
+    /// window's first `n`). A lost race, a reading out of the limiter's range or
+    /// behind the stored window, and a jump of more than one window take the
+    /// out-of-line [`acquire_slow`](Self::acquire_slow), which decides the same.
+    /// Both paths yield the window and count the request was judged against (one
+    /// word) and the reading: the decision is built from them once they join,
+    /// inline, so a caller that reads only whether the request was admitted has
+    /// nothing else computed (measured in BENCHMARKS.md, "The single check").
     #[inline(always)]
     fn acquire<C: Clock + ?Sized>(&self, state: &FixedWindowState, n: u64, clock: &C) -> Decision {
         let f = &self.frame;
+        // The clock first: a clock that may call into the system then finds nothing
+        // loaded to keep across the call. A word that moved on since the reading is
+        // judged at the reading: as strict as at a later one or stricter.
+        let now = clock.now();
         // Ordering: Relaxed; the word is the whole state and publishes no other memory.
         // Every read-modify-write of it is ordered by its modification order alone.
         let word = state.word.load(Ordering::Relaxed);
-        // Read after the word, as in the retry loop of `acquire_slow`.
-        let now = clock.now();
-        let rel = f.rel(now);
+        let Some(rel) = f.rel_unclamped(now) else {
+            return self.slow_decision(state, word, n, clock);
+        };
         let (stored, count) = self.unpack(word);
         // Time into the stored window; a reading before it wraps to a huge value.
-        let elapsed = rel.wrapping_sub(f.start(stored));
-        let new = if elapsed < f.period {
+        // (`stored × period` fits for every live word; a retired word is caught
+        // below.)
+        let elapsed = rel.wrapping_sub(stored.wrapping_mul(f.period));
+        let (view, new) = if elapsed < f.period {
             if count + n > f.limit {
-                // Denied in the stored window: nothing is written (count ≤ limit, so
-                // no overflow). The wait is the time to the next window's start.
-                let end = f.start(stored).saturating_add(f.period);
-                return Decision::denied(self.snapshot_of(stored, count, now), f.delay(end, now)).at(now);
+                // Denied in the stored window: nothing is written (count ≤ limit,
+                // so no overflow; a retired word's count is the whole field).
+                return self.decision(word, n, now);
             }
-            word + n // count + n ≤ limit: no carry into the window number
+            (word, word + n) // count + n ≤ limit: no carry into the window number
         } else if elapsed - f.period < f.period && word != RETIRED {
             // The next window: its first n (any n ≤ limit fits an empty window).
-            (word | self.count_mask) + 1 + n
+            let next = (word | self.count_mask) + 1;
+            (next, next + n)
         } else {
-            return self.acquire_slow(state, n, clock);
+            return self.slow_decision(state, word, n, clock);
         };
         // Ordering: Relaxed on success and failure; see the load above. The CAS
         // admits only if nothing was admitted (and no rollover happened) since
         // `word` was read; a rollover is this same CAS writing a new window number.
         match state.word.compare_exchange(word, new, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => {
-                let (window, count) = self.unpack(new);
-                Decision::allowed(self.snapshot_of(window, count, now)).at(now)
-            }
-            Err(_) => self.acquire_slow(state, n, clock),
+            Ok(_) => self.decision(view, n, now),
+            Err(found) => self.slow_decision(state, found, n, clock),
         }
     }
 
-    /// [`acquire`](Self::acquire) in a loop, for every case: retries a lost race with
-    /// a fresh reading after a short backoff.
+    /// The decision of [`acquire_slow`](Self::acquire_slow)'s outcome.
+    #[inline(always)]
+    fn slow_decision<C: Clock + ?Sized>(&self, state: &FixedWindowState, word: u64, n: u64, clock: &C) -> Decision {
+        let (view, now) = self.acquire_slow(state, word, n, clock);
+        self.decision(view, n, now)
+    }
+
+    /// The decision for `n` judged against `view` (a window and its count before
+    /// the request, packed as a state word) at the reading `now`: admitted iff
+    /// the count has room for `n`, which is what the admission paths decided.
+    #[inline(always)]
+    fn decision(&self, view: u64, n: u64, now: Nanos) -> Decision {
+        let f = &self.frame;
+        let (window, count) = self.unpack(view);
+        let at = f.stamp(window, f.rel(now), now);
+        if count + n <= f.limit {
+            Decision::allowed(self.snapshot_of(window, count + n, now)).at(at)
+        } else {
+            // A fresh window admits any n ≤ limit, so the wait is exactly the time
+            // to the next window's start.
+            let end = f.start(window).saturating_add(f.period);
+            Decision::denied(self.snapshot_of(window, count, now), f.delay(end, now)).at(at)
+        }
+    }
+
+    /// [`acquire`](Self::acquire) in a loop, for every case: judges `word` (what the
+    /// inline path read, or what its failed CAS found) at a fresh reading each
+    /// time, and retries a lost race at once ([`Contention::Fair`]) or after a
+    /// short backoff ([`Contention::Greedy`]). Returns the view the request was
+    /// judged against (see [`decision`](Self::decision)) and the reading it was
+    /// judged at: two words, so that they come back in registers.
     #[cold]
     #[inline(never)]
-    fn acquire_slow<C: Clock + ?Sized>(&self, state: &FixedWindowState, n: u64, clock: &C) -> Decision {
+    fn acquire_slow<C: Clock + ?Sized>(
+        &self,
+        state: &FixedWindowState,
+        mut word: u64,
+        n: u64,
+        clock: &C,
+    ) -> (u64, Nanos) {
         let f = &self.frame;
-        let mut backoff = Backoff::new();
-        // Ordering: Relaxed; see `acquire`.
-        let mut word = state.word.load(Ordering::Relaxed);
+        let mut backoff = Backoff::retrying(self.contention);
+        let mut raced = false;
         loop {
+            if raced {
+                backoff.spin();
+            }
             // Read inside the loop: a retry decides with a fresh reading.
             let now = clock.now();
-            let rel = f.rel(now);
-            let (window, count) = self.effective(word, rel);
-            let end = f.start(window).saturating_add(f.period);
-            let at = f.stamp(window, rel, now);
-            if count.saturating_add(n) > f.limit {
-                // Denied: nothing is written. A fresh window admits any n ≤ limit, so
-                // the wait is exactly the time to the next window's start.
-                return Decision::denied(self.snapshot_of(window, count, now), f.delay(end, now)).at(at);
+            let (window, count) = self.effective(word, f.rel(now));
+            let view = self.pack(window, count);
+            if count + n > f.limit {
+                return (view, now); // denied: nothing is written
             }
-            let new = self.pack(window, count + n);
             // Ordering: Relaxed on success and failure; see `acquire`.
-            match state.word.compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Decision::allowed(self.snapshot_of(window, count + n, now)).at(at),
+            match state.word.compare_exchange_weak(word, view + n, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return (view, now),
                 Err(actual) => word = actual,
             }
-            backoff.spin();
+            raced = true;
         }
     }
 }

@@ -53,6 +53,19 @@ pub(crate) struct Frame {
     /// The largest relative time used: the last nanosecond of the last window the
     /// encoding can number. Later readings are clamped to it (time stops there).
     last: u64,
+    /// With `unclamped` and `lead`, [`rel_unclamped`](Self::rel_unclamped)'s one
+    /// compare: a reading `r` is clamped by nothing in [`rel`](Self::rel) iff
+    /// `r − from ≤ unclamped` (wrapping), and then its relative time is `r − from
+    /// + lead`. When the first window starts at or after the clock's origin
+    /// (`base ≥ shift`), `from` is that start and `lead` is 0 (a reading before it
+    /// wraps to above `unclamped`); when it starts before it (`shift − base` ns
+    /// before: windows aligned to a start the limiter was made less than a window
+    /// after), `from` is 0 and `lead` is that distance.
+    from: u64,
+    /// See `from`.
+    unclamped: u64,
+    /// See `from`.
+    lead: u64,
 }
 
 impl Frame {
@@ -69,7 +82,17 @@ impl Frame {
         let shifted = now.as_u64().saturating_add(shift);
         let base = shifted - shifted % period;
         let last = u64::try_from(span - 1).unwrap_or(u64::MAX);
-        Some(Self { limit, period, divisor, shift, base, last })
+        // Unclamped: `r + shift ≤ u64::MAX` and `base ≤ r + shift ≤ base + last`.
+        let top = last.min(u64::MAX - base); // the largest unclamped relative time
+        let (from, unclamped, lead) = match base.checked_sub(shift) {
+            // r ≥ base − shift, and r − (base − shift) ≤ top.
+            Some(from) => (from, top, 0),
+            // Every reading is at or after the first window's start: r ≤ top − lead.
+            // (Here `base` is 0, so `top` is `last`, which is at least a window
+            // less a nanosecond, and `lead < shift < period`: no saturation.)
+            None => (0, top.saturating_sub(shift - base), shift - base),
+        };
+        Some(Self { limit, period, divisor, shift, base, last, from, unclamped, lead })
     }
 
     /// Whether windows of `period` numbered up to `max_window` reach the horizon.
@@ -103,6 +126,18 @@ impl Frame {
     #[inline]
     pub(crate) fn rel(&self, now: Nanos) -> u64 {
         now.as_u64().saturating_add(self.shift).saturating_sub(self.base).min(self.last)
+    }
+
+    /// [`rel`](Self::rel) of a reading it clamps nothing of, in one subtraction,
+    /// one compare and one addition: `None` for a reading before the first window
+    /// or past the horizon (a check path's inline part reads time with it, and
+    /// leaves those to its out-of-line part). See `from` for why one compare
+    /// tells.
+    #[inline(always)]
+    pub(crate) fn rel_unclamped(&self, now: Nanos) -> Option<u64> {
+        let since = now.as_u64().wrapping_sub(self.from);
+        // At most `unclamped + lead ≤ top`: no overflow.
+        if since <= self.unclamped { Some(since + self.lead) } else { None }
     }
 
     /// The relative window a relative time falls in, and the time since its start.
@@ -301,6 +336,35 @@ mod tests {
         assert_eq!(f.window_of(f.rel(Nanos::new(10))), (0, 40));
         assert_eq!(f.window_of(f.rel(Nanos::new(30))), (1, 0));
         assert_eq!(f.delay(60, Nanos::new(10)), 20);
+    }
+
+    #[test]
+    fn a_reading_is_unclamped_exactly_where_rel_clamps_nothing() {
+        let frames = [
+            frame(60, 125, 0),
+            frame(60, 125, 30),
+            frame(60, 10, 30),
+            frame(1_000, u64::MAX - 5, 7),
+            frame(7, 0, 3),
+            Frame::new(1, u64::MAX, Nanos::MAX, Nanos::MAX, u64::MAX).unwrap(),
+            Frame::new(3, 1 << 40, Nanos::new(5), Nanos::new(1), 1 << 24).unwrap(),
+            Frame::new(3, u64::MAX / 2, Nanos::new(5), Nanos::new(1), 1).unwrap(),
+            Frame::new(3, 1 << 58, Nanos::new(5), Nanos::new(1), 1).unwrap(),
+        ];
+        for f in &frames {
+            let edges = [f.from, f.base, f.last, f.unclamped, u64::MAX - f.shift, f.base.wrapping_sub(f.shift), f.lead];
+            let readings =
+                edges.iter().flat_map(|&e| [e.wrapping_sub(1), e, e.wrapping_add(1)]).chain([0, 1, u64::MAX]);
+            for reading in readings {
+                let now = Nanos::new(reading);
+                let unclamped =
+                    now.as_u64().checked_add(f.shift).and_then(|s| s.checked_sub(f.base)).filter(|&r| r <= f.last);
+                assert_eq!(f.rel_unclamped(now), unclamped, "{f:?} at {reading}");
+                if let Some(rel) = unclamped {
+                    assert_eq!(f.rel(now), rel);
+                }
+            }
+        }
     }
 
     #[test]

@@ -82,7 +82,7 @@
 use crate::WindowError;
 use crate::frame::{self, Frame};
 use weir_rl_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering};
-use weir_rl_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
+use weir_rl_core::{Algorithm, Clock, Contention, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
 
 /// Sliding-window-counter parameters shared by any number of
 /// [`SlidingWindowState`]s.
@@ -109,6 +109,8 @@ pub struct SlidingWindowAlgorithm {
     count_bits: u32,
     /// `2^b − 1`: one count field.
     mask: u64,
+    /// What a check does after losing a race (read on the retry path only).
+    contention: Contention,
 }
 
 /// One sliding window's state: `window << 2b | prev << b | curr` with `b` count
@@ -154,8 +156,24 @@ impl SlidingWindowAlgorithm {
         let count_bits = frame::bits(limit);
         max_window(count_bits)
             .and_then(|max| Frame::new(limit, period, now, window_start, max))
-            .map(|frame| Self { frame, count_bits, mask: u64::MAX >> (u64::BITS - count_bits) })
+            .map(|frame| Self {
+                frame,
+                count_bits,
+                mask: u64::MAX >> (u64::BITS - count_bits),
+                contention: Contention::Fair,
+            })
             .ok_or_else(|| Frame::too_large(limit, period, 0, max_window))
+    }
+
+    /// The same parameters, with checks that lose a race to another thread's
+    /// retrying as `contention` says ([`Contention::Fair`] by default).
+    pub fn with_contention(self, contention: Contention) -> Self {
+        Self { contention, ..self }
+    }
+
+    /// What a check does after losing a race.
+    pub fn contention(&self) -> Contention {
+        self.contention
     }
 
     /// The most requests admitted per window-length.
@@ -215,54 +233,67 @@ impl SlidingWindowAlgorithm {
 
     /// The one admission routine: `n ≤ limit` is the caller's to check.
     ///
-    /// Inlined into the caller: one load, one clock read and, when the reading is
-    /// in the stored window (admitted or denied) or the next one (admitted), the
-    /// decision and its one CAS, with no loop and no backoff. A lost race, a denial
-    /// that must record a rollover, a reading that lags the stored window and a
-    /// jump of more than one window take the out-of-line
-    /// [`acquire_slow`](Self::acquire_slow), which decides the same.
+    /// Inlined into the caller: one clock read, one load and, when the reading is
+    /// in the stored window (admitted or denied), the next one (admitted) or any
+    /// later one (admitted: a fresh window, found with one division), the decision
+    /// and its one CAS, with no loop. A lost race, a denial that must record a
+    /// rollover, a reading that lags the stored window or is out of the limiter's
+    /// range, and a retired state take the out-of-line
+    /// [`acquire_slow`](Self::acquire_slow), which decides the same and returns
+    /// the view it judged (one word) with its reading, in two registers; the
+    /// decision is built inline on either path, so a caller that reads only whether
+    /// the request was admitted has nothing else computed.
     #[inline(always)]
     fn acquire<C: Clock + ?Sized>(&self, state: &SlidingWindowState, n: u64, clock: &C) -> Decision {
         let f = &self.frame;
+        // The clock first: a clock that may call into the system then finds nothing
+        // loaded to keep across the call. A word that moved on since the reading is
+        // judged at the reading: as strict as at a later one or stricter.
+        let now = clock.now();
         // Ordering: Relaxed; the word is the whole state and publishes no other memory.
         // Every read-modify-write of it is ordered by its modification order alone.
         let word = state.word.load(Ordering::Relaxed);
-        // Read after the word, as in the retry loop of `acquire_slow`.
-        let now = clock.now();
-        let rel = f.rel(now);
+        let Some(rel) = f.rel_unclamped(now) else {
+            return self.slow_decision(state, word, n, clock);
+        };
         let stored = self.window_of(word);
         let prev = word.wrapping_shr(self.count_bits) & self.mask;
         let curr = word & self.mask;
-        let start = f.start(stored);
+        // `stored × period` fits for every live word; a retired one goes slow.
+        let start = stored.wrapping_mul(f.period);
         if rel < start || word == RETIRED {
-            return self.acquire_slow(state, n, clock); // a lagging reading, or retired
+            return self.slow_decision(state, word, n, clock); // a lagging reading, or retired
+        }
+        let elapsed = rel - start;
+        if (elapsed < f.period) & (curr + n > f.limit) {
+            // Denied in the stored window by its own count alone (a limiter under
+            // sustained overload): nothing to write, and no more to work out.
+            let view = View { window: stored, elapsed, prev, curr };
+            return self.denial(&view, n, now).at(now);
         }
         // How many windows on the reading is (0, 1 or 2) and how far into that one,
         // and the counts as seen from there, without a branch: a limiter checked
         // about once a window goes one way or the other unpredictably, and a missed
         // branch would cost more than the arithmetic.
-        let elapsed = rel - start;
-        if (elapsed < f.period) & (curr + n > f.limit) {
-            // Denied in the stored window by its own count alone (a limiter under
-            // sustained overload): nothing to write, and no more to work out.
-            return self.denial(&View { window: stored, elapsed, prev, curr }, n, now).at(now);
-        }
         let one = u64::from(elapsed >= f.period);
         let into = elapsed - (f.period & one.wrapping_neg());
         let two = u64::from(into >= f.period) & one;
         let into = into - (f.period & two.wrapping_neg());
-        if into >= f.period {
-            return self.acquire_slow(state, n, clock); // three or more windows on
-        }
-        let same = (one ^ 1).wrapping_neg(); // all ones when in the stored window
-        let next = (one & !two).wrapping_neg(); // all ones when in the next one
-        let view =
-            View { window: stored + one + two, elapsed: into, prev: (prev & same) | (curr & next), curr: curr & same };
+        let view = if into < f.period {
+            let same = (one ^ 1).wrapping_neg(); // all ones when in the stored window
+            let next = (one & !two).wrapping_neg(); // all ones when in the next one
+            View { window: stored + one + two, elapsed: into, prev: (prev & same) | (curr & next), curr: curr & same }
+        } else {
+            // Three or more windows on (a client back after an idle spell): both
+            // counts have expired.
+            let (window, elapsed) = f.window_of(rel);
+            View { window, elapsed, prev: 0, curr: 0 }
+        };
         if !frame::fits(f.limit, f.period, view.prev, view.curr, view.elapsed, n) {
-            if same != 0 {
+            if view.window == stored {
                 return self.denial(&view, n, now).at(now); // nothing to write
             }
-            return self.acquire_slow(state, n, clock); // records the rollover
+            return self.slow_decision(state, word, n, clock); // records the rollover
         }
         let new = self.pack(view.window, view.prev, view.curr + n);
         // Ordering: Relaxed on success and failure; see the load above. The CAS
@@ -270,7 +301,7 @@ impl SlidingWindowAlgorithm {
         // read; a rollover is this same CAS writing the rolled counts.
         match state.word.compare_exchange(word, new, Ordering::Relaxed, Ordering::Relaxed) {
             Ok(_) => Decision::allowed(self.snapshot_of(&view, view.curr + n, now)).at(now),
-            Err(_) => self.acquire_slow(state, n, clock),
+            Err(found) => self.slow_decision(state, found, n, clock),
         }
     }
 
@@ -284,45 +315,72 @@ impl SlidingWindowAlgorithm {
         Decision::denied(self.snapshot_of(view, view.curr, now), retry)
     }
 
-    /// [`acquire`](Self::acquire) in a loop, for every case: records a rollover on
-    /// denial, retries a lost race with a fresh reading after a short backoff.
+    /// The decision of [`acquire_slow`](Self::acquire_slow)'s outcome: the view it
+    /// judged (a state word: the window and both counts before the request) at its
+    /// reading; admitted iff `n` fits it, which is what the slow path decided.
+    #[inline(always)]
+    fn slow_decision<C: Clock + ?Sized>(&self, state: &SlidingWindowState, word: u64, n: u64, clock: &C) -> Decision {
+        let f = &self.frame;
+        let (judged, now) = self.acquire_slow(state, word, n, clock);
+        let rel = f.rel(now);
+        let window = self.window_of(judged);
+        let (_, elapsed) = frame::position(f, window, rel);
+        let view =
+            View { window, elapsed, prev: judged.wrapping_shr(self.count_bits) & self.mask, curr: judged & self.mask };
+        let at = f.stamp(window, rel, now);
+        if frame::fits(f.limit, f.period, view.prev, view.curr, view.elapsed, n) {
+            Decision::allowed(self.snapshot_of(&view, view.curr + n, now)).at(at)
+        } else {
+            self.denial(&view, n, now).at(at)
+        }
+    }
+
+    /// [`acquire`](Self::acquire) in a loop, for every case, from `word` (what the
+    /// inline path read, or what its failed CAS found), with a fresh reading each
+    /// time: records a rollover on denial, retries a lost race at once
+    /// ([`Contention::Fair`]) or after a short backoff ([`Contention::Greedy`]).
+    /// Returns the view judged, packed as a state word, and its reading.
     #[cold]
     #[inline(never)]
-    fn acquire_slow<C: Clock + ?Sized>(&self, state: &SlidingWindowState, n: u64, clock: &C) -> Decision {
+    fn acquire_slow<C: Clock + ?Sized>(
+        &self,
+        state: &SlidingWindowState,
+        mut word: u64,
+        n: u64,
+        clock: &C,
+    ) -> (u64, Nanos) {
         let f = &self.frame;
-        let mut backoff = Backoff::new();
-        // Ordering: Relaxed; see `acquire`.
-        let mut word = state.word.load(Ordering::Relaxed);
+        let mut backoff = Backoff::retrying(self.contention);
+        let mut raced = false;
         loop {
+            if raced {
+                backoff.spin();
+            }
+            raced = true;
             let now = clock.now();
-            let rel = f.rel(now);
-            let view = self.view(word, rel);
-            let at = f.stamp(view.window, rel, now);
+            let view = self.view(word, f.rel(now));
+            let judged = self.pack(view.window, view.prev, view.curr);
             if !frame::fits(f.limit, f.period, view.prev, view.curr, view.elapsed, n) {
                 if view.window != self.window_of(word) {
                     // Denied in a later window than the stored one: record the rollover
                     // (the same counts, re-encoded; once per window at most), so that a
                     // reading stepping back to the stored window is not decided there.
-                    let rolled = self.pack(view.window, view.prev, view.curr);
-                    // Ordering: Relaxed; see the load above.
+                    // Ordering: Relaxed; see `acquire`.
                     if let Err(actual) =
-                        state.word.compare_exchange_weak(word, rolled, Ordering::Relaxed, Ordering::Relaxed)
+                        state.word.compare_exchange_weak(word, judged, Ordering::Relaxed, Ordering::Relaxed)
                     {
                         word = actual;
-                        backoff.spin();
                         continue;
                     }
                 }
                 // Denied: no count is written.
-                return self.denial(&view, n, now).at(at);
+                return (judged, now);
             }
-            let new = self.pack(view.window, view.prev, view.curr + n);
             // Ordering: Relaxed on success and failure; see `acquire`.
-            match state.word.compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Decision::allowed(self.snapshot_of(&view, view.curr + n, now)).at(at),
+            match state.word.compare_exchange_weak(word, judged + n, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return (judged, now),
                 Err(actual) => word = actual,
             }
-            backoff.spin();
         }
     }
 }
