@@ -28,7 +28,10 @@ pub enum AtCapacity {
     Deny,
     /// Evict an idle key to make room, as [`EvictIdle`](Self::EvictIdle); only if
     /// none is idle, check the request against this shared limiter instead (all keys
-    /// that do not fit share it).
+    /// that do not fit share it). Its decisions are marked
+    /// [`from_fallback`](weir_rl_core::Decision::from_fallback), and its denials
+    /// are for [`DenyReason::KeyCapacity`](weir_rl_core::DenyReason::KeyCapacity):
+    /// the store's capacity, not the key's rate.
     EvictIdleOrOverflow(Arc<dyn Limiter + Send + Sync>),
 }
 

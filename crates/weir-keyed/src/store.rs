@@ -941,7 +941,9 @@ where
         match &self.config.at_capacity {
             AtCapacity::EvictIdleOrOverflow(overflow) => {
                 metric!(self, |m| m.overflow_checks.increment(1));
-                overflow.check_n(n).map(Decision::from_fallback)
+                // A denial here is the store's capacity (the budget every key that
+                // did not fit shares is spent), not this key's rate.
+                overflow.check_n(n).map(|decision| decision.because(DenyReason::KeyCapacity).from_fallback())
             }
             AtCapacity::EvictIdle | AtCapacity::Deny => {
                 metric!(self, |m| m.capacity_denials.increment(1));

@@ -296,6 +296,24 @@ fn a_refund_of_an_overflow_admission_gives_nothing_to_the_key() {
     assert!(store.check(&2).is_denied(), "key 2's state (burst 1, 1/s) admitted twice in 1 ms");
 }
 
+/// An overflow limiter's denial is the store's capacity, not the key's rate: it
+/// was a rate-limit denial, which a server then answered as the client's quota.
+#[test]
+fn an_overflow_denial_is_for_the_stores_capacity() {
+    use std::sync::Arc;
+    use weir_gcra::Gcra;
+    use weir_keyed::AtCapacity;
+    use weir_rl_core::DenyReason;
+    let clock = ManualClock::new();
+    let overflow = Arc::new(Gcra::with_clock(Quota::per_hour(1).unwrap(), clock.clone()));
+    let config = KeyedConfig::builder(1).at_capacity(AtCapacity::EvictIdleOrOverflow(overflow)).build().unwrap();
+    let store: Store = Keyed::gcra_with_clock(Quota::per_second(1).unwrap(), config, clock.clone());
+    assert!(store.check(&1).is_allowed()); // full; key 1 busy
+    assert!(store.check(&2).is_allowed(), "the overflow's one");
+    let denied = store.check(&3);
+    assert_eq!((denied.deny_reason(), denied.is_from_fallback()), (Some(DenyReason::KeyCapacity), true));
+}
+
 mod racing_first_checks_at_a_full_store {
     //! A first check of a new key, refused a place at a full store, while another
     //! first check of the same key makes room and inserts it: the refused one finds

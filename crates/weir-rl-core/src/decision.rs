@@ -265,6 +265,18 @@ impl Decision {
         Self { policy, ..self }
     }
 
+    /// The same denial, for `reason` instead of its own; an admission is returned
+    /// unchanged. What a store answers with when one of its own limiters decided
+    /// for another cause (a full store's overflow limiter: the store's capacity,
+    /// not the key's rate).
+    #[inline]
+    pub const fn because(self, reason: DenyReason) -> Self {
+        match self.denial {
+            Some(_) => Self { denial: Some(reason), ..self },
+            None => self,
+        }
+    }
+
     /// The same decision, marked as made by a store's fallback limiter (a per-key
     /// store's overflow limiter when it is full, a remote store's local fallback
     /// while it is unreachable) rather than by the key's own state: such an
