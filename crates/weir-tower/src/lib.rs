@@ -187,11 +187,11 @@
 //! back), no turn in an earlier throttle of its policy (given back, as is the turn
 //! of a request a later throttle turns away; see [`KeyedThrottle`]); nothing in an
 //! in-memory store, whose admissions made before the decision are given back by
-//! the drop; in a remote store, the admissions it already made for the request (a
-//! dropped request reached the server, and cost it a round trip: a client that
-//! always disconnects before its decision is still counted; a check sent and not
-//! yet answered may be counted too). Once the service is called, the request is
-//! admitted for good. [`until_ready`](wait::until_ready),
+//! the drop; nothing in a remote store once the task the drop hands them to has
+//! run (the admissions it made for the request are given back, and a check sent
+//! and not yet answered is awaited, then given back if it admitted; the task is
+//! spawned on the current tokio runtime). Once the service is called, the request
+//! is admitted for good. [`until_ready`](wait::until_ready),
 //! [`until_key_ready`](wait::until_key_ready) and [`FifoWait`](wait::FifoWait)
 //! dropped leave no line; over an in-memory limiter they consume nothing (an
 //! admitting check ends the wait in the same poll), over a remote store at most
