@@ -113,6 +113,12 @@
 //! and a tier not in the cache (a lookup) say nothing, and `Retry-After` is the
 //! longest wait of the limits asked.
 //!
+//! **Shadow mode.** A limit or a policy in shadow mode ([`Limit::shadow`],
+//! [`PolicyBuilder::shadow`]; `shadow = true` in the file) is decided and counted,
+//! and what it would have refused is logged (`info`, target `weir_http`, "shadow:
+//! would have refused") and counted (`outcome="shadow_denied"`), but the client
+//! sees nothing of it: no refusal, and no header it would not have had.
+//!
 //! **Tiers.** [`Tiers`] map a client to a plan (free / pro / enterprise) with your
 //! async lookup, cached (300 s by default, bounded, with a failure policy).
 //!
@@ -206,7 +212,7 @@
 //!
 //! | metric | type | labels | what |
 //! |---|---|---|---|
-//! | `weir_tower_decisions_total` | counter | `policy`, `limit`, `tier`, `quota`, `outcome` | requests a policy matched, by what became of them: `outcome` is `allowed`, `denied` (a rate limit, or a throttle that turned it away: `quota="throttle"`), `key_capacity` (a store or throttle full of other clients), `unidentified` (no key for `limit`), `unavailable` (a store or tier lookup failed), `skipped` (a skip rule); `limit` and `quota` are those that decided (the admission with the least left, the refusal with the longest wait; empty when none did), `tier` the client's tier for a tiered limit |
+//! | `weir_tower_decisions_total` | counter | `policy`, `limit`, `tier`, `quota`, `outcome` | requests a policy matched, by what became of them: `outcome` is `allowed`, `denied` (a rate limit, or a throttle that turned it away: `quota="throttle"`), `key_capacity` (a store or throttle full of other clients), `unidentified` (no key for `limit`), `unavailable` (a store or tier lookup failed), `skipped` (a skip rule), and for a limit in shadow mode `shadow_denied` (a refusal it would have made: the request went on), `shadow_unidentified`, `shadow_unavailable`; `limit` and `quota` are those that decided (the admission with the least left, the refusal with the longest wait; empty when none did), `tier` the client's tier for a tiered limit |
 //! | `weir_tower_throttle_wait_seconds` | histogram | `policy`, `limit` | how long a request a throttle admitted waited for its turn |
 //! | `weir_tower_throttle_give_ups_total` | counter | `policy`, `limit` | requests a throttle turned away (their turn would come after `max_wait`, or its line was full) |
 //! | `weir_tower_tier_lookups_total` | counter | `tiers` | tier lookups run (cache misses; concurrent misses for one key share one) |
