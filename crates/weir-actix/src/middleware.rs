@@ -309,7 +309,7 @@ where
     let state = match check {
         Check::Unlimited | Check::Skipped => State::Calling { future: service.call(request), fields: None },
         Check::Decided(Verdict::Allowed(fields)) => {
-            let fields = fields.map(|fields| Fields::new(limits, &fields));
+            let fields = fields.map(|fields| Fields::new(limits, fields));
             State::Calling { future: service.call(request), fields }
         }
         Check::Decided(Verdict::Refused(refusal)) => {
@@ -419,7 +419,7 @@ where
                     };
                     let next = match verdict {
                         Verdict::Allowed(fields) => {
-                            let fields = fields.map(|fields| Fields::new(limits, &fields));
+                            let fields = fields.map(|fields| Fields::new(limits, fields));
                             State::Calling { future: service.call(request), fields }
                         }
                         Verdict::Refused(refusal) => {

@@ -43,10 +43,10 @@ pub(crate) fn number(n: u64) -> HeaderValue {
     }
 }
 
-/// A field's value, as weir-http made it (visible ASCII: never refused).
+/// A field's value, as weir-http made it (visible ASCII: never refused), moved.
 #[inline]
-fn value(bytes: &Bytes) -> HeaderValue {
-    HeaderValue::from_maybe_shared(bytes.clone()).unwrap_or(HeaderValue::from_static(""))
+fn value(bytes: Bytes) -> HeaderValue {
+    HeaderValue::from_maybe_shared(bytes).unwrap_or(HeaderValue::from_static(""))
 }
 
 /// Each policy's `RateLimit-Policy` value made when the configuration was built
@@ -55,7 +55,7 @@ pub(crate) struct PolicyValues(Vec<Option<HeaderValue>>);
 
 impl PolicyValues {
     fn of(limits: &Limits) -> Self {
-        Self(limits.policies().map(|policy| limits.policy_field(policy).map(value)).collect())
+        Self(limits.policies().map(|policy| limits.policy_field(policy).cloned().map(value)).collect())
     }
 }
 
@@ -70,16 +70,13 @@ pub(crate) struct Fields {
 impl Fields {
     /// `fields` as header values, for a request `limits` decided.
     #[inline]
-    pub(crate) fn new(limits: &Limits, fields: &RateLimitFields) -> Self {
+    pub(crate) fn new(limits: &Limits, fields: RateLimitFields) -> Self {
         let precomputed = fields.precomputed_policy().and_then(|policy| {
             let values = limits.adapter_data(PolicyValues::of)?;
             values.0.get(policy.index())?.clone()
         });
-        Self {
-            policy: precomputed.unwrap_or_else(|| value(fields.policy())),
-            ratelimit: value(fields.ratelimit()),
-            legacy: fields.legacy(),
-        }
+        let (policy, ratelimit, legacy) = fields.into_parts();
+        Self { policy: precomputed.unwrap_or_else(|| value(policy)), ratelimit: value(ratelimit), legacy }
     }
 
     /// Writes the fields into `headers`, replacing any of the same names the
@@ -107,7 +104,7 @@ pub(crate) fn refusal(limits: &Limits, mut refused: Refused<'_>) -> HttpResponse
         headers.insert(RETRY_AFTER, number(secs));
     }
     if let Some(fields) = refused.take_fields() {
-        Fields::new(limits, &fields).write(headers);
+        Fields::new(limits, fields).write(headers);
     }
     response.map_into_boxed_body()
 }
