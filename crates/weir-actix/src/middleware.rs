@@ -115,6 +115,26 @@ impl RateLimit {
 
     /// Limits each client IP (the connection's peer address, IPv6 by `/64`) with the
     /// in-memory `store`, all headers on.
+    ///
+    /// ```no_run
+    /// use actix_web::{App, HttpResponse, HttpServer, web};
+    /// use weir_actix::{Key, RateLimit};
+    /// use weir_keyed::{KeyedConfig, KeyedGcra};
+    /// use weir_rl_core::Quota;
+    ///
+    /// #[actix_web::main]
+    /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    ///     // 100 requests a minute per client IP, 20 at once; at most 100 000 clients kept.
+    ///     let per_ip: KeyedGcra<Key> =
+    ///         KeyedGcra::gcra(Quota::per_minute(100)?.with_burst(20)?, KeyedConfig::builder(100_000).build()?);
+    ///     let limit = RateLimit::per_ip(per_ip);
+    ///     HttpServer::new(move || App::new().wrap(limit.clone()).route("/", web::get().to(HttpResponse::Ok)))
+    ///         .bind(("0.0.0.0", 8080))?
+    ///         .run()
+    ///         .await?;
+    ///     Ok(())
+    /// }
+    /// ```
     pub fn per_ip(store: impl KeyedLimiter<Key> + Send + Sync + 'static) -> Self {
         let policy = Policy::single("per-ip", crate::Limit::per_ip(store));
         let limits = Limits::builder().no_peer_detail(NO_PEER_ADDRESS).policy(policy.clone()).build();
