@@ -438,7 +438,8 @@ impl<C: Charges, A: AsMut<[Option<Decision>]>> Ledger<C, A> {
     /// Gives back the admissions in-memory stores made (and forgets them).
     pub(crate) fn refund_now(&mut self) {
         for (i, slot) in self.admitted.as_mut().iter_mut().enumerate() {
-            let (Some(admission), Some((store, key, n))) = (&*slot, self.charges.charge(i)) else { continue };
+            let Some(admission) = &*slot else { continue };
+            let Some((store, key, n)) = self.charges.charge(i) else { continue };
             let Some(local) = store.as_local() else { continue };
             if let Err(error) = local.refund(key, n, admission) {
                 tracing::warn!(target: "weir_http", policy = self.charges.name(), key = %key, %error, "refund failed");
@@ -474,7 +475,8 @@ impl<C: Charges, A: AsMut<[Option<Decision>]>> Ledger<C, A> {
     fn spawn_give_back(&mut self) {
         let mut owned: Vec<(Store, Key, u64, Decision)> = Vec::new();
         for (i, slot) in self.admitted.as_mut().iter_mut().enumerate() {
-            let (Some(admission), Some((store, key, n))) = (slot.take(), self.charges.charge(i)) else { continue };
+            let Some(admission) = slot.take() else { continue };
+            let Some((store, key, n)) = self.charges.charge(i) else { continue };
             owned.push((store.clone(), key.clone(), n, admission));
         }
         let in_flight = self.in_flight.take().and_then(|f| {
