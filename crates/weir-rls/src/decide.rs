@@ -106,6 +106,9 @@ pub struct DecideError {
 pub enum DecideErrorKind {
     /// The store cannot be reached or cannot answer now (`UNAVAILABLE`).
     Unavailable,
+    /// The store has no room for another counter (`RESOURCE_EXHAUSTED`): a
+    /// capacity refusal, not the client's rate.
+    Exhausted,
     /// Anything else (`INTERNAL`).
     Internal,
 }
@@ -114,6 +117,11 @@ impl DecideError {
     /// The store cannot answer now.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self { kind: DecideErrorKind::Unavailable, message: message.into() }
+    }
+
+    /// The store has no room for another counter.
+    pub fn exhausted(message: impl Into<String>) -> Self {
+        Self { kind: DecideErrorKind::Exhausted, message: message.into() }
     }
 
     /// Any other failure.
@@ -135,6 +143,7 @@ impl DecideError {
     pub fn code(&self) -> tonic::Code {
         match self.kind {
             DecideErrorKind::Unavailable => tonic::Code::Unavailable,
+            DecideErrorKind::Exhausted => tonic::Code::ResourceExhausted,
             DecideErrorKind::Internal => tonic::Code::Internal,
         }
     }

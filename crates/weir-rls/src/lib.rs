@@ -103,13 +103,20 @@
 //!   `X-RateLimit-*` ([`ResponseOptions`]), where upstream's are `RateLimit-Limit`,
 //!   `RateLimit-Remaining` and `RateLimit-Reset`; both are off by default.
 
+pub mod backend;
 pub mod config;
 mod decide;
+pub mod decider;
+pub mod json;
 pub mod matching;
+mod reload;
 mod request;
 mod response;
 mod rule;
+pub mod server;
 mod service;
+pub mod stats;
+pub mod windows;
 
 pub use config::{Compatibility, Config, ConfigError, ConfigErrorKind, ConfigWarning, Limits, LoadOptions};
 pub use decide::{Check, Decide, DecideError, DecideErrorKind};
@@ -117,10 +124,12 @@ pub use matching::{
     CounterKey, DescriptorMatch, LimitSource, Limited, MAX_COUNTER_KEY_BYTES, MAX_METRIC_VALUE_BYTES, Matches,
     UnknownDomain,
 };
+pub use reload::{BuildDecider, ReloadError, Reloadable, RuleStores, Watch};
 pub use request::{Descriptor, Entry, LimitOverride, MAX_HITS_ADDEND, Request, RequestError, RequestLimits};
 pub use response::{ResponseOptions, build_response};
 pub use rule::{Algorithm, RateLimit, Rule, RuleId, RuleLimit, Unit};
-pub use service::{ConfigSource, RlsService, ServiceError, UnknownDomainPolicy};
+pub use server::{Health, Server};
+pub use service::{ConfigSource, Generation, RlsService, ServiceError, UnknownDomainPolicy};
 
 /// The protobuf types of Envoy's rate-limit protocol this crate speaks (from the
 /// `envoy-types` crate).

@@ -8,22 +8,59 @@ use crate::matching::{DescriptorMatch, UnknownDomain};
 use crate::proto::{self, rate_limit_response as pb};
 use crate::request::{Request, RequestError, RequestLimits};
 use crate::response::{ResponseOptions, build_response};
+use crate::stats::{ConfigCounters, MetricsOptions, ServiceStats};
 use core::fmt;
 use std::sync::Arc;
 use weir_rl_core::{Decision, Snapshot};
 
-/// Where the service gets the config each request is answered with. A request
-/// keeps the config it started with until it is answered, whatever is loaded
-/// meanwhile.
-pub trait ConfigSource: Send + Sync {
-    /// The config now; `None` while none has been loaded (requests are then answered
-    /// `UNAVAILABLE`).
-    fn current(&self) -> Option<Arc<Config>>;
+/// A config and the decider that counts its rules, swapped together on reload: a
+/// request is matched and decided on one generation from start to end, whatever
+/// is loaded meanwhile.
+///
+/// Building one registers the config's per-rule counters ([`stats`](crate::stats))
+/// with the metrics recorder in force.
+#[derive(Debug)]
+pub struct Generation<D> {
+    config: Arc<Config>,
+    decider: D,
+    counters: ConfigCounters,
 }
 
-/// A config that never changes.
-impl ConfigSource for Arc<Config> {
-    fn current(&self) -> Option<Arc<Config>> {
+impl<D> Generation<D> {
+    /// `config`, counted by `decider`.
+    pub fn new(config: Arc<Config>, decider: D) -> Self {
+        let counters = ConfigCounters::register(&config);
+        Self { config, decider, counters }
+    }
+
+    /// The config.
+    pub fn config(&self) -> &Arc<Config> {
+        &self.config
+    }
+
+    /// The decider.
+    pub fn decider(&self) -> &D {
+        &self.decider
+    }
+}
+
+/// Where the service gets the generation (config and decider) each request is
+/// answered with. A request keeps the generation it started with until it is
+/// answered.
+pub trait ConfigSource: Send + Sync {
+    /// The decider of the generations.
+    type Decider: Decide;
+
+    /// The generation now; `None` while no config has been loaded (requests are
+    /// then answered `UNAVAILABLE`).
+    fn current(&self) -> Option<Arc<Generation<Self::Decider>>>;
+}
+
+/// A generation that never changes.
+impl<D: Decide> ConfigSource for Arc<Generation<D>> {
+    type Decider = D;
+
+    fn current(&self) -> Option<Arc<Generation<D>>> {
         Some(Arc::clone(self))
     }
 }
@@ -63,24 +100,44 @@ pub enum UnknownDomainPolicy {
 /// # Ok::<(), weir_rls::ConfigError>(())
 /// ```
 #[derive(Debug)]
-pub struct RlsService<S, D> {
-    config: S,
-    decider: D,
+pub struct RlsService<S> {
+    source: S,
+    stats: ServiceStats,
     request_limits: RequestLimits,
     response: ResponseOptions,
     unknown_domain: UnknownDomainPolicy,
 }
 
-impl<S: ConfigSource, D: Decide> RlsService<S, D> {
-    /// A service answering from `config`'s current config, counting with `decider`.
-    pub fn new(config: S, decider: D) -> Self {
+impl<D: Decide> RlsService<Arc<Generation<D>>> {
+    /// A service answering from `config`, counting with `decider`, for good.
+    pub fn new(config: Arc<Config>, decider: D) -> Self {
+        Self::with_source(Arc::new(Generation::new(config, decider)))
+    }
+}
+
+impl<S: ConfigSource> RlsService<S> {
+    /// A service answering from `source`'s current generation (a
+    /// [`Reloadable`](crate::Reloadable), to follow config changes).
+    pub fn with_source(source: S) -> Self {
         Self {
-            config,
-            decider,
+            source,
+            stats: ServiceStats::new(MetricsOptions::default()),
             request_limits: RequestLimits::default(),
             response: ResponseOptions::default(),
             unknown_domain: UnknownDomainPolicy::default(),
         }
+    }
+
+    /// Counting with these options (registering the service's metrics with the
+    /// recorder in force).
+    pub fn metrics_options(mut self, options: MetricsOptions) -> Self {
+        self.stats = ServiceStats::new(options);
+        self
+    }
+
+    /// The source of generations.
+    pub fn source(&self) -> &S {
+        &self.source
     }
 
     /// With these request bounds.
@@ -102,9 +159,20 @@ impl<S: ConfigSource, D: Decide> RlsService<S, D> {
     }
 
     /// Answers one request: what the gRPC method and the `/json` endpoint both do.
+    ///
+    /// Cancellation: dropping the future leaves nothing behind that the decider's
+    /// own cancellation does not undo (see [`Decide`]).
     pub async fn respond(&self, request: proto::RateLimitRequest) -> Result<proto::RateLimitResponse, ServiceError> {
+        let started = std::time::Instant::now();
+        let result = self.answer(request).await;
+        self.stats.finished(started, result.as_ref().err());
+        result
+    }
+
+    async fn answer(&self, request: proto::RateLimitRequest) -> Result<proto::RateLimitResponse, ServiceError> {
         let request = Request::from_proto(request, &self.request_limits)?;
-        let config = self.config.current().ok_or(ServiceError::NoConfig)?;
+        let generation = self.source.current().ok_or(ServiceError::NoConfig)?;
+        let config = &generation.config;
         let matches = match config.match_request(&request) {
             Ok(matches) => matches,
             Err(unknown) => {
@@ -141,7 +209,7 @@ impl<S: ConfigSource, D: Decide> RlsService<S, D> {
                 check.cost = 0;
             }
         }
-        let decided = if checks.is_empty() { Vec::new() } else { self.decider.decide(&checks).await? };
+        let decided = if checks.is_empty() { Vec::new() } else { generation.decider.decide(&checks).await? };
         if decided.len() != checks.len() {
             return Err(ServiceError::DecisionCount { checks: checks.len(), decisions: decided.len() });
         }
@@ -163,6 +231,11 @@ impl<S: ConfigSource, D: Decide> RlsService<S, D> {
                 });
             }
         }
+        for (m, decision) in matches.descriptors().iter().zip(&decisions) {
+            if let (DescriptorMatch::Limited(limited), Some(decision)) = (m, decision) {
+                self.stats.record(&generation.counters, matches.domain(), limited, decision);
+            }
+        }
         Ok(build_response(&matches, &decisions, &self.response))
     }
 }
@@ -177,10 +250,9 @@ fn all_ok(n: usize) -> proto::RateLimitResponse {
 }
 
 #[tonic::async_trait]
-impl<S, D> proto::rate_limit_service_server::RateLimitService for RlsService<S, D>
+impl<S> proto::rate_limit_service_server::RateLimitService for RlsService<S>
 where
     S: ConfigSource + 'static,
-    D: Decide + 'static,
 {
     async fn should_rate_limit(
         &self,

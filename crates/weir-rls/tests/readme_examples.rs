@@ -1,9 +1,11 @@
 //! Every example of envoyproxy/ratelimit's README, as config, descriptors and the
-//! rule each descriptor falls under (and, with fake counters, the answers).
+//! rule each descriptor falls under, and as request sequences with the answers the
+//! README describes: each answered by weir's in-memory stores and by a fake
+//! fixed-window model alike (`common::paired`).
 
 mod common;
 
-use common::{brief, config, descriptor, overall, request, service};
+use common::{brief, config, descriptor, overall, paired as service, request};
 use weir_rls::proto::rate_limit_response::Code;
 use weir_rls::{Config, CounterKey, Descriptor, DescriptorMatch, Request, RequestLimits, Unit};
 

@@ -3,15 +3,15 @@
 
 mod common;
 
-use common::{FakeCounters, brief, config, descriptor, overall, request, service};
+use common::{FakeCounters, FakeService, brief, config, descriptor, overall, request, service};
 use std::sync::Arc;
 use weir_rl_core::Decision;
 use weir_rls::proto::rate_limit_response::Code;
 use weir_rls::proto::rate_limit_service_server::RateLimitService as _;
 use weir_rls::proto::{self, UInt64Value, rate_limit_descriptor};
 use weir_rls::{
-    Check, Config, ConfigSource, Decide, DecideError, MAX_HITS_ADDEND, ResponseOptions, RlsService, ServiceError, Unit,
-    UnknownDomainPolicy,
+    Check, ConfigSource, Decide, DecideError, Generation, MAX_HITS_ADDEND, ResponseOptions, RlsService, ServiceError,
+    Unit, UnknownDomainPolicy,
 };
 
 const CONFIG: &str = "
@@ -34,10 +34,7 @@ fn with_hits(mut d: proto::RateLimitDescriptor, hits: u64) -> proto::RateLimitDe
     d
 }
 
-async fn status_of(
-    service: &RlsService<Arc<Config>, Arc<FakeCounters>>,
-    req: proto::RateLimitRequest,
-) -> tonic::Status {
+async fn status_of(service: &FakeService, req: proto::RateLimitRequest) -> tonic::Status {
     tonic::Status::from(service.respond(req).await.expect_err("refused"))
 }
 
@@ -129,11 +126,12 @@ async fn unknown_domains_may_be_allowed_as_upstream_allows_them() {
 async fn no_config_is_unavailable() {
     struct Nothing;
     impl ConfigSource for Nothing {
-        fn current(&self) -> Option<Arc<Config>> {
+        type Decider = Arc<FakeCounters>;
+        fn current(&self) -> Option<Arc<Generation<Arc<FakeCounters>>>> {
             None
         }
     }
-    let service = RlsService::new(Nothing, FakeCounters::new());
+    let service = RlsService::with_source(Nothing);
     let status =
         tonic::Status::from(service.respond(request("d", vec![descriptor(&[("user", "a")])])).await.unwrap_err());
     assert_eq!((status.code(), status.message()), (tonic::Code::Unavailable, "no rate limit configuration loaded"));

@@ -212,7 +212,7 @@ impl Config {
     /// Loads every file of a directory and its subdirectories, in path order,
     /// skipping names that start with `.`.
     pub fn load_dir(dir: impl AsRef<Path>, options: &LoadOptions) -> Result<Config, ConfigError> {
-        let files = config_files(dir.as_ref(), &options.limits)?;
+        let files = dir_files(dir.as_ref(), &options.limits)?;
         let mut builder = build::Builder::new(options);
         for path in files {
             let name = path.display().to_string();
@@ -301,8 +301,19 @@ impl Config {
 /// (this also ends a symbolic link loop).
 const MAX_DIR_DEPTH: usize = 16;
 
+/// The files [`Config::load`] reads from `path`, in the order it reads them: `path`
+/// itself if it is a file; else the files of the directory and its subdirectories,
+/// by path, skipping names that start with `.` (for checking each file on its own).
+pub fn config_files(path: &Path, limits: &Limits) -> Result<Vec<PathBuf>, ConfigError> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => dir_files(path, limits),
+        Ok(_) => Ok(vec![path.to_owned()]),
+        Err(e) => Err(ConfigError::new(&path.display().to_string(), ConfigErrorKind::Io(e))),
+    }
+}
+
 /// The files a directory load reads, in path order.
-fn config_files(dir: &Path, limits: &Limits) -> Result<Vec<PathBuf>, ConfigError> {
+fn dir_files(dir: &Path, limits: &Limits) -> Result<Vec<PathBuf>, ConfigError> {
     let mut files = Vec::new();
     walk(dir, 0, limits, &mut files)?;
     Ok(files)

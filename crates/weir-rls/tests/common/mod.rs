@@ -5,9 +5,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use weir_rl_core::{Decision, Snapshot};
+use std::time::Duration;
+use weir_rl_core::{Decision, ManualClock, Nanos, Snapshot};
+use weir_rls::backend::MemoryBackend;
+use weir_rls::decider::{MemoryStores, StoreDecider};
 use weir_rls::proto::{self, rate_limit_descriptor, rate_limit_response as pb};
-use weir_rls::{Check, Config, Decide, DecideError, LimitSource, LoadOptions, RlsService};
+use weir_rls::windows::EpochOffset;
+use weir_rls::{Check, Config, Decide, DecideError, Generation, LimitSource, LoadOptions, RlsService, ServiceError};
 
 /// A config from one YAML text, loaded with the default options.
 pub fn config(yaml: &str) -> Config {
@@ -102,8 +106,11 @@ impl Decide for FakeCounters {
     }
 }
 
+/// A service that answers from one config with fake counters.
+pub type FakeService = RlsService<Arc<Generation<Arc<FakeCounters>>>>;
+
 /// A service over `yaml` and fake counters.
-pub fn service(yaml: &str) -> (RlsService<Arc<Config>, Arc<FakeCounters>>, Arc<FakeCounters>) {
+pub fn service(yaml: &str) -> (FakeService, Arc<FakeCounters>) {
     let counters = FakeCounters::new();
     (RlsService::new(Arc::new(config(yaml)), Arc::clone(&counters)), counters)
 }
@@ -120,4 +127,61 @@ pub fn brief(status: &pb::DescriptorStatus) -> (pb::Code, Option<u32>, u32) {
 /// The overall code.
 pub fn overall(response: &proto::RateLimitResponse) -> pb::Code {
     pb::Code::try_from(response.overall_code).unwrap_or(pb::Code::Unknown)
+}
+
+/// The service over weir's in-memory stores ([`StoreDecider`] on [`MemoryStores`]),
+/// reading a manual clock whose reading 0 is a window boundary (as the fake's).
+pub type RealService = RlsService<Arc<Generation<StoreDecider>>>;
+
+/// A service over `yaml` and real in-memory stores, and its clock.
+pub fn real_service(yaml: &str) -> (RealService, ManualClock) {
+    let config = Arc::new(config(yaml));
+    let clock = ManualClock::new();
+    let stores =
+        MemoryStores::with_epoch(MemoryBackend::default(), clock.clone(), EpochOffset::at(Nanos::ZERO, Duration::ZERO));
+    let decider = StoreDecider::build(Arc::new(stores), &config, None).unwrap_or_else(|e| panic!("{e}"));
+    (RlsService::new(config, decider), clock)
+}
+
+/// Both services on one config, asked the same requests: every answer of the real
+/// stores must be the fake's (the reference), field by field.
+pub struct Paired {
+    fake: FakeService,
+    real: RealService,
+}
+
+/// Both services' clocks.
+pub struct PairedClocks {
+    fake: Arc<FakeCounters>,
+    real: ManualClock,
+}
+
+impl PairedClocks {
+    /// Moves both clocks on.
+    pub fn advance(&self, secs: u64) {
+        self.fake.advance(secs);
+        self.real.advance(Duration::from_secs(secs));
+    }
+
+    /// How many counters hold a count (the fake's).
+    pub fn counters(&self) -> usize {
+        self.fake.counters()
+    }
+}
+
+impl Paired {
+    /// Answers `request` on both; panics if they differ.
+    pub async fn respond(&self, request: proto::RateLimitRequest) -> Result<proto::RateLimitResponse, ServiceError> {
+        let fake = self.fake.respond(request.clone()).await;
+        let real = self.real.respond(request.clone()).await;
+        assert_eq!(fake, real, "the real stores answered {request:?} unlike the reference");
+        fake
+    }
+}
+
+/// Both services over `yaml`, and their clocks.
+pub fn paired(yaml: &str) -> (Paired, PairedClocks) {
+    let (fake, counters) = service(yaml);
+    let (real, clock) = real_service(yaml);
+    (Paired { fake, real }, PairedClocks { fake: counters, real: clock })
 }
