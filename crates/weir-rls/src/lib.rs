@@ -46,9 +46,17 @@
 //! - [`Request`]: a `RateLimitRequest` checked into bounded form, or refused with a
 //!   [`RequestError`] (a gRPC status with its message).
 //! - [`Decide`]: the seam to the counters: every counted descriptor of a request,
-//!   decided all or nothing.
+//!   decided all or nothing. [`decider::StoreDecider`] is weir's: a store per rule,
+//!   in memory or in Redis ([`backend`]), checked with weir-http's `check_all`;
+//!   windows aligned to the Unix epoch ([`windows`]).
 //! - [`build_response`]: the `RateLimitResponse` from the decisions.
-//! - [`RlsService`]: all of it behind tonic's `RateLimitService` trait.
+//! - [`RlsService`]: all of it behind tonic's `RateLimitService` trait, answering
+//!   from a [`Generation`] (a config and its decider) of a [`ConfigSource`]: one
+//!   for good, or a [`Reloadable`] that follows the config files.
+//! - [`Server`] ([`server`] module docs): the service on the network, gRPC with
+//!   `grpc.health.v1` and HTTP (`/healthcheck`, `/json` in proto3 JSON ([`json`]),
+//!   `/metrics`), stopped gracefully. [`stats`]: the metrics, under upstream's names.
+//! - The `weir-rls` binary: all of the above from a command line (the README).
 //!
 //! # weir's additions to the config
 //!
@@ -102,6 +110,17 @@
 //! - Response headers are `RateLimit`/`RateLimit-Policy` and optionally
 //!   `X-RateLimit-*` ([`ResponseOptions`]), where upstream's are `RateLimit-Limit`,
 //!   `RateLimit-Remaining` and `RateLimit-Reset`; both are off by default.
+//! - A store full of other clients' live counters is `RESOURCE_EXHAUSTED`, a store
+//!   that failed `UNAVAILABLE` ([`decider`] module docs); upstream answers every
+//!   failure `UNKNOWN`.
+//!
+//! The service:
+//!
+//! - `/json` answers a refused request with its cause's HTTP status (400, 404, 501,
+//!   503) and message, where upstream answers 400 `Bad Request` to all.
+//! - SIGHUP reloads the config; upstream shuts down on it.
+//! - Metrics are Prometheus's only (upstream's Prometheus names and labels, plus a
+//!   `key` label naming the rule's whole path); no StatsD.
 
 pub mod backend;
 pub mod config;

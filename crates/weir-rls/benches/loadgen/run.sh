@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The weir-rls / Limitador comparison: both servers on this machine, in memory and
+# on one local redis-server, the three scenarios, each server started afresh for
+# each run; one CSV line per run on stdout.
+#
+#   benches/loadgen/run.sh <weir-rls> <limitador-server> <loadgen> [loadgen options]
+#
+# Builds nothing. The binaries: `cargo build --release -p weir-rls`; the load
+# generator: `cargo bench -p weir-rls --bench loadgen --no-run` (the path it
+# prints); Limitador: `cargo build --release --bin limitador-server` in its own
+# checkout. redis-server must be on PATH. The load by default: 2 connections x 16
+# calls in flight, 5 s measured after 1 s of warm-up (options: loadgen --help).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+weir="$1" limitador="$2" loadgen="$3"
+shift 3
+extra=("$@")
+redis_port=16379 grpc=127.0.0.1:18081
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >/dev/null &
+redis_pid=$!
+trap 'kill "$redis_pid" 2>/dev/null || true' EXIT
+until redis-cli -p "$redis_port" ping >/dev/null 2>&1; do sleep 0.1; done
+
+header=--csv-header
+measure() { # label, then the server's command line
+    local label="$1" scenario pid
+    shift
+    for scenario in spread hot three; do
+        redis-cli -p "$redis_port" flushall >/dev/null
+        "$@" >/dev/null 2>&1 &
+        pid=$!
+        until (exec 3<>/dev/tcp/127.0.0.1/18081) 2>/dev/null; do sleep 0.1; done
+        "$loadgen" --target "$grpc" --pid "$pid" --label "$label" --scenario "$scenario" --csv $header "${extra[@]}"
+        header=
+        kill -TERM "$pid"
+        wait "$pid" 2>/dev/null || true
+    done
+}
+
+weir_args=(--config "$here/weir-rls.yaml" --grpc-addr "$grpc" --http-addr 127.0.0.1:18080 --log warn)
+limitador_args=(-b 127.0.0.1 -p 18081 -B 127.0.0.1 -P 18080 "$here/limitador-limits.yaml")
+measure weir-rls-memory "$weir" "${weir_args[@]}"
+measure limitador-memory "$limitador" "${limitador_args[@]}" memory
+measure weir-rls-redis "$weir" "${weir_args[@]}" --backend redis --redis-url "redis://127.0.0.1:$redis_port" --redis-timeout 5s
+measure limitador-redis "$limitador" "${limitador_args[@]}" redis "redis://127.0.0.1:$redis_port"
