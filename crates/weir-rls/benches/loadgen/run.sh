@@ -16,9 +16,13 @@ weir="$1" limitador="$2" loadgen="$3"
 shift 3
 extra=("$@")
 redis_port=16379 grpc=127.0.0.1:18081
+if redis-cli -p "$redis_port" ping >/dev/null 2>&1; then
+    echo "port $redis_port is taken: stop what listens there first" >&2
+    exit 1
+fi
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >/dev/null &
 redis_pid=$!
-trap 'kill "$redis_pid" 2>/dev/null || true' EXIT
+trap 'kill "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null || true' EXIT
 until redis-cli -p "$redis_port" ping >/dev/null 2>&1; do sleep 0.1; done
 
 header=--csv-header
