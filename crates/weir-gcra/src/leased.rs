@@ -346,6 +346,27 @@ impl<C: Clock> LeasedGcra<C> {
         self.check_on(weir_rl_core::__private::thread_stripe(), 1).unwrap_or_else(|_| self.never_admits())
     }
 
+    /// The lean check of one request on the calling thread's stripe: admitted, or
+    /// how long to wait ([`Limiter::admit`]). A spend from the stripe's lease makes
+    /// no decision, so reads nothing of the lease's grant; use
+    /// [`check`](Self::check) for the numbers a client is told, or to refund.
+    ///
+    /// ```
+    /// use weir_rl_core::{ManualClock, Quota};
+    /// use weir_gcra::{LeaseConfig, LeasedGcra};
+    ///
+    /// let config = LeaseConfig::builder().stripes(1).max_lease(4).build()?;
+    /// let limiter = LeasedGcra::with_clock(Quota::per_hour(3)?, config, ManualClock::new());
+    /// assert!((0..3).all(|_| limiter.admit().is_ok()));
+    /// assert_eq!(limiter.admit().unwrap_err().duration().as_secs(), 1_200); // 20 minutes
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "std")]
+    #[inline(always)]
+    pub fn admit(&self) -> Result<(), weir_rl_core::Wait> {
+        self.stripes.admit_on(&self.algorithm, weir_rl_core::__private::thread_stripe(), &self.clock)
+    }
+
     /// Checks a request of cost `n` on the calling thread's stripe.
     #[cfg(feature = "std")]
     #[inline]
@@ -455,6 +476,10 @@ impl<C: Clock> Limiter for LeasedGcra<C> {
     #[inline]
     fn check(&self) -> Decision {
         LeasedGcra::check(self)
+    }
+    #[inline]
+    fn admit(&self) -> Result<(), weir_rl_core::Wait> {
+        LeasedGcra::admit(self)
     }
     #[inline]
     fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {

@@ -600,6 +600,23 @@ impl GcraAlgorithm {
         Ok(self.acquire_counting(quota, state, n, clock))
     }
 
+    /// The wait a check of one unit would be denied with now, if it would be
+    /// denied: the clock, the quota's plain words and one load of the TAT, nothing
+    /// written. `None` if it would be admitted, or the reading is out of range
+    /// (the caller's full check decides those). A leased check's lean denied path.
+    #[inline(always)]
+    pub(crate) fn unit_denial<C: Clock + ?Sized>(&self, state: &GcraState, clock: &C) -> Option<weir_rl_core::Wait> {
+        // The clock first, as in `acquire_inner`.
+        let reading = clock.now();
+        let quota = self.quota.load();
+        // Ordering: Relaxed; see `acquire_inner`.
+        let tat = state.tat.load(Ordering::Relaxed);
+        let most = self.ticks_in_range(reading)? + quota.unit_slack_ticks();
+        // Denied iff the TAT is past the most that admits one unit; the wait is
+        // the excess (see `decision`).
+        (tat > most).then(|| weir_rl_core::Wait::from_nanos(ticks::to_nanos_ceil(tat - most)))
+    }
+
     /// The denial `acquire` would return for `n` (≤ burst), if it would deny: one
     /// load, nothing written; else the clock reading it was judged at. Here the
     /// clock is read after the TAT, so that the reading returned is never older than
@@ -844,6 +861,25 @@ impl<C: Clock> Gcra<C> {
         Algorithm::check_n(&self.algorithm, &self.state, n, &self.clock)
     }
 
+    /// The lean check of one request: admitted, or how long to wait
+    /// ([`Limiter::admit`](weir_rl_core::Limiter::admit)). The same cost as
+    /// [`check`](Self::check) when only its outcome is read: the decision's other
+    /// numbers are computed only where they are read.
+    ///
+    /// ```
+    /// use weir_rl_core::{ManualClock, Quota};
+    /// use weir_gcra::Gcra;
+    ///
+    /// let limiter = Gcra::with_clock(Quota::per_minute(1)?, ManualClock::new());
+    /// assert!(limiter.admit().is_ok());
+    /// assert_eq!(limiter.admit().unwrap_err().duration().as_secs(), 60);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline(always)]
+    pub fn admit(&self) -> Result<(), weir_rl_core::Wait> {
+        self.check().verdict()
+    }
+
     /// Gives back `n` units that `admission` (a decision of this limiter) took and
     /// the caller did not use: what is left of their debt (see the crate docs,
     /// "Giving back what was not used"), never beyond a full bucket, nothing for a
@@ -868,6 +904,10 @@ impl<C: Clock> weir_rl_core::Limiter for Gcra<C> {
     #[inline(always)]
     fn check(&self) -> Decision {
         Gcra::check(self)
+    }
+    #[inline(always)]
+    fn admit(&self) -> Result<(), weir_rl_core::Wait> {
+        Gcra::admit(self)
     }
     #[inline]
     fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {

@@ -395,6 +395,64 @@ impl fmt::Debug for Decision {
     }
 }
 
+/// How long a denied request should wait before it would be admitted: the answer
+/// of the lean check, [`Limiter::admit`](crate::Limiter::admit), when it denies.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_rl_core::Wait;
+///
+/// let wait = Wait::from_nanos(1_500_000_000);
+/// assert_eq!(wait.duration(), Duration::from_millis(1_500));
+/// assert_eq!(wait.to_string(), "rate limited: retry after 1.5s");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Wait {
+    nanos: u64,
+}
+
+impl Wait {
+    /// A wait of `nanos` nanoseconds.
+    #[inline]
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Self { nanos }
+    }
+
+    /// The wait in nanoseconds.
+    #[inline]
+    pub const fn as_nanos(&self) -> u64 {
+        self.nanos
+    }
+
+    /// The wait (the `Retry-After` a server would send, before rounding up to
+    /// whole seconds).
+    #[inline]
+    pub const fn duration(&self) -> Duration {
+        Duration::from_nanos(self.nanos)
+    }
+}
+
+impl fmt::Display for Wait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rate limited: retry after {:?}", self.duration())
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for Wait {}
+
+impl Decision {
+    /// The lean form of this decision: `Ok` if admitted, else how long to wait
+    /// ([`retry_after`](Self::retry_after)).
+    #[inline(always)]
+    pub const fn verdict(&self) -> Result<(), Wait> {
+        match self.denial {
+            None => Ok(()),
+            Some(_) => Err(Wait { nanos: self.retry_after_or_charge }),
+        }
+    }
+}
+
 /// The request asked for more than the limiter can ever admit at once (`n` greater
 /// than the burst). Retrying will never help, so this is an error, not a denial.
 ///
