@@ -417,19 +417,38 @@ impl GcraAlgorithm {
         // loaded to keep across the call. A TAT that moved on since `reading`
         // (admissions at later readings) is judged at `reading`: as strict as at a
         // later one or stricter, never looser (a reading earlier than one already
-        // used counts as no time passing), and a lost race retries with a fresh
-        // reading.
+        // used counts as no time passing).
         let tat = state.tat.load(Ordering::Relaxed);
-        // Inline: a reading in range, and one attempt, as `attempt` makes it. Every
-        // other case (a reading out of range, a lost race) goes on out of line,
-        // where nothing this frame holds is live across the call: the inline path
-        // keeps every value in registers the call may clobber, so it saves none.
+        // Inline: a reading in range, and its attempts, as `attempt` makes them.
+        // Every other case (a reading out of range; a lost race under
+        // `Contention::Greedy`) goes on out of line, where nothing this frame holds
+        // is live across the call: the inline path keeps every value in registers
+        // the call may clobber, so it saves none.
+        let mut raced = 0u32; // races lost inline (counted only if `COUNT`)
         let first = match self.ticks_in_range(reading) {
-            Some(now) => Self::attempt_at(state, tat, cost, slack, reading, now),
+            Some(now) => match Self::attempt_at(state, tat, cost, slack, reading, now) {
+                // A lost race under `Contention::Fair`: retry at once, at the same
+                // reading, with the value the failed CAS found, until a CAS lands
+                // or the request is denied (lock-free: a failed CAS means another
+                // landed). A retry that reads nothing new is as short as the race
+                // it lost, so the threads of one limiter take turns (governor's
+                // policy); a fresh clock reading each time made the loser's window
+                // longer than the winner's next check, and it lost again.
+                Err(mut found) if self.contention == Contention::Fair => loop {
+                    if COUNT {
+                        raced = raced.saturating_add(1);
+                    }
+                    match Self::attempt_at(state, found, cost, slack, reading, now) {
+                        Ok(outcome) => break Ok(outcome),
+                        Err(actual) => found = actual,
+                    }
+                },
+                first => first,
+            },
             None => Err(tat), // no attempt made: the reading needs clamping
         };
         let (outcome, lost) = match first {
-            Ok(outcome) => (outcome, 0),
+            Ok(outcome) => (outcome, raced),
             // One call site for both ways out (a lost race, a reading out of range):
             // the inline path then needs no stack frame, only the call's block does.
             Err(found) if COUNT => {

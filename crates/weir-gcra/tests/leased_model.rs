@@ -282,7 +282,13 @@ fn run_byte_rate(rate: u64, burst: u64, max_lease: u64, lifetime_ns: u64, ops: V
         let now = clock.now().as_u64();
         by_leased += leased.check_on(stripe, n).unwrap().is_allowed() as u64 * n;
         by_exact += exact.check(now, n) as u64 * n;
-        prop_assert!(by_leased <= by_exact, "leased admitted {} units, the exact-share limiter {} at {} ns", by_leased, by_exact, now);
+        prop_assert!(
+            by_leased <= by_exact,
+            "leased admitted {} units, the exact-share limiter {} at {} ns",
+            by_leased,
+            by_exact,
+            now
+        );
         Ok(())
     };
     for op in ops {
