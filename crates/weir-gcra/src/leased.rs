@@ -448,6 +448,13 @@ impl<C: Clock> LeasedGcra<C> {
         self.algorithm.quota()
     }
 
+    /// The same limiter, whose checks on the bucket that lose a race to another
+    /// thread's (refills, checks decided on the bucket) retry as `contention` says
+    /// ([`Contention::Fair`](weir_rl_core::Contention::Fair) by default).
+    pub fn with_contention(self, contention: weir_rl_core::Contention) -> Self {
+        Self { algorithm: self.algorithm.with_contention(contention), ..self }
+    }
+
     /// Replaces the quota (see [`Gcra::set_quota`](crate::Gcra::set_quota)) and
     /// revokes every lease granted under the old one, as
     /// [`release_leases`](Self::release_leases) does: a lease's permits were sized

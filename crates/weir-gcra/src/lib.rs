@@ -961,6 +961,23 @@ impl<C: Clock> Gcra<C> {
         self.algorithm.quota()
     }
 
+    /// The same limiter, whose checks that lose a race to another thread's retry as
+    /// `contention` says: [`Contention::Fair`] by default (threads take turns);
+    /// [`Contention::Greedy`] backs off, for more checks in all under contention
+    /// but unfair between threads (see [`Contention`]).
+    ///
+    /// ```
+    /// use weir_rl_core::{Contention, Quota};
+    /// use weir_gcra::Gcra;
+    ///
+    /// let batch = Gcra::new(Quota::per_second(1_000)?).with_contention(Contention::Greedy);
+    /// assert!(batch.admit().is_ok());
+    /// # Ok::<(), weir_rl_core::QuotaError>(())
+    /// ```
+    pub fn with_contention(self, contention: Contention) -> Self {
+        Self { algorithm: self.algorithm.with_contention(contention), ..self }
+    }
+
     /// Replaces the quota without losing state: the time until the bucket is full
     /// again is kept, and checks see either the old or the new quota, never a mix.
     /// A later refund of an earlier admission credits at most what it was charged

@@ -621,6 +621,13 @@ impl<C: Clock> SlidingLog<C> {
         Ok(Self { algorithm, state: CachePadded::new(state), clock })
     }
 
+    /// The same limiter, whose checks that lose a race to another thread's (or find
+    /// its write under way) retry as `contention` says ([`Contention::Fair`] by
+    /// default).
+    pub fn with_contention(self, contention: Contention) -> Self {
+        Self { algorithm: self.algorithm.with_contention(contention), ..self }
+    }
+
     /// The most requests admitted in any window-length.
     pub fn limit(&self) -> u64 {
         self.algorithm.limit()
