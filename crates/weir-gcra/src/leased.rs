@@ -117,8 +117,12 @@
 //! `burst × T` later. With a clock that steps backwards, a give-back still measures
 //! time to the latest reading seen, and a lease is not spendable at a reading before
 //! its grant; an expired, unreturned lease can become spendable again at a reading
-//! back inside its lifetime, so for such clocks the bound is `stripes × max_lease`
-//! (against [`Gcra`] reading the latest time a check has read).
+//! back inside its lifetime; and a spend from a lease reads the clock without
+//! telling the bucket, so after a step back the bucket decides at a reading up to a
+//! lifetime older than one a check has already used, with up to `⌈lifetime / T⌉`
+//! more refill than an exact limiter reading the latest time. So for such clocks
+//! the bound is `stripes × max_lease + ⌈lifetime / T⌉ + 1` (against [`Gcra`]
+//! reading the latest time a check has read; `tests/leased_model.rs`).
 
 //! # What a decision reports
 //!
