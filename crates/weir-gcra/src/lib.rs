@@ -108,9 +108,9 @@
 //! whatever quota changes came in between (see "Changing the quota at run time").
 //! A decision that records no charge of this limiter's (another limiter's, such as
 //! the decision an all-of check hands the members that did not decide it) is
-//! credited at `T` only if the quota has not changed since it was made (at or
-//! after its [`decided_at`](weir_rl_core::Decision::decided_at), by the limiter's
-//! clock), and with nothing otherwise, as what it cost here is not known:
+//! credited at `T` only while the quota has never been replaced, and with nothing
+//! once it has, as what it cost here is not known (a check reads its clock before
+//! the quota, so its reading does not tell which quota it was made under):
 //!
 //! ```
 //! use weir_rl_core::{ManualClock, Quota};
@@ -308,20 +308,26 @@ impl GcraAlgorithm {
     ///   their price under `quota` when that is the same charge and the quota has not
     ///   changed since the decision, which credits a byte rate's units exactly);
     /// - for a decision that recorded none (another limiter's, such as an all-of
-    ///   member that did not decide), their price under `quota` if the quota has not
-    ///   changed since the decision was made, else nothing: what it was charged is
-    ///   not known.
+    ///   member that did not decide), their price under `quota` if the quota was
+    ///   never replaced, else nothing: what it was charged is not known. (Not
+    ///   "replaced since the decision was made": a check reads the clock, then the
+    ///   quota, and nothing orders the two, so a decision stamped after a change's
+    ///   recorded reading may still have been made under the old quota; credited at
+    ///   a slower new quota's price, it gave back another admission's debt.)
     #[inline]
     pub(crate) fn credit_for(&self, quota: &Quota, n: u64, admission: &Decision) -> u64 {
         if admission.is_zero_cost() {
             return 0;
         }
-        let changed = self.quota.changed_since(admission.decided_at());
         let current = quota.credit_ticks(n);
         match admission.unit_charge() {
-            Some(charge) if charge == quota.unit_charge() && !changed => current,
+            // The charge of this same quota, never replaced since the decision: each
+            // unit's price exactly (a byte rate's rounding included).
+            Some(charge) if charge == quota.unit_charge() && !self.quota.changed_since(admission.decided_at()) => {
+                current
+            }
             Some(charge) => current.min(Quota::credit_ticks_at(charge, n)),
-            None if changed => 0,
+            None if self.quota.unchanged().is_none() => 0,
             None => current,
         }
     }
@@ -783,7 +789,7 @@ impl Algorithm for GcraAlgorithm {
     /// [`Quota::credit_ticks`]), or the `T` it was charged at (recorded in the
     /// decision) if that is less: never more than the admission was charged. A
     /// decision that recorded no charge (another limiter's) is credited at `T` if
-    /// the quota has not changed since it was decided, else not at all (see the
+    /// the quota was never replaced, else not at all (see the
     /// crate docs). The time since repaid that much of the admission's debt already;
     /// crediting it again could give back capacity that a later admission took.
     fn refund<C: Clock + ?Sized>(

@@ -202,12 +202,14 @@ impl LeaseStripes {
         let word = stripe.lease.load(Ordering::Acquire);
         let (permits, expiry) = unpack(word);
         if permits != 0 {
-            // A reading before the origin wraps to a huge value, past every expiry:
-            // the slow path decides it (with the reading clamped).
-            let now_units = now_units_unclamped(clock.now(), self.origin_ns);
-            // See `check_on`: spendable from its grant (at most a lifetime before
-            // the expiry) until its expiry.
-            if now_units < expiry
+            // A reading before the origin goes to the slow path, which decides it
+            // clamped (wrapping, it could land on a lease's own units when the origin
+            // is in the upper half of the range).
+            if let Some(since) = clock.now().as_u64().checked_sub(self.origin_ns)
+                && let now_units = since >> EXPIRY_SHIFT_NS
+                // See `check_on`: spendable from its grant (at most a lifetime before
+                // the expiry) until its expiry.
+                && now_units < expiry
                 && expiry - now_units <= self.lifetime_units
                 // Ordering: Release on success and Relaxed on failure, as in
                 // `check_on` (a failure goes to the slow path, which loads again).
@@ -462,12 +464,4 @@ impl LeaseStripes {
     fn units(&self, now: Nanos) -> u64 {
         now.as_u64().saturating_sub(self.origin_ns) >> EXPIRY_SHIFT_NS
     }
-}
-
-/// `now` in lease-expiry units since `origin_ns`, wrapping for a reading before
-/// it (to a value past every expiry): what the inline spend compares, which goes
-/// to the slow path for such a reading.
-#[inline(always)]
-fn now_units_unclamped(now: Nanos, origin_ns: u64) -> u64 {
-    now.as_u64().wrapping_sub(origin_ns) >> EXPIRY_SHIFT_NS
 }

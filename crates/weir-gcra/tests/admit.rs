@@ -117,3 +117,26 @@ proptest! {
         }
     }
 }
+
+/// A reading before the limiter's origin (a clock stepping back), with the origin
+/// in the upper half of the clock's range and a lease granted at its very end:
+/// `admit` took the reading less the origin, wrapping, for a lease's own units and
+/// spent the lease where `check` decided on the bucket.
+#[test]
+fn a_reading_before_the_origin_is_decided_as_check_decides_it() {
+    let origin = Nanos::new(17_293_822_569_102_716_929);
+    let quota = Quota::per_second(1_000_000_000).unwrap();
+    let config = || LeaseConfig::builder().stripes(1).max_lease(8).build().unwrap();
+    let (a, b) = (ManualClock::starting_at(origin), ManualClock::starting_at(origin));
+    let lean = LeasedGcra::with_clock(quota, config(), a.clone());
+    let full = LeasedGcra::with_clock(quota, config(), b.clone());
+    let seven = quota.with_burst(7).unwrap();
+    for (clock, limiter) in [(&a, &lean), (&b, &full)] {
+        clock.set(Nanos::new(u64::MAX));
+        limiter.set_quota(seven);
+    }
+    assert!(lean.admit().is_ok() && full.check().is_allowed());
+    a.set(Nanos::ZERO);
+    b.set(Nanos::ZERO);
+    assert_eq!(lean.admit().is_ok(), full.check().is_allowed());
+}

@@ -291,7 +291,7 @@ impl SlidingLogAlgorithm {
             if seq & 1 == 0 {
                 break seq;
             }
-            backoff.spin(); // a write is under way: wait for it (blocking; see the module docs)
+            backoff.wait(); // a write is under way: wait for it (blocking; see the module docs)
         };
         // Ordering: Relaxed; validated by the sequence lock.
         let head = state.head.load(Ordering::Relaxed);
