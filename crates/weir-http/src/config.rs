@@ -29,6 +29,7 @@
 //! key = "ip"
 //! on_missing_key = "skip"           # deny (400) | skip | shared:<name>
 //! long_keys = "hash"                # a header value over 128 bytes: hash (the default) | refuse (400)
+//! shadow = true                     # decided, counted and logged; never refuses, adds no header
 //! quotas = [{ algorithm = "gcra", limit = 100, window = "1m", burst = 20 }]
 //!
 //! [tier_cache]
@@ -51,6 +52,8 @@
 //! (exact; memory grows with the limit), `fixed_window`. A limit may instead be
 //! `throttle = { rate = 2, per = "1s", capacity = 10, max_wait = "5s" }`: requests
 //! wait their turn. `max_keys` (default 100 000) bounds each store's keys.
+//! `shadow = true`, on a limit or on a whole `[[policy]]`, puts it in shadow mode
+//! (see [`Limit::shadow`]; a throttle cannot be).
 //! Durations are `500ms`, `30s`, `5m`, `1h`, `1d`, or a number of seconds.
 //!
 //! Every mistake is a [`ConfigError`] naming the field and its line:
@@ -213,6 +216,7 @@ struct PolicySpec {
     #[serde(default)]
     default: bool,
     cost: Option<Spanned<u64>>,
+    shadow: Option<Spanned<bool>>,
     #[serde(default, rename = "limit")]
     limits: Vec<LimitSpec>,
 }
@@ -236,6 +240,12 @@ struct LimitSpec {
     tiered: Option<Spanned<bool>>,
     throttle: Option<Spanned<ThrottleSpec>>,
     max_keys: Option<Spanned<u64>>,
+    shadow: Option<Spanned<bool>>,
+}
+
+/// `shadow = true`: whether it is set.
+fn is_on(flag: Option<&Spanned<bool>>) -> bool {
+    flag.is_some_and(|f| *f.get_ref())
 }
 
 impl LimitSpec {
@@ -461,11 +471,13 @@ impl Config {
             if let Some(cost) = &spec.cost {
                 policy = policy.cost(ctx.positive(cost, &format!("policy[{p}].cost"))?);
             }
+            policy = policy.shadow(is_on(spec.shadow.as_ref()));
             for (l, limit) in spec.limits.iter().enumerate() {
                 let field = format!("policy[{p}].limit[{l}]");
                 let name = limit.name.as_ref().map_or_else(|| (l + 1).to_string(), |n| n.get_ref().clone());
                 let store = format!("{}.{name}", spec.name.get_ref());
-                policy = policy.limit(self.limit(&ctx, limit, (&field, &store), &client, &mut tiers)?.named(name));
+                let built = self.limit(&ctx, limit, (&field, &store), &client, &mut tiers)?;
+                policy = policy.limit(built.named(name).shadow(is_on(limit.shadow.as_ref())));
             }
             // The builder names the option it refused; the file's field and line come
             // from the value that set it.
@@ -588,6 +600,24 @@ impl Config {
                 }
                 if let Some(throttle) = &limit.throttle {
                     throttle_of(&ctx, throttle, &format!("{field}.throttle"))?;
+                    // A throttle delays requests, which a client would see.
+                    let shadow = match (&limit.shadow, &spec.shadow) {
+                        (Some(on), _) if *on.get_ref() => Some((on, format!("{field}.shadow"))),
+                        (_, Some(on)) if *on.get_ref() => Some((on, format!("policy[{p}].shadow"))),
+                        _ => None,
+                    };
+                    if let Some((on, at)) = shadow {
+                        return Err(ctx.at(
+                            on,
+                            at,
+                            format!(
+                                "`{field}` of policy `{}` is a throttle, which delays requests (a client would see \
+                                 it) and so cannot be in shadow mode; keep it out of shadow mode, or give it \
+                                 `quotas` instead",
+                                spec.name.get_ref()
+                            ),
+                        ));
+                    }
                 }
             }
         }
@@ -1086,6 +1116,15 @@ quotas = [{ algorithm = "gcra", limit = 100, window = "1m" }]
             .unwrap_err();
         assert_eq!((e.line, e.field.as_deref()), (Some(6), Some("policy[0].cost")), "{e}");
         assert!(e.message.contains("admits at most 100 at once"), "{e}");
+
+        // A throttle in shadow mode, its own or its policy's: named at the flag.
+        let throttle = "\n[[policy.limit]]\nkey = \"user\"\nthrottle = { rate = 2, per = \"1s\", capacity = 10, max_wait = \"5s\" }\n";
+        let e = error(&format!("{OK}{throttle}shadow = true\n"));
+        assert_eq!((e.line, e.field.as_deref()), (Some(13), Some("policy[0].limit[1].shadow")), "{e}");
+        assert!(e.message.contains("cannot be in shadow mode"), "{e}");
+        let e = error(&format!("{}{throttle}", OK.replace("default = true", "default = true\nshadow = true")));
+        assert_eq!((e.line, e.field.as_deref()), (Some(6), Some("policy[0].shadow")), "{e}");
+        Config::from_toml(&OK.replace("key = \"ip\"", "key = \"ip\"\nshadow = true")).unwrap().limits().unwrap();
 
         let e = error(&OK.replace("default = true", "default = false"));
         assert_eq!((e.line, e.field.as_deref()), (Some(4), Some("policy[0]")), "{e}");

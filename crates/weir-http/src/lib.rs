@@ -65,6 +65,22 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Without HTTP: [`check_all`]
+//!
+//! A caller that names its keys itself (an Envoy rate-limit service, a queue, a
+//! method of your own) checks a set of limits, each a [`Store`], a [`Key`] and a
+//! cost, all or nothing with [`check_all`]: each limit's [`Decision`](weir_rl_core::Decision)
+//! and the verdict ([`Outcome`]), with refunds, the longest wait, a cost of 0 that
+//! reads without charging, shadow limits, and cancellation safety. The HTTP path
+//! decides a policy's limits with the same code.
+//!
+//! # Shadow mode
+//!
+//! A [`Limit`] or a whole [`Policy`] in shadow mode (`shadow = true` in the file) is
+//! decided and counted, and its refusals logged, but the client sees nothing of it:
+//! no refusal, and no header it would not have had without it. See
+//! [`Limit::shadow`].
+//!
 //! # Metrics
 //!
 //! With the `metrics` feature, decisions, throttle waits and tier lookups are
@@ -74,6 +90,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod all_or_nothing;
 pub mod config;
 mod grpc;
 mod ip;
@@ -93,6 +110,7 @@ mod throttle;
 mod tier;
 pub mod wait;
 
+pub use all_or_nothing::{Charge, Checked, Outcome, check_all};
 pub use config::{Config, ConfigError};
 pub use grpc::{GrpcCode, GrpcStatus};
 pub use ip::{Cidr, CidrError, ClientIp, ClientIpBuilder, ClientIpError, ForwardedHeader, PeerAddr};

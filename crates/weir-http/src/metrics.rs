@@ -23,6 +23,9 @@ pub(crate) struct QuotaMetrics {
     pub(crate) allowed: Counter,
     pub(crate) denied: Counter,
     pub(crate) key_capacity: Counter,
+    /// `outcome="shadow_denied"`: a refusal by a limit in shadow mode (the request
+    /// went on).
+    pub(crate) shadow_denied: Counter,
 }
 
 impl QuotaMetrics {
@@ -31,6 +34,7 @@ impl QuotaMetrics {
             allowed: decisions(policy, limit, tier, quota, "allowed"),
             denied: decisions(policy, limit, tier, quota, "denied"),
             key_capacity: decisions(policy, limit, tier, quota, "key_capacity"),
+            shadow_denied: decisions(policy, limit, tier, quota, "shadow_denied"),
         }
     }
 }
@@ -42,6 +46,11 @@ pub(crate) struct LimitMetrics {
     pub(crate) unidentified: Counter,
     /// `outcome="unavailable"`: its store or tier lookup failed.
     pub(crate) unavailable: Counter,
+    /// `outcome="shadow_unidentified"`: no key for this limit, in shadow mode.
+    pub(crate) shadow_unidentified: Counter,
+    /// `outcome="shadow_unavailable"`: its store or tier lookup failed, in shadow
+    /// mode.
+    pub(crate) shadow_unavailable: Counter,
     /// A throttle's `outcome="denied"` (`quota="throttle"`): turned away.
     pub(crate) turned_away: Counter,
     /// A throttle's `outcome="key_capacity"`: its map full of other keys.
@@ -62,6 +71,8 @@ impl LimitMetrics {
         Self {
             unidentified: outcome("unidentified"),
             unavailable: outcome("unavailable"),
+            shadow_unidentified: outcome("shadow_unidentified"),
+            shadow_unavailable: outcome("shadow_unavailable"),
             turned_away: throttle_outcome("denied"),
             throttle_full: throttle_outcome("key_capacity"),
             throttled: throttle_outcome("allowed"),

@@ -1,10 +1,11 @@
 //! [`Limit`] (one key, one store) and [`Policy`] (the limits a route group applies),
 //! and how a request is decided against them.
 
+use crate::all_or_nothing::{Charges, Ledger, OUTAGE, Step, is_own};
 use crate::ip::ClientIp;
 use crate::key::{Key, KeySource, MissingKey};
 use crate::request::Request;
-use crate::response::{RateLimitFields, policy_item, problem_tail, sf_string};
+use crate::response::{RateLimitFields, policy_item, problem_tail, retry_after_secs, sf_string};
 use crate::store::{Store, StoreError};
 use crate::throttle::{Away, KeyedThrottle, Line, Turn};
 use crate::tier::Tiers;
@@ -40,6 +41,7 @@ pub struct Limit {
     missing: MissingKey,
     kind: LimitKind,
     name: Option<Arc<str>>,
+    shadow: bool,
 }
 
 #[derive(Clone)]
@@ -52,7 +54,7 @@ enum LimitKind {
 impl Limit {
     /// Requests counted by `key` in `store`.
     pub fn new(key: KeySource, store: Store) -> Self {
-        Self { key, name: None, missing: MissingKey::Deny, kind: LimitKind::Store(store) }
+        Self { key, name: None, missing: MissingKey::Deny, kind: LimitKind::Store(store), shadow: false }
     }
 
     /// Each client IP (the peer address; IPv6 by `/64`) counted in the in-memory
@@ -65,25 +67,31 @@ impl Limit {
 
     /// Requests counted by `key` in the store of the key's tier.
     pub fn tiered(key: KeySource, tiers: Tiers) -> Self {
-        Self { key, name: None, missing: MissingKey::Deny, kind: LimitKind::Tiered(Arc::new(tiers)) }
+        Self { key, name: None, missing: MissingKey::Deny, kind: LimitKind::Tiered(Arc::new(tiers)), shadow: false }
     }
 
     /// [`tiered`](Self::tiered), with tiers shared by several limits.
     pub fn tiered_shared(key: KeySource, tiers: Arc<Tiers>) -> Self {
-        Self { key, name: None, missing: MissingKey::Deny, kind: LimitKind::Tiered(tiers) }
+        Self { key, name: None, missing: MissingKey::Deny, kind: LimitKind::Tiered(tiers), shadow: false }
     }
 
     /// Requests of each `key` paced by `throttle`: they wait their turn instead of
     /// being rejected. A policy checks its throttles after its other limits, so a
     /// request waits only once the other limits have admitted it.
     pub fn throttle(key: KeySource, throttle: KeyedThrottle) -> Self {
-        Self { key, name: None, missing: MissingKey::Deny, kind: LimitKind::Throttle(Arc::new(throttle)) }
+        Self {
+            key,
+            name: None,
+            missing: MissingKey::Deny,
+            kind: LimitKind::Throttle(Arc::new(throttle)),
+            shadow: false,
+        }
     }
 
     /// [`throttle`](Self::throttle), with the throttle kept by the caller too (to
     /// read [`KeyedThrottle::waiting`]).
     pub fn throttle_shared(key: KeySource, throttle: Arc<KeyedThrottle>) -> Self {
-        Self { key, name: None, missing: MissingKey::Deny, kind: LimitKind::Throttle(throttle) }
+        Self { key, name: None, missing: MissingKey::Deny, kind: LimitKind::Throttle(throttle), shadow: false }
     }
 
     /// What to do with a request that has no key from this limit's source (default
@@ -103,6 +111,24 @@ impl Limit {
     /// The limit's name, if [`named`](Self::named).
     pub fn name(&self) -> Option<&str> {
         self.name.as_deref()
+    }
+
+    /// Shadow mode: the limit is decided, counted (its store charged, its metrics
+    /// counted: a refusal as `outcome="shadow_denied"`) and its refusals logged (a
+    /// `tracing` event at `info`, target `weir_http`, "shadow: would have
+    /// refused"), but it never refuses a request and adds no header: the client sees
+    /// what it would see without this limit. A request without its key, or whose
+    /// store fails, goes on as if the limit were not there (counted
+    /// `shadow_unidentified`, `shadow_unavailable`). What a new limit would do, seen
+    /// before it is enforced. A throttle cannot be in shadow mode (it delays
+    /// requests, which a client would see): [`PolicyError::ShadowThrottle`].
+    pub fn shadow(self, shadow: bool) -> Self {
+        Self { shadow, ..self }
+    }
+
+    /// Whether the limit is in shadow mode (see [`shadow`](Self::shadow)).
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
     }
 
     /// The tiers of a tiered limit.
@@ -133,7 +159,10 @@ impl Limit {
 impl fmt::Debug for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Limit");
-        d.field("key", &self.key).field("missing", &self.missing).field("name", &self.name);
+        d.field("key", &self.key)
+            .field("missing", &self.missing)
+            .field("name", &self.name)
+            .field("shadow", &self.shadow);
         match &self.kind {
             LimitKind::Store(store) => d.field("store", store),
             LimitKind::Tiered(tiers) => d.field("tiers", tiers),
@@ -167,6 +196,7 @@ pub struct Policy {
     name: Arc<str>,
     limits: Vec<Limit>,
     cost: u64,
+    shadow: bool,
 }
 
 /// Which [`PolicyBuilder`] option was refused, and why. Each names the policy.
@@ -206,6 +236,14 @@ pub enum PolicyError {
         /// The most the quota admits at once.
         limit: u64,
     },
+    /// A throttle in shadow mode (the limit's, or its policy's): a throttle delays
+    /// requests, which a client would see, so it cannot be in shadow mode.
+    ShadowThrottle {
+        /// The policy's name.
+        policy: String,
+        /// The throttle limit's name (its place from 1, if unnamed).
+        limit: String,
+    },
 }
 
 impl PolicyError {
@@ -214,6 +252,7 @@ impl PolicyError {
         match self {
             Self::TooManyLimits { .. } => "limit",
             Self::ZeroCost { .. } | Self::CostAboveQuota { .. } => "cost",
+            Self::ShadowThrottle { .. } => "shadow",
         }
     }
 }
@@ -231,6 +270,11 @@ impl fmt::Display for PolicyError {
                 f,
                 "cost: policy `{policy}` costs {cost} per request, but its quota `{quota}` admits at most {limit} at once"
             ),
+            Self::ShadowThrottle { policy, limit } => write!(
+                f,
+                "shadow: limit `{limit}` of policy `{policy}` is a throttle, which delays requests and so cannot be in \
+                 shadow mode; keep the throttle out of shadow mode (its policy's too), or make it a limit with quotas"
+            ),
         }
     }
 }
@@ -245,6 +289,7 @@ pub struct PolicyBuilder {
     name: Arc<str>,
     limits: Vec<Limit>,
     cost: u64,
+    shadow: bool,
 }
 
 impl PolicyBuilder {
@@ -260,10 +305,17 @@ impl PolicyBuilder {
         Self { cost: n, ..self }
     }
 
+    /// Shadow mode for every limit of the policy (see [`Limit::shadow`]): the
+    /// policy is decided and counted, and refuses nothing.
+    pub fn shadow(self, shadow: bool) -> Self {
+        Self { shadow, ..self }
+    }
+
     /// The policy, or the first option refused: [`PolicyError::TooManyLimits`],
-    /// [`PolicyError::ZeroCost`], [`PolicyError::CostAboveQuota`].
+    /// [`PolicyError::ZeroCost`], [`PolicyError::CostAboveQuota`],
+    /// [`PolicyError::ShadowThrottle`].
     pub fn build(self) -> Result<Policy, PolicyError> {
-        let Self { name, limits, cost } = self;
+        let Self { name, limits, cost, shadow } = self;
         let policy = || name.to_string();
         if limits.len() > MAX_LIMITS {
             return Err(PolicyError::TooManyLimits { policy: policy(), limits: limits.len() });
@@ -271,7 +323,11 @@ impl PolicyBuilder {
         if cost == 0 {
             return Err(PolicyError::ZeroCost { policy: policy() });
         }
-        for limit in &limits {
+        for (i, limit) in limits.iter().enumerate() {
+            if (shadow || limit.shadow) && matches!(limit.kind, LimitKind::Throttle(_)) {
+                let limit = limit.name.as_deref().map_or_else(|| (i + 1).to_string(), str::to_owned);
+                return Err(PolicyError::ShadowThrottle { policy: policy(), limit });
+            }
             let stores: Vec<&Store> = match &limit.kind {
                 LimitKind::Store(store) => vec![store],
                 LimitKind::Tiered(tiers) => tiers.tiers().map(|(_, store)| store).collect(),
@@ -290,7 +346,7 @@ impl PolicyBuilder {
                 }
             }
         }
-        Ok(Policy { name, limits, cost })
+        Ok(Policy { name, limits, cost, shadow })
     }
 }
 
@@ -298,7 +354,7 @@ impl Policy {
     /// The options of a policy named `name` (shown in events and problem bodies),
     /// with no limits yet and a cost of 1.
     pub fn builder(name: impl AsRef<str>) -> PolicyBuilder {
-        PolicyBuilder { name: Arc::from(name.as_ref()), limits: Vec::new(), cost: 1 }
+        PolicyBuilder { name: Arc::from(name.as_ref()), limits: Vec::new(), cost: 1, shadow: false }
     }
 
     /// A policy of one limit at a cost of 1, which every quota admits (so there is
@@ -315,7 +371,7 @@ impl Policy {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn single(name: &str, limit: Limit) -> Self {
-        Self { name: Arc::from(name), limits: vec![limit], cost: 1 }
+        Self { name: Arc::from(name), limits: vec![limit], cost: 1, shadow: false }
     }
 
     /// The policy's name.
@@ -331,6 +387,12 @@ impl Policy {
     /// What one request costs.
     pub fn cost(&self) -> u64 {
         self.cost
+    }
+
+    /// Whether the whole policy is in shadow mode ([`PolicyBuilder::shadow`]; a
+    /// limit may be on its own: [`Limit::is_shadow`]).
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
     }
 }
 
@@ -401,6 +463,9 @@ pub(crate) struct CompiledLimit {
     /// The `detail` of a 400 for a request without this limit's key: it names
     /// where the key is read from.
     missing_detail: Box<str>,
+    /// In shadow mode (its own, or its policy's): decided and counted, never
+    /// refusing, adding no header.
+    shadow: bool,
     /// Its metrics beside its quotas' decisions.
     #[cfg(feature = "metrics")]
     metrics: crate::metrics::LimitMetrics,
@@ -415,11 +480,12 @@ pub(crate) struct CompiledPolicy {
     /// Every store is in memory and there is no throttle: a request whose tiers are
     /// cached is decided in `call`, with no future.
     local: bool,
-    /// `RateLimit-Policy` when every limit applies with its one variant: made once.
+    /// `RateLimit-Policy` when every limit (not in shadow mode) applies with its one
+    /// variant: made once.
     full_policy_header: Option<Bytes>,
-    /// The policy is one limit with one in-memory store (no tiers, no throttle):
-    /// decided by [`decide_single`](CompiledPolicy::decide_single), with no array
-    /// of keys.
+    /// The policy is one limit with one in-memory store (no tiers, no throttle, not
+    /// in shadow mode): decided by [`decide_single`](CompiledPolicy::decide_single),
+    /// with no array of keys.
     single: bool,
     #[cfg(feature = "metrics")]
     pub(crate) metrics: crate::metrics::PolicyMetrics,
@@ -462,6 +528,8 @@ pub(crate) fn compile(policy: Policy) -> CompiledPolicy {
             limit.key.describe()
         )
         .into_boxed_str();
+        // A throttle is never in shadow mode (a built policy refuses one that is).
+        let shadow = (policy.shadow || limit.shadow) && !matches!(limit.kind, LimitKind::Throttle(_));
         #[cfg(feature = "metrics")]
         let metrics =
             crate::metrics::LimitMetrics::register(&name, &limit_name, matches!(limit.kind, LimitKind::Throttle(_)));
@@ -469,6 +537,7 @@ pub(crate) fn compile(policy: Policy) -> CompiledPolicy {
             limit,
             variants,
             missing_detail,
+            shadow,
             #[cfg(feature = "metrics")]
             metrics,
         });
@@ -478,14 +547,15 @@ pub(crate) fn compile(policy: Policy) -> CompiledPolicy {
         LimitKind::Tiered(tiers) => tiers.tiers().all(|(_, store)| store.is_local()),
         LimitKind::Throttle(_) => false,
     });
-    let full_policy_header = if compiled.iter().all(|l| l.variants.len() <= 1) {
-        let items: Vec<&str> = compiled.iter().filter_map(|l| l.variants.first()).map(|v| &*v.items).collect();
+    let enforced = || compiled.iter().filter(|l| !l.shadow);
+    let full_policy_header = if enforced().all(|l| l.variants.len() <= 1) {
+        let items: Vec<&str> = enforced().filter_map(|l| l.variants.first()).map(|v| &*v.items).collect();
         Some(Bytes::from(items.join(", ")))
     } else {
         None
     };
     let single = compiled.len() == 1
-        && compiled.iter().all(|l| matches!(&l.limit.kind, LimitKind::Store(store) if store.is_local()));
+        && compiled.iter().all(|l| !l.shadow && matches!(&l.limit.kind, LimitKind::Store(store) if store.is_local()));
     CompiledPolicy {
         #[cfg(feature = "metrics")]
         metrics: crate::metrics::PolicyMetrics::register(&name),
@@ -498,39 +568,61 @@ pub(crate) fn compile(policy: Policy) -> CompiledPolicy {
     }
 }
 
-/// The admissions of a request being decided. Dropped before its decision is made
-/// (the request's future was dropped: its client went away), it gives back what
-/// in-memory stores admitted; a remote store's admission cannot be given back
-/// without waiting, and stays spent. That is also what keeps a client that always
-/// disconnects before its decision counted: each such request cost the server a
-/// round trip to the remote store, and is counted there.
+/// A request's limits as a [`Ledger`] reads them: the policy, and the request's keys
+/// and tiers, owned (a request that waits) or borrowed (one decided at once). A
+/// ledger's drop gives back what in-memory stores admitted, and hands what remote
+/// ones did to a task that gives it back: a request dropped before its decision (its
+/// client went away) leaves nothing taken (see [`check_all`](crate::check_all),
+/// "Cancellation-safe").
 struct Held<'a> {
     policy: &'a CompiledPolicy,
     keys: Keys,
     tiers: [Option<usize>; MAX_LIMITS],
-    admitted: [Option<Decision>; MAX_LIMITS],
 }
 
-impl Held<'_> {
-    /// Gives back every admission made so far: the in-memory ones at once, then the
-    /// remote ones, each forgotten before it is awaited (so that a drop meanwhile
-    /// gives nothing back twice).
-    async fn give_back(&mut self) {
-        let policy = self.policy;
-        policy.refund_now(&self.keys, &self.tiers, &mut self.admitted);
-        for i in 0..MAX_LIMITS {
-            let Some(admission) = self.admitted[i].take() else { continue };
-            let (Some(key), Some(store)) = (&self.keys[i], policy.store_of(i, &self.tiers)) else { continue };
-            if let Err(error) = store.refund(key, policy.cost, &admission).await {
-                tracing::warn!(target: "weir_http", policy = %policy.name, key = %key, %error, "refund failed");
-            }
-        }
+/// A request's keys and tiers, as a [`Held`] or [`Viewed`] has them.
+trait Parts {
+    fn parts(&self) -> (&Keys, &[Option<usize>; MAX_LIMITS]);
+}
+
+impl Parts for Held<'_> {
+    fn parts(&self) -> (&Keys, &[Option<usize>; MAX_LIMITS]) {
+        (&self.keys, &self.tiers)
     }
 }
 
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        self.policy.refund_now(&self.keys, &self.tiers, &mut self.admitted);
+impl Parts for Viewed<'_> {
+    fn parts(&self) -> (&Keys, &[Option<usize>; MAX_LIMITS]) {
+        (self.keys, self.tiers)
+    }
+}
+
+/// [`Held`], borrowed.
+struct Viewed<'a> {
+    policy: &'a CompiledPolicy,
+    keys: &'a Keys,
+    tiers: &'a [Option<usize>; MAX_LIMITS],
+}
+
+impl Charges for Held<'_> {
+    #[inline]
+    fn charge(&self, i: usize) -> Option<(&Store, &Key, u64)> {
+        Some((self.policy.store_of(i, &self.tiers)?, self.keys.get(i)?.as_ref()?, self.policy.cost))
+    }
+
+    fn name(&self) -> &str {
+        &self.policy.name
+    }
+}
+
+impl Charges for Viewed<'_> {
+    #[inline]
+    fn charge(&self, i: usize) -> Option<(&Store, &Key, u64)> {
+        Some((self.policy.store_of(i, self.tiers)?, self.keys.get(i)?.as_ref()?, self.policy.cost))
+    }
+
+    fn name(&self) -> &str {
+        &self.policy.name
     }
 }
 
@@ -564,20 +656,15 @@ impl Drop for Turns<'_> {
     }
 }
 
-/// Whether `decision` was made from the key's own state, not by a store's fallback
-/// ([`Decision::is_from_fallback`]: a remote store's fail policy while its backend
-/// is down, a full store's overflow limiter): only such a decision describes the
-/// client's quota in the `RateLimit` fields.
-fn is_own(decision: &Decision) -> bool {
-    !decision.is_from_fallback()
-}
-
-/// Whether `decision` is a denial made by a store's fallback (see [`is_own`]), not
-/// a full store's refusal of a new key: the store's outage, answered 503.
-fn is_outage(decision: &Decision) -> bool {
-    decision.is_denied()
-        && decision.is_from_fallback()
-        && decision.deny_reason() != Some(weir_rl_core::DenyReason::KeyCapacity)
+/// Why a limit that is not in shadow mode refuses a request (see
+/// [`CompiledPolicy::settle`]).
+enum Refuse {
+    /// Its store denied it: the key's rate, or a store full of other keys.
+    Denied(Decision),
+    /// Its store decided by its fail policy: the store's outage.
+    Outage(Decision),
+    /// Its store (or its tier lookup) failed.
+    Failed(StoreError),
 }
 
 /// The keys of a request to a policy of one limit.
@@ -624,13 +711,26 @@ impl CompiledPolicy {
     /// Reads the request's keys into `keys` (where they stay: the array is a few
     /// hundred bytes, not worth moving), or says which limit denies keyless requests
     /// (and, if it refused a header value over [`MAX_KEY_BYTES`](crate::MAX_KEY_BYTES),
-    /// the header's name).
+    /// the header's name). A limit in shadow mode refuses nothing: without its key,
+    /// the request goes on without it (counted and logged).
     pub(crate) fn keys<R: Request + ?Sized>(&self, request: &R, keys: &mut Keys) -> Result<(), (usize, Option<&str>)> {
         for (i, limit) in self.limits.iter().enumerate() {
-            let read = limit.limit.key.read(request).map_err(|name| (i, Some(name)))?;
+            let read = match limit.limit.key.read(request) {
+                Ok(read) => read,
+                Err(_) if limit.shadow => {
+                    self.shadow_unidentified(i, request.path());
+                    keys[i] = None;
+                    continue;
+                }
+                Err(name) => return Err((i, Some(name))),
+            };
             keys[i] = match read {
                 Some(key) => Some(key),
                 None => match &limit.limit.missing {
+                    MissingKey::Deny if limit.shadow => {
+                        self.shadow_unidentified(i, request.path());
+                        None
+                    }
                     MissingKey::Deny => return Err((i, None)),
                     MissingKey::Shared(key) => Some(key.clone()),
                     MissingKey::Skip => None,
@@ -668,42 +768,36 @@ impl CompiledPolicy {
     /// Decides a request: checks every limit in order, refunds the admissions made
     /// before a denial, and picks the admission with the least remaining for the
     /// headers. Waits on remote stores, tier lookups and throttles; refused, or
-    /// dropped while it waits (the client went away), it gives back what in-memory
-    /// stores admitted and the turns it took in throttles.
+    /// dropped while it waits (the client went away), it gives back what stores
+    /// admitted (see [`Held`]) and the turns it took in throttles.
     pub(crate) async fn decide(&self, keys: Keys, tiers: [Option<usize>; MAX_LIMITS], legacy: bool) -> Verdict {
-        let n = self.cost;
         // The lines of the throttles waited in, then the turns taken in them: a turn
         // borrows its line, and is given back unless the request is admitted (see
         // `Turns`). Declared in this order so that the turns are dropped first.
         let lines: [OnceLock<Arc<Line>>; MAX_LIMITS] = Default::default();
         let mut turns = Turns(Default::default());
-        let mut held = Held { policy: self, keys, tiers, admitted: [None; MAX_LIMITS] };
+        let mut ledger = Ledger::new(Held { policy: self, keys, tiers }, [None; MAX_LIMITS]);
         let mut best: Option<(usize, Decision)> = None;
         // The first throttle that gave the request its turn: what its admission is
         // counted as when no store decided (counted once, by `allowed`).
         let mut throttled: Option<usize> = None;
         for (i, limit) in self.limits.iter().enumerate() {
-            let Some(key) = &held.keys[i] else { continue };
-            let store = match &limit.limit.kind {
-                LimitKind::Store(store) => store,
+            let Some(key) = &ledger.charges.keys[i] else { continue };
+            match &limit.limit.kind {
+                LimitKind::Store(_) => {}
                 LimitKind::Tiered(t) => {
-                    let tier = match held.tiers[i] {
-                        Some(tier) => tier,
-                        None => match t.resolve(key).await {
-                            Ok(tier) => tier,
+                    if ledger.charges.tiers[i].is_none() {
+                        match t.resolve(key).await {
+                            Ok(tier) => ledger.charges.tiers[i] = Some(tier),
                             Err(e) => {
-                                held.give_back().await;
-                                self.count_unavailable(i);
-                                let key = held.keys[i].take().unwrap_or_else(Key::global);
-                                let error = StoreError::new(e);
-                                return Verdict::Refused(Refusal::Unavailable { error, key, retry_after: None });
+                                let refuse =
+                                    self.settle(i, Step::Failed(StoreError::new(e)), &mut best, &ledger.charges);
+                                let Some(refuse) = refuse else { continue };
+                                ledger.give_back().await;
+                                let Held { keys, tiers, .. } = &mut ledger.charges;
+                                return self.refusal(i, refuse, keys, tiers, legacy);
                             }
-                        },
-                    };
-                    held.tiers[i] = Some(tier);
-                    match t.store(tier) {
-                        Some(store) => store,
-                        None => continue,
+                        }
                     }
                 }
                 LimitKind::Throttle(throttle) => {
@@ -727,8 +821,8 @@ impl CompiledPolicy {
                             // The turns first: they are given back exactly only while
                             // nobody has claimed after them.
                             turns.give_back();
-                            held.give_back().await;
-                            let key = held.keys[i].take().unwrap_or_else(Key::global);
+                            ledger.give_back().await;
+                            let key = ledger.charges.keys[i].take().unwrap_or_else(Key::global);
                             #[cfg(feature = "metrics")]
                             if let Some(m) = self.limits.get(i).map(|l| &l.metrics) {
                                 match away {
@@ -746,32 +840,18 @@ impl CompiledPolicy {
                         }
                     }
                 }
-            };
-            match store.check_n(key, n).await {
-                Ok(decision) if decision.is_allowed() => {
-                    held.admitted[i] = Some(decision);
-                    if is_own(&decision) && best.is_none_or(|(_, b)| decision.remaining() < b.remaining()) {
-                        best = Some((i, decision));
-                    }
-                }
-                Ok(decision) if is_outage(&decision) => {
-                    held.give_back().await;
-                    return self.outage(i, decision, &mut held.keys);
-                }
-                Ok(decision) => {
-                    held.give_back().await;
-                    let (i, decision) = self.longest_wait(i, decision, &held.keys, &mut held.tiers);
-                    return self.denied(i, decision, &mut held.keys, &held.tiers, legacy);
-                }
-                Err(error) => {
-                    held.give_back().await;
-                    self.count_unavailable(i);
-                    let key = held.keys[i].take().unwrap_or_else(Key::global);
-                    return Verdict::Refused(Refusal::Unavailable { error, key, retry_after: None });
-                }
+            }
+            if ledger.charges.charge(i).is_none() {
+                continue; // a tier with no store
+            }
+            let step = Step::of(ledger.check(i).await);
+            if let Some(refuse) = self.settle(i, step, &mut best, &ledger.charges) {
+                ledger.give_back().await;
+                let Held { keys, tiers, .. } = &mut ledger.charges;
+                return self.refusal(i, refuse, keys, tiers, legacy);
             }
         }
-        held.admitted = [None; MAX_LIMITS]; // admitted for good
+        ledger.keep(); // admitted for good
         turns.keep();
         #[cfg(feature = "metrics")]
         if best.is_none()
@@ -779,10 +859,10 @@ impl CompiledPolicy {
         {
             // A throttle's admission, with no store's to count it by.
             m.throttled.increment(1);
-            return self.allowed_uncounted(best, &held.keys, &held.tiers, legacy);
+            return self.allowed_uncounted(best, &ledger.charges.keys, &ledger.charges.tiers, legacy);
         }
         let _ = throttled;
-        self.allowed(best, &held.keys, &held.tiers, legacy)
+        self.allowed(best, &ledger.charges.keys, &ledger.charges.tiers, legacy)
     }
 
     /// The verdict of a policy of one in-memory limit (see `single`) for `request`,
@@ -802,8 +882,8 @@ impl CompiledPolicy {
         let LimitKind::Store(store) = &limit.limit.kind else { return None };
         let local = store.as_local()?;
         let key = limit.limit.key.read(request).ok()??;
-        match local.check_n(&key, self.cost) {
-            Ok(decision) if decision.is_allowed() && is_own(&decision) => {
+        match Step::of(local.check_n(&key, self.cost).map_err(StoreError::new)) {
+            Step::Admitted(decision) if is_own(&decision) => {
                 let quota = limit.variants.first().and_then(|v| v.quota(decision.policy_index()));
                 #[cfg(feature = "metrics")]
                 match quota {
@@ -820,15 +900,15 @@ impl CompiledPolicy {
                 };
                 Some(Verdict::Allowed(Some(fields)))
             }
-            Ok(decision) if decision.is_allowed() => {
-                self.allowed(None, &single_key(key), &[None; MAX_LIMITS], legacy).into()
+            Step::Admitted(_) => self.allowed(None, &single_key(key), &[None; MAX_LIMITS], legacy).into(),
+            Step::Denied(decision) => {
+                Some(self.refusal(0, Refuse::Denied(decision), &mut single_key(key), &mut [None; MAX_LIMITS], legacy))
             }
-            Ok(decision) if is_outage(&decision) => Some(self.outage(0, decision, &mut single_key(key))),
-            Ok(decision) => Some(self.denied(0, decision, &mut single_key(key), &[None; MAX_LIMITS], legacy)),
-            Err(error) => {
-                self.count_unavailable(0);
-                let error = StoreError::new(error);
-                Some(Verdict::Refused(Refusal::Unavailable { error, key, retry_after: None }))
+            Step::Outage(decision) => {
+                Some(self.refusal(0, Refuse::Outage(decision), &mut single_key(key), &mut [None; MAX_LIMITS], legacy))
+            }
+            Step::Failed(error) => {
+                Some(self.refusal(0, Refuse::Failed(error), &mut single_key(key), &mut [None; MAX_LIMITS], legacy))
             }
         }
     }
@@ -837,57 +917,127 @@ impl CompiledPolicy {
     /// whose tiers are known (see [`cached_tiers`](Self::cached_tiers)): checked here
     /// and now, with no future.
     pub(crate) fn decide_now(&self, keys: &mut Keys, tiers: &[Option<usize>; MAX_LIMITS], legacy: bool) -> Verdict {
-        let n = self.cost;
-        let mut admitted: [Option<Decision>; MAX_LIMITS] = [None; MAX_LIMITS];
         let mut best: Option<(usize, Decision)> = None;
+        let mut ledger = Ledger::new(Viewed { policy: self, keys, tiers }, [None; MAX_LIMITS]);
         for i in 0..self.limits.len() {
-            let (Some(key), Some(store)) = (&keys[i], self.store_of(i, tiers).and_then(Store::as_local)) else {
-                continue;
-            };
-            match store.check_n(key, n) {
-                Ok(decision) if decision.is_allowed() => {
-                    admitted[i] = Some(decision);
-                    if is_own(&decision) && best.is_none_or(|(_, b)| decision.remaining() < b.remaining()) {
-                        best = Some((i, decision));
-                    }
-                }
-                Ok(decision) if is_outage(&decision) => {
-                    self.refund_now(keys, tiers, &mut admitted);
-                    return self.outage(i, decision, keys);
-                }
-                Ok(decision) => {
-                    self.refund_now(keys, tiers, &mut admitted);
-                    let mut tiers = *tiers;
-                    let (i, decision) = self.longest_wait(i, decision, keys, &mut tiers);
-                    return self.denied(i, decision, keys, &tiers, legacy);
-                }
-                Err(error) => {
-                    self.refund_now(keys, tiers, &mut admitted);
-                    self.count_unavailable(i);
-                    let key = keys[i].take().unwrap_or_else(Key::global);
-                    return Verdict::Refused(Refusal::Unavailable {
-                        error: StoreError::new(error),
-                        key,
-                        retry_after: None,
-                    });
-                }
+            let Some(result) = ledger.check_now(i) else { continue };
+            if let Some(refuse) = self.settle(i, Step::of(result), &mut best, &ledger.charges) {
+                ledger.refund_now();
+                drop(ledger);
+                return self.refusal(i, refuse, keys, &mut tiers.clone(), legacy);
             }
         }
+        ledger.keep();
+        drop(ledger);
         self.allowed(best, keys, tiers, legacy)
     }
 
-    /// The refusal for limit `i`'s store deciding by its fail policy: the store's
-    /// outage (503 with the store's `Retry-After`), not the client's quota.
-    fn outage(&self, i: usize, decision: Decision, keys: &mut Keys) -> Verdict {
-        self.count_unavailable(i);
-        let key = keys[i].take().unwrap_or_else(Key::global);
-        let error = StoreError::new("the store decided by its fail policy: its backend is unavailable");
-        Verdict::Refused(Refusal::Unavailable { error, key, retry_after: decision.retry_after() })
+    /// What limit `i`'s `step` means for the request: `None` to go on (an admission
+    /// not in shadow mode, made from the key's own state, becomes the headers' if it
+    /// has the least left); or why it is refused. A limit in shadow mode refuses
+    /// nothing: its refusal or failure is counted and logged.
+    fn settle(&self, i: usize, step: Step, best: &mut Option<(usize, Decision)>, held: &impl Parts) -> Option<Refuse> {
+        let shadow = self.limits.get(i).is_some_and(|l| l.shadow);
+        match step {
+            Step::Admitted(decision) => {
+                if !shadow && is_own(&decision) && best.is_none_or(|(_, b)| decision.remaining() < b.remaining()) {
+                    *best = Some((i, decision));
+                }
+                None
+            }
+            Step::Denied(decision) | Step::Outage(decision) if shadow => {
+                self.shadow_refused(i, &decision, held);
+                None
+            }
+            Step::Failed(error) if shadow => {
+                #[cfg(feature = "metrics")]
+                if let Some(limit) = self.limits.get(i) {
+                    limit.metrics.shadow_unavailable.increment(1);
+                }
+                tracing::warn!(
+                    target: "weir_http", policy = %self.name, limit = self.limit_name(i), %error,
+                    "shadow: a limit's store failed; the request goes on"
+                );
+                None
+            }
+            Step::Denied(decision) => Some(Refuse::Denied(decision)),
+            Step::Outage(decision) => Some(Refuse::Outage(decision)),
+            Step::Failed(error) => Some(Refuse::Failed(error)),
+        }
     }
 
-    /// Of limit `denier`'s denial and the denials of the limits after it, the one
-    /// with the longest wait, and its limit: a request retried after the first
-    /// denial's wait would be refused again by a later limit with a longer one.
+    /// The refusal of limit `i` for `refuse`; every admission given back already.
+    fn refusal(
+        &self,
+        i: usize,
+        refuse: Refuse,
+        keys: &mut Keys,
+        tiers: &mut [Option<usize>; MAX_LIMITS],
+        legacy: bool,
+    ) -> Verdict {
+        match refuse {
+            Refuse::Denied(decision) => {
+                let (i, decision) = self.longest_wait(i, decision, keys, tiers);
+                self.denied(i, decision, keys, tiers, legacy)
+            }
+            Refuse::Outage(decision) => {
+                self.count_unavailable(i);
+                let key = keys[i].take().unwrap_or_else(Key::global);
+                let error = StoreError::new(OUTAGE);
+                Verdict::Refused(Refusal::Unavailable { error, key, retry_after: decision.retry_after() })
+            }
+            Refuse::Failed(error) => {
+                self.count_unavailable(i);
+                let key = keys[i].take().unwrap_or_else(Key::global);
+                Verdict::Refused(Refusal::Unavailable { error, key, retry_after: None })
+            }
+        }
+    }
+
+    /// Counts and logs a refusal by limit `i`, in shadow mode: what would have been
+    /// refused.
+    fn shadow_refused(&self, i: usize, decision: &Decision, held: &impl Parts) {
+        let (keys, tiers) = held.parts();
+        let tier = tiers.get(i).copied().flatten();
+        #[cfg(feature = "metrics")]
+        if let Some(quota) = self.variant(i, tier).and_then(|v| v.quota(decision.policy_index())) {
+            quota.metrics.shadow_denied.increment(1);
+        }
+        let (quota, _) = self.quota_text(i, tier, decision);
+        let cause = match decision.deny_reason() {
+            _ if crate::all_or_nothing::is_outage(decision) => "the store is unavailable",
+            Some(weir_rl_core::DenyReason::KeyCapacity) => "the store is full of other keys",
+            _ => "rate limited",
+        };
+        let key = keys.get(i).and_then(Option::as_ref);
+        tracing::info!(
+            target: "weir_http", policy = %self.name, limit = self.limit_name(i), quota, key = key.map(tracing::field::display),
+            cause, retry_after_s = decision.retry_after().map(retry_after_secs), "shadow: would have refused"
+        );
+    }
+
+    /// Counts and logs a request without the key of limit `i`, in shadow mode (which
+    /// would have refused it with a 400).
+    fn shadow_unidentified(&self, i: usize, path: &str) {
+        #[cfg(feature = "metrics")]
+        if let Some(limit) = self.limits.get(i) {
+            limit.metrics.shadow_unidentified.increment(1);
+        }
+        tracing::info!(
+            target: "weir_http", policy = %self.name, limit = self.limit_name(i), path,
+            "shadow: would have refused: the client is not identified"
+        );
+    }
+
+    /// Limit `i`'s name.
+    fn limit_name(&self, i: usize) -> &str {
+        self.limits.get(i).and_then(|l| l.limit.name.as_deref()).unwrap_or("")
+    }
+
+    /// Of limit `denier`'s denial and the denials of the limits after it (not in
+    /// shadow mode), the one with the longest wait, and its limit: a request retried
+    /// after the first denial's wait would be refused again by a later limit with a
+    /// longer one.
     ///
     /// Only what costs nothing but a read of memory is asked, so that a refused
     /// request cannot make more work than it did before it was refused: each later
@@ -906,6 +1056,9 @@ impl CompiledPolicy {
         let mut longest = (denier, denial);
         for i in denier + 1..self.limits.len() {
             let Some(key) = &keys[i] else { continue };
+            if self.limits[i].shadow {
+                continue;
+            }
             if let LimitKind::Tiered(t) = &self.limits[i].limit.kind
                 && tiers[i].is_none()
             {
@@ -1015,23 +1168,6 @@ impl CompiledPolicy {
         let _ = i;
     }
 
-    /// Gives back the admissions made so far by in-memory stores (and forgets them).
-    fn refund_now(
-        &self,
-        keys: &Keys,
-        tiers: &[Option<usize>; MAX_LIMITS],
-        admitted: &mut [Option<Decision>; MAX_LIMITS],
-    ) {
-        for (i, slot) in admitted.iter_mut().enumerate() {
-            let (Some(admission), Some(key)) = (&*slot, &keys[i]) else { continue };
-            let Some(store) = self.store_of(i, tiers).and_then(Store::as_local) else { continue };
-            if let Err(error) = store.refund(key, self.cost, admission) {
-                tracing::warn!(target: "weir_http", policy = %self.name, key = %key, %error, "refund failed");
-            }
-            *slot = None;
-        }
-    }
-
     /// The store limit `i` checked (its tier's, for a tiered limit).
     fn store_of<'a>(&'a self, i: usize, tiers: &[Option<usize>; MAX_LIMITS]) -> Option<&'a Store> {
         match &self.limits.get(i)?.limit.kind {
@@ -1071,12 +1207,12 @@ impl CompiledPolicy {
 
     /// `RateLimit-Policy`: the quotas of every limit that applied to the request.
     fn policy_header(&self, keys: &Keys, tiers: &[Option<usize>; MAX_LIMITS]) -> Bytes {
-        let all_apply = keys.iter().take(self.limits.len()).all(Option::is_some);
+        let all_apply = self.limits.iter().zip(keys).all(|(l, k)| l.shadow || k.is_some());
         if all_apply && let Some(header) = &self.full_policy_header {
             return header.clone();
         }
         let items: Vec<&str> = (0..self.limits.len())
-            .filter(|&i| keys[i].is_some())
+            .filter(|&i| keys[i].is_some() && !self.limits[i].shadow)
             .filter_map(|i| self.variant(i, tiers[i]))
             .map(|v| &*v.items)
             .collect();

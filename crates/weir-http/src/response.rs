@@ -230,6 +230,14 @@ impl RateLimitFields {
         self.legacy
     }
 
+    /// The values, taken out: `RateLimit-Policy`'s, `RateLimit`'s, and the legacy
+    /// numbers. An adapter that moves the `Bytes` into its header values copies
+    /// nothing (a clone of the `RateLimit` value, made for this request alone,
+    /// would allocate the count the two copies share).
+    pub fn into_parts(self) -> (Bytes, Bytes, Option<Legacy>) {
+        (self.policy, self.ratelimit, self.legacy)
+    }
+
     /// How many fields [`for_each`](Self::for_each) gives: 2, or 5 with the legacy ones.
     pub fn len(&self) -> usize {
         if self.legacy.is_some() { 5 } else { 2 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use weir_rl_core::{AsyncKeyedLimiter, Decision, KeyedLimiter, Policy as Quota};
 
-type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A per-key limiter the middleware checks, and the names of its quotas.
 ///
@@ -92,11 +92,14 @@ impl Store {
         }
     }
 
-    /// Checks a request of cost `n` for `key`.
-    pub(crate) fn check_n<'a>(&'a self, key: &'a Key, n: u64) -> StoreFuture<'a, Decision> {
+    /// A check of cost `n` for `key` by a remote store, as a future that owns what it
+    /// needs (the store and a copy of the key): one that can finish on a task of its
+    /// own when the request that sent it is dropped (see `Ledger`). `None` for an
+    /// in-memory store, checked without a future.
+    pub(crate) fn check_owned(&self, key: &Key, n: u64) -> Option<BoxFuture<'static, Result<Decision, StoreError>>> {
         match &self.backend {
-            Backend::Local(store) => StoreFuture::ready(store.check_n(key, n).map_err(StoreError::new)),
-            Backend::Remote(store) => StoreFuture(Inner::Boxed(store.check_n(key, n))),
+            Backend::Local(_) => None,
+            Backend::Remote(store) => Some(Arc::clone(store).check_owned(key.clone(), n)),
         }
     }
 
@@ -195,18 +198,18 @@ impl<T: Unpin> Future for StoreFuture<'_, T> {
 /// [`AsyncKeyedLimiter`] with its futures boxed: what lets stores of different
 /// types (and with unnameable future types) sit behind one [`Store`].
 trait ErasedStore: Send + Sync {
-    fn check_n<'a>(&'a self, key: &'a Key, n: u64) -> BoxFuture<'a, Result<Decision, StoreError>>;
     fn refund<'a>(&'a self, key: &'a Key, n: u64, admission: &'a Decision) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn check_owned(self: Arc<Self>, key: Key, n: u64) -> BoxFuture<'static, Result<Decision, StoreError>>;
     fn policies(&self) -> &[Quota];
 }
 
-impl<S: AsyncKeyedLimiter<Key>> ErasedStore for S {
-    fn check_n<'a>(&'a self, key: &'a Key, n: u64) -> BoxFuture<'a, Result<Decision, StoreError>> {
-        Box::pin(async move { AsyncKeyedLimiter::check_n(self, key, n).await.map_err(StoreError::new) })
-    }
-
+impl<S: AsyncKeyedLimiter<Key> + 'static> ErasedStore for S {
     fn refund<'a>(&'a self, key: &'a Key, n: u64, admission: &'a Decision) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move { AsyncKeyedLimiter::refund(self, key, n, admission).await.map_err(StoreError::new) })
+    }
+
+    fn check_owned(self: Arc<Self>, key: Key, n: u64) -> BoxFuture<'static, Result<Decision, StoreError>> {
+        Box::pin(async move { AsyncKeyedLimiter::check_n(&*self, &key, n).await.map_err(StoreError::new) })
     }
 
     fn policies(&self) -> &[Quota] {

@@ -13,8 +13,9 @@
 //! | `std` (default) | | OS clocks ([`MonotonicClock`], [`InstantClock`], [`CoarseClock`]), `std::error::Error` impls; without it the crate is `no_std` + `alloc` |
 //! | `tokio` | [`leaky`] | the leaky bucket's async consumers, the request throttle, and [`TokioClock`] |
 //! | `tower` | [`tower`] | rate-limiting middleware for tower, axum and hyper servers (`axum`: the client address from axum's `ConnectInfo`; an axum server limited per IP needs it, since `tower` alone cannot read axum's `ConnectInfo`; `grpc`: refusals a tonic client reads as `RESOURCE_EXHAUSTED` with a retry pushback, and a tonic server's peer address) |
+//! | `actix` | `actix` | rate-limiting middleware for actix-web 4 (the same configuration file and answers as `tower`'s) |
 //! | `redis` | [`redis`] | limits kept in Redis, shared by every instance of a service (`redis-tls`: `rediss://` URLs) |
-//! | `metrics` | | counters, gauges and histograms through the [`metrics`](https://docs.rs/metrics) facade from each enabled crate that has them (`keyed`, `tower`, `redis`): decisions by outcome, keys stored, evictions, throttle waits, Redis paths and latency; names and labels in each crate's docs |
+//! | `metrics` | | counters, gauges and histograms through the [`metrics`](https://docs.rs/metrics) facade from each enabled crate that has them (`keyed`, `tower`, `actix`, `redis`): decisions by outcome, keys stored, evictions, throttle waits, Redis paths and latency; names and labels in each crate's docs |
 //!
 //! ```
 //! use weir_rl::{Quota, gcra::Gcra};
@@ -195,6 +196,15 @@ pub mod keyed {
 #[cfg(feature = "tower")]
 pub mod tower {
     pub use weir_tower::*;
+}
+
+/// Rate-limiting middleware for actix-web 4 (the `weir-actix` crate):
+/// `App::new().wrap(RateLimit::from_config(config)?)`, with the keys, policies,
+/// tiers, throttles, shadow mode, reload, headers and answers of `tower`, from the
+/// same TOML file. Setup: [weir-actix's guide](https://docs.rs/weir-actix).
+#[cfg(feature = "actix")]
+pub mod actix {
+    pub use weir_actix::*;
 }
 
 /// Limits kept in Redis, shared by every instance of a service (the `weir-redis`

@@ -99,7 +99,7 @@ fn code(code: GrpcCode) -> Code {
 /// reads the framing it asked for).
 pub(crate) fn refusal(limits: &Limits, content_type: HeaderValue, mut refused: Refused<'_>) -> Response<Bytes> {
     let grpc = refused.grpc();
-    let fields = refused.take_fields().map(|fields| Fields::new(limits, &fields));
+    let fields = refused.take_fields().map(|fields| Fields::new(limits, fields));
     let code = code(grpc.code);
     let pushback = grpc.pushback_ms();
     let status = match grpc.retry_after {

@@ -412,7 +412,7 @@ where
                 return ResponseFuture::calling(inner.call(Request::from_parts(parts, body)), None);
             }
             Check::Decided(Verdict::Allowed(fields)) => {
-                let fields = fields.map(|fields| Fields::new(limits, &fields));
+                let fields = fields.map(|fields| Fields::new(limits, fields));
                 return ResponseFuture::calling(inner.call(Request::from_parts(parts, body)), fields);
             }
             Check::Decided(Verdict::Refused(refusal)) => {
@@ -529,7 +529,7 @@ where
                     };
                     let next = match verdict {
                         Verdict::Allowed(fields) => {
-                            let fields = fields.map(|fields| Fields::new(limits, &fields));
+                            let fields = fields.map(|fields| Fields::new(limits, fields));
                             State::Calling { future: service.call(Request::from_parts(parts, body)), fields }
                         }
                         Verdict::Refused(refusal) => {

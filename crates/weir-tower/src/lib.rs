@@ -113,6 +113,12 @@
 //! and a tier not in the cache (a lookup) say nothing, and `Retry-After` is the
 //! longest wait of the limits asked.
 //!
+//! **Shadow mode.** A limit or a policy in shadow mode ([`Limit::shadow`],
+//! [`PolicyBuilder::shadow`]; `shadow = true` in the file) is decided and counted,
+//! and what it would have refused is logged (`info`, target `weir_http`, "shadow:
+//! would have refused") and counted (`outcome="shadow_denied"`), but the client
+//! sees nothing of it: no refusal, and no header it would not have had.
+//!
 //! **Tiers.** [`Tiers`] map a client to a plan (free / pro / enterprise) with your
 //! async lookup, cached (300 s by default, bounded, with a failure policy).
 //!
@@ -187,11 +193,11 @@
 //! back), no turn in an earlier throttle of its policy (given back, as is the turn
 //! of a request a later throttle turns away; see [`KeyedThrottle`]); nothing in an
 //! in-memory store, whose admissions made before the decision are given back by
-//! the drop; in a remote store, the admissions it already made for the request (a
-//! dropped request reached the server, and cost it a round trip: a client that
-//! always disconnects before its decision is still counted; a check sent and not
-//! yet answered may be counted too). Once the service is called, the request is
-//! admitted for good. [`until_ready`](wait::until_ready),
+//! the drop; nothing in a remote store once the task the drop hands them to has
+//! run (the admissions it made for the request are given back, and a check sent
+//! and not yet answered is awaited, then given back if it admitted; the task is
+//! spawned on the current tokio runtime). Once the service is called, the request
+//! is admitted for good. [`until_ready`](wait::until_ready),
 //! [`until_key_ready`](wait::until_key_ready) and [`FifoWait`](wait::FifoWait)
 //! dropped leave no line; over an in-memory limiter they consume nothing (an
 //! admitting check ends the wait in the same poll), over a remote store at most
@@ -206,7 +212,7 @@
 //!
 //! | metric | type | labels | what |
 //! |---|---|---|---|
-//! | `weir_tower_decisions_total` | counter | `policy`, `limit`, `tier`, `quota`, `outcome` | requests a policy matched, by what became of them: `outcome` is `allowed`, `denied` (a rate limit, or a throttle that turned it away: `quota="throttle"`), `key_capacity` (a store or throttle full of other clients), `unidentified` (no key for `limit`), `unavailable` (a store or tier lookup failed), `skipped` (a skip rule); `limit` and `quota` are those that decided (the admission with the least left, the refusal with the longest wait; empty when none did), `tier` the client's tier for a tiered limit |
+//! | `weir_tower_decisions_total` | counter | `policy`, `limit`, `tier`, `quota`, `outcome` | requests a policy matched, by what became of them: `outcome` is `allowed`, `denied` (a rate limit, or a throttle that turned it away: `quota="throttle"`), `key_capacity` (a store or throttle full of other clients), `unidentified` (no key for `limit`), `unavailable` (a store or tier lookup failed), `skipped` (a skip rule), and for a limit in shadow mode `shadow_denied` (a refusal it would have made: the request went on), `shadow_unidentified`, `shadow_unavailable`; `limit` and `quota` are those that decided (the admission with the least left, the refusal with the longest wait; empty when none did), `tier` the client's tier for a tiered limit |
 //! | `weir_tower_throttle_wait_seconds` | histogram | `policy`, `limit` | how long a request a throttle admitted waited for its turn |
 //! | `weir_tower_throttle_give_ups_total` | counter | `policy`, `limit` | requests a throttle turned away (their turn would come after `max_wait`, or its line was full) |
 //! | `weir_tower_tier_lookups_total` | counter | `tiers` | tier lookups run (cache misses; concurrent misses for one key share one) |
@@ -258,15 +264,16 @@
 //! may grow to take the headers). A remote store, a tier lookup that misses the
 //! cache, or a throttle make the decision a boxed future.
 //!
-//! Against `tower_governor` in the same run (BENCHMARKS.md, "HTTP middleware"): with
-//! the two IETF headers, weir adds about 0.85× the instructions and 0.9× the time
-//! tower_governor adds with its two; all five headers add about 1.3× what
-//! tower_governor adds, most of it in the `HeaderMap` (five inserts, and a growth:
-//! seven headers where axum's map has room for six; switch the legacy ones off with
-//! [`legacy_headers(false)`](RateLimitLayerBuilder::legacy_headers)); a 429 with
-//! its problem+json body adds a fortieth of the time tower_governor's refusal adds
-//! on one 2-core VM (AMD EPYC) and about a ninth on another (Intel Xeon). The
-//! figures are in
+//! Against `tower_governor` in the same run (callgrind, instructions per request
+//! over a bare axum router, `cargo bench -p weir-tower --bench layer -- --quick
+//! --only N`): with the two IETF headers, weir adds 0.84× what tower_governor adds
+//! with its two (3 380 against 4 002); all five add 1.20× (4 805), most of it in the
+//! `HeaderMap`: seven headers where axum's map has room for six. Such a map is not
+//! grown: the fields go into a copy of a map made once per process with their names
+//! already in it (no name hashed) and room to spare, and the handler's headers are
+//! moved over. Switch the legacy ones off with
+//! [`legacy_headers(false)`](RateLimitLayerBuilder::legacy_headers). The figures,
+//! and the time they take, are in
 //! [DESIGN.md, "weir-tower"](https://github.com/weir-rs/weir/blob/main/DESIGN.md#weir-tower).
 //! The limiter's headers replace any of the same names the service set.
 //!

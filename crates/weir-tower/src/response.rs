@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 use std::sync::{Arc, LazyLock};
-use weir_http::{Denied, Legacy, Limits, RateLimitFields, Refused};
+use weir_http::{Denied, Limits, RateLimitFields, Refused};
 
 /// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-10).
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -95,7 +95,8 @@ pub(crate) fn number(n: u64) -> HeaderValue {
 pub(crate) struct Fields {
     policy: HeaderValue,
     ratelimit: HeaderValue,
-    legacy: Option<Legacy>,
+    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`, when switched on.
+    legacy: Option<[u64; 3]>,
 }
 
 /// Each policy's `RateLimit-Policy` value made when the configuration was built
@@ -104,22 +105,23 @@ pub(crate) struct PolicyValues(Vec<Option<HeaderValue>>);
 
 impl PolicyValues {
     fn of(limits: &Limits) -> Self {
-        Self(limits.policies().map(|policy| limits.policy_field(policy).map(value)).collect())
+        Self(limits.policies().map(|policy| limits.policy_field(policy).cloned().map(value)).collect())
     }
 }
 
 impl Fields {
     /// `fields` as header values, for a request `limits` decided.
     #[inline]
-    pub(crate) fn new(limits: &Limits, fields: &RateLimitFields) -> Self {
+    pub(crate) fn new(limits: &Limits, fields: RateLimitFields) -> Self {
         let precomputed = fields.precomputed_policy().and_then(|policy| {
             let values = limits.adapter_data(PolicyValues::of)?;
             values.0.get(policy.index())?.clone()
         });
+        let (policy, ratelimit, legacy) = fields.into_parts();
         Self {
-            policy: precomputed.unwrap_or_else(|| value(fields.policy())),
-            ratelimit: value(fields.ratelimit()),
-            legacy: fields.legacy(),
+            policy: precomputed.unwrap_or_else(|| value(policy)),
+            ratelimit: value(ratelimit),
+            legacy: legacy.map(|l| [l.limit, l.remaining, l.reset_secs]),
         }
     }
 
@@ -130,17 +132,54 @@ impl Fields {
 
     /// Writes the fields into `headers`, replacing any of the same names the
     /// service set: the limiter's decision is what the client is told.
+    ///
+    /// A map with room for the fields (and for the `content-length` axum's router
+    /// adds after the layer) takes them in place. Otherwise, rather than grow it
+    /// (allocate, move every entry, rebuild its index) and then hash each field's
+    /// name: a map made once per process with the fields' names and room to spare
+    /// is cloned, the values set in its order (no name hashed), and the service's
+    /// headers (a handler's one or two) moved into it.
     pub(crate) fn write(self, headers: &mut HeaderMap) {
-        // Room for these and one more (the `content-length` axum's router adds after
-        // the layer), made before they go in: one growth at most, while the map
-        // holds only the service's own headers.
-        headers.reserve(self.len() + 1);
+        let fields = self.len();
+        if headers.len() + fields < headers.capacity() {
+            self.insert(headers);
+            return;
+        }
+        let legacy = self.legacy.is_some();
+        let template = field_map(legacy);
+        if headers.len() + fields >= template.capacity() {
+            headers.reserve(fields + 1);
+            self.insert(headers);
+            return;
+        }
+        let mut map = template.clone();
+        let mut slots = map.values_mut();
+        self.into_values(|value| {
+            if let Some(slot) = slots.next() {
+                *slot = value;
+            }
+        });
+        let service = core::mem::replace(headers, map);
+        let mut name: Option<HeaderName> = None;
+        for (next, value) in service {
+            if let Some(next) = next {
+                // A field the service set is replaced by the limiter's.
+                name = (!is_field(&next, legacy)).then_some(next);
+            }
+            if let Some(name) = &name {
+                headers.append(name, value);
+            }
+        }
+    }
+
+    /// Inserts the fields into `headers`, which has room for them.
+    fn insert(self, headers: &mut HeaderMap) {
         headers.insert(RATELIMIT_POLICY, self.policy);
         headers.insert(RATELIMIT, self.ratelimit);
-        if let Some(legacy) = self.legacy {
-            headers.insert(X_RATELIMIT_LIMIT, number(legacy.limit));
-            headers.insert(X_RATELIMIT_REMAINING, number(legacy.remaining));
-            headers.insert(X_RATELIMIT_RESET, number(legacy.reset_secs));
+        if let Some([limit, remaining, reset]) = self.legacy {
+            headers.insert(X_RATELIMIT_LIMIT, number(limit));
+            headers.insert(X_RATELIMIT_REMAINING, number(remaining));
+            headers.insert(X_RATELIMIT_RESET, number(reset));
         }
     }
 
@@ -148,18 +187,46 @@ impl Fields {
     fn into_values(self, mut set: impl FnMut(HeaderValue)) {
         set(self.policy);
         set(self.ratelimit);
-        if let Some(legacy) = self.legacy {
-            set(number(legacy.limit));
-            set(number(legacy.remaining));
-            set(number(legacy.reset_secs));
+        if let Some([limit, remaining, reset]) = self.legacy {
+            set(number(limit));
+            set(number(remaining));
+            set(number(reset));
         }
     }
 }
 
-/// A field's value, as weir-http made it (visible ASCII: never refused).
+/// Whether `name` is one of the fields the layer writes (the legacy ones too, if
+/// `legacy`).
+fn is_field(name: &HeaderName, legacy: bool) -> bool {
+    let fields = [&RATELIMIT_POLICY, &RATELIMIT, &X_RATELIMIT_LIMIT, &X_RATELIMIT_REMAINING, &X_RATELIMIT_RESET];
+    fields[..if legacy { 5 } else { 2 }].contains(&name)
+}
+
+/// The maps admitted responses' fields are written into when the service's map
+/// has no room for them (see [`Fields::write`]), made once per process: the fields
+/// (2, or 5 with the legacy ones) in the order [`Fields::into_values`] sets them,
+/// with placeholder values, and room for 12 headers.
+static FIELD_MAPS: LazyLock<[HeaderMap; 2]> = LazyLock::new(|| {
+    let map = |legacy: bool| {
+        let mut map = HeaderMap::with_capacity(12);
+        let names = [RATELIMIT_POLICY, RATELIMIT, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET];
+        for name in names.into_iter().take(if legacy { 5 } else { 2 }) {
+            map.insert(name, HeaderValue::from_static("0"));
+        }
+        map
+    };
+    [map(false), map(true)]
+});
+
+fn field_map(legacy: bool) -> &'static HeaderMap {
+    let [ietf, all] = &*FIELD_MAPS;
+    if legacy { all } else { ietf }
+}
+
+/// A field's value, as weir-http made it (visible ASCII: never refused), moved.
 #[inline]
-fn value(bytes: &Bytes) -> HeaderValue {
-    HeaderValue::from_maybe_shared(bytes.clone()).unwrap_or(HeaderValue::from_static(""))
+fn value(bytes: Bytes) -> HeaderValue {
+    HeaderValue::from_maybe_shared(bytes).unwrap_or(HeaderValue::from_static(""))
 }
 
 /// A rejection's body and its content type.
@@ -199,7 +266,7 @@ impl BodyStyle {
         // The map of the refusal's shape, cloned, its values set in its order: no
         // header name is hashed.
         let retry = refused.retry_after_secs();
-        let fields = refused.take_fields().map(|fields| Fields::new(limits, &fields));
+        let fields = refused.take_fields().map(|fields| Fields::new(limits, fields));
         let mut map = refusal_map(retry.is_some(), fields.as_ref().map_or(0, Fields::len)).clone();
         let mut slots = map.values_mut();
         let mut set = |value: HeaderValue| {
@@ -259,6 +326,37 @@ fn refusal_map(retry: bool, headers: usize) -> &'static HeaderMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Written into a map with no room (a clone of the fields' map, the service's
+    /// headers moved in) or in place, the fields replace those of the same names
+    /// the service set, and the service's other headers are kept, every value of
+    /// each, in order.
+    #[test]
+    fn fields_replace_the_services_and_keep_its_other_headers() {
+        for (legacy, room) in [(true, 0), (false, 0), (true, 32), (false, 32)] {
+            let mut headers = HeaderMap::with_capacity(room);
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            headers.append("set-cookie", HeaderValue::from_static("a=1"));
+            headers.append("set-cookie", HeaderValue::from_static("b=2"));
+            headers.insert(RATELIMIT, HeaderValue::from_static("the service's"));
+            headers.append(X_RATELIMIT_RESET, HeaderValue::from_static("1"));
+            headers.append(X_RATELIMIT_RESET, HeaderValue::from_static("2"));
+            let fields = Fields {
+                policy: HeaderValue::from_static("\"minute\";q=10;w=60"),
+                ratelimit: HeaderValue::from_static("\"minute\";r=9;t=6"),
+                legacy: legacy.then_some([10, 9, 6]),
+            };
+            fields.write(&mut headers);
+            let all = |name: &str| -> Vec<&str> { headers.get_all(name).iter().map(|v| v.to_str().unwrap()).collect() };
+            assert_eq!(all("content-type"), ["text/plain"], "legacy {legacy}, room {room}");
+            assert_eq!(all("set-cookie"), ["a=1", "b=2"], "legacy {legacy}, room {room}");
+            assert_eq!(all("ratelimit"), ["\"minute\";r=9;t=6"], "legacy {legacy}, room {room}");
+            assert_eq!(all("ratelimit-policy"), ["\"minute\";q=10;w=60"], "legacy {legacy}, room {room}");
+            let legacy_fields = if legacy { vec!["6"] } else { vec!["1", "2"] };
+            assert_eq!(all("x-ratelimit-reset"), legacy_fields, "legacy {legacy}, room {room}");
+            assert_eq!(all("x-ratelimit-limit"), if legacy { vec!["10"] } else { vec![] }, "legacy {legacy}");
+        }
+    }
 
     #[test]
     fn numbers_are_header_values() {

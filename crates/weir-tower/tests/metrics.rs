@@ -199,3 +199,29 @@ async fn a_request_admitted_through_a_throttle_is_counted_once() {
         assert_eq!(get(&values, DECISIONS, deciding), 1.0);
     }
 }
+
+/// A limit in shadow mode counts its refusals as `shadow_denied` (the request's own
+/// outcome is the enforced limit's), and a request without its key as
+/// `shadow_unidentified`.
+#[tokio::test(flavor = "current_thread")]
+async fn shadow_refusals_are_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let clock = ManualClock::new();
+    let layer = metrics::with_local_recorder(&recorder, || {
+        let enforced = Limit::per_ip(per_ip(10, 10, &clock)).named("per_ip");
+        let shadow = Limit::new(KeySource::header("x-api-key"), Store::local(per_ip(1, 10, &clock)))
+            .named("per_key")
+            .shadow(true);
+        RateLimitLayer::new(Policy::builder("api").limit(enforced).limit(shadow).build().unwrap())
+    });
+    let a = "203.0.113.5:4000";
+    for _ in 0..3 {
+        assert_eq!(send(&layer, "/", a, &[("x-api-key", "k1")]).await, StatusCode::OK);
+    }
+    assert_eq!(send(&layer, "/", a, &[]).await, StatusCode::OK);
+    let values = read(&snapshotter);
+    assert_eq!(get(&values, DECISIONS, "limit=per_key,outcome=shadow_denied,policy=api,quota=minute-2"), 2.0);
+    assert_eq!(get(&values, DECISIONS, "limit=per_key,outcome=shadow_unidentified,policy=api"), 1.0);
+    assert_eq!(get(&values, DECISIONS, "limit=per_ip,outcome=allowed,policy=api,quota=minute"), 4.0);
+}

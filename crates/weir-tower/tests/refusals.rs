@@ -472,3 +472,35 @@ async fn a_fail_closed_decision_is_answered_as_the_stores_outage() {
     assert_eq!(body["retry_after"], 3);
     assert!(!body["detail"].as_str().unwrap().contains("exhausted"), "{body}");
 }
+
+/// A full store whose overflow limiter (shared by every key that does not fit)
+/// refuses refuses for the store's capacity (`DenyReason::KeyCapacity`, decided by
+/// a fallback): `503 Too Many Clients` with the overflow's wait, not the store's
+/// outage (`Rate Limiter Unavailable`), and no `RateLimit` fields; through the
+/// single-limit path and the general one (two limits).
+#[tokio::test(flavor = "current_thread")]
+async fn a_full_stores_overflow_refusal_is_the_capacity_refusal_not_an_outage() {
+    use weir_keyed::AtCapacity;
+    for limits in [1, 2] {
+        let clock = ManualClock::new();
+        let overflow = Arc::new(weir_gcra::Gcra::with_clock(Quota::per_hour(1).unwrap(), clock.clone()));
+        let config = KeyedConfig::builder(1).at_capacity(AtCapacity::EvictIdleOrOverflow(overflow)).build().unwrap();
+        let full: KeyedFixedWindow<Key, ManualClock> =
+            KeyedFixedWindow::fixed_window_with_clock(Quota::per_minute(5).unwrap(), config, clock.clone()).unwrap();
+        let mut policy = Policy::builder("api").limit(Limit::new(KeySource::header("x-c"), Store::local(full)));
+        if limits == 2 {
+            policy = policy.limit(Limit::new(KeySource::global(), Store::local(fixed(100, &clock))));
+        }
+        let layer = RateLimitLayer::new(policy.build().unwrap());
+        assert_eq!(send(&layer, get_req(&[("x-c", b"a")])).await.status(), StatusCode::OK, "the store's one key");
+        assert_eq!(send(&layer, get_req(&[("x-c", b"b")])).await.status(), StatusCode::OK, "the overflow's one");
+        let r = send(&layer, get_req(&[("x-c", b"c")])).await;
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "{limits} limits");
+        assert_eq!(json(&r)["title"], "Too Many Clients", "{limits} limits: {}", json(&r));
+        assert_eq!(header(&r, "retry-after"), Some("3600"));
+        for name in ["ratelimit", "ratelimit-policy", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"]
+        {
+            assert!(header(&r, name).is_none(), "{name}");
+        }
+    }
+}
