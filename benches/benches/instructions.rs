@@ -1,5 +1,6 @@
 //! Instructions per check, counted by callgrind (iai-callgrind): every weir algorithm's
-//! allowed and denied check, and the keyed check of an existing key, each beside
+//! allowed and denied check (the lean `admit`, as a caller that asks only "may this
+//! pass?" calls it; the `decision` group: the full `check` with its numbers read), and the keyed check of an existing key, each beside
 //! governor's equivalent, with a fixed clock (a manual clock that never moves, so the
 //! count is the same on every run and every machine) and with each crate's default
 //! clock (weir's `MonotonicClock`, governor's `QuantaClock`).
@@ -280,6 +281,24 @@ fn weir_striped_exact_default(limiter: &'static Weir<StripedSlidingWindow<Monoto
     limiter.check_one()
 }
 
+// ---- the rich decision: what a caller that reads the numbers pays ----
+
+#[library_benchmark]
+#[bench::allowed_fixed_clock(gcra_fixed(open()))]
+#[bench::denied_fixed_clock(gcra_fixed(closed()))]
+fn weir_gcra_decision_fixed(limiter: &'static Gcra<ManualClock>) -> u64 {
+    let decision = limiter.check();
+    decision.remaining() ^ decision.reset_after().as_nanos() as u64
+}
+
+#[library_benchmark]
+#[bench::allowed_fixed_clock(leased_fixed(open()))]
+#[bench::denied_fixed_clock(leased_fixed(closed()))]
+fn weir_leased_decision_fixed(limiter: &'static LeasedGcra<ManualClock>) -> u64 {
+    let decision = limiter.check();
+    decision.remaining() ^ decision.reset_after().as_nanos() as u64
+}
+
 // ---- keyed: one existing key among 1 000 ----
 
 #[library_benchmark]
@@ -362,6 +381,11 @@ library_benchmark_group!(
 );
 
 library_benchmark_group!(
+    name = decision;
+    benchmarks = weir_gcra_decision_fixed, weir_leased_decision_fixed
+);
+
+library_benchmark_group!(
     name = keyed;
     compare_by_id = true;
     benchmarks = weir_keyed_fixed_clock, governor_keyed_fixed_clock, weir_keyed_default_clock, governor_keyed_default_clock
@@ -378,5 +402,6 @@ main!(
     sliding_window,
     sliding_log,
     striped_exact,
+    decision,
     keyed
 );

@@ -11,17 +11,20 @@ pub trait Check: Sync {
     fn check_one(&self) -> bool;
 }
 
+// weir's limiters are asked the way a caller that only wants "may this pass?"
+// asks: `admit` (as governor's `check` is asked, for a `Result<(), NotUntil>`).
+
 impl<C: Clock + Sync> Check for Gcra<C> {
     #[inline]
     fn check_one(&self) -> bool {
-        self.check().is_allowed()
+        self.admit().is_ok()
     }
 }
 
 impl<C: Clock + Sync> Check for LeasedGcra<C> {
     #[inline]
     fn check_one(&self) -> bool {
-        self.check().is_allowed()
+        self.admit().is_ok()
     }
 }
 
@@ -32,7 +35,7 @@ pub struct Weir<L>(pub L);
 impl<L: Limiter + Sync> Check for Weir<L> {
     #[inline]
     fn check_one(&self) -> bool {
-        self.0.check().is_allowed()
+        self.0.admit().is_ok()
     }
 }
 

@@ -10,7 +10,7 @@
 
 use crate::chart::{Chart, Scale, Series, Style, XAxis, line_chart};
 use crate::check::Check;
-use crate::harness::{BenchError, Config, Output, Sample, Spread, Workload, progress};
+use crate::harness::{BenchError, Config, Latency, Output, Sample, Spread, Workload, progress};
 use crate::html::{Cell, HtmlTable};
 use crate::keyed::{KeyedWorkload, Keys, governor_keyed, weir_keyed, weir_keyed_hot, weir_keyed_siphash};
 use crate::peers::{MutexTokenBucket, governor, governor_upkeep, leaky_bucket, ratelimit};
@@ -310,6 +310,9 @@ pub struct Point {
     pub fairness: f64,
     /// Whether every thread of every repetition was pinned to its core.
     pub pinned: bool,
+    /// One check's latency (sampled, with two clock reads around it): each
+    /// quantile's median over the repetitions.
+    pub latency: Latency,
 }
 
 impl Point {
@@ -367,6 +370,7 @@ pub fn measure(config: &Config) -> ThroughputResult {
                         admitted: admitted as f64 / ops.max(1) as f64,
                         fairness: samples.iter().map(|s| s.fairness).fold(1.0, f64::min),
                         pinned: samples.iter().all(|s| s.pinned),
+                        latency: median_latency(&samples),
                     }
                 })
                 .collect();
@@ -375,6 +379,27 @@ pub fn measure(config: &Config) -> ThroughputResult {
         .collect();
     bar.finish_and_clear();
     ThroughputResult { machine, rows }
+}
+
+/// Each latency quantile's median over `samples` (the upper median of an even
+/// count).
+fn median_latency(samples: &[Sample]) -> Latency {
+    let median = |quantile: fn(&Latency) -> u64| {
+        let mut values: Vec<u64> = samples.iter().map(|s| quantile(&s.latency)).collect();
+        values.sort_unstable();
+        values.get(values.len() / 2).copied().unwrap_or(0)
+    };
+    Latency {
+        samples: samples.iter().map(|s| s.latency.samples).sum(),
+        p50: median(|l| l.p50),
+        p99: median(|l| l.p99),
+        p999: median(|l| l.p999),
+    }
+}
+
+/// `p50 / p99 / p99.9` in ns.
+fn quantiles(latency: &Latency) -> String {
+    format!("{} / {} / {}", latency.p50, latency.p99, latency.p999)
 }
 
 impl ThroughputResult {
@@ -398,18 +423,21 @@ impl ThroughputResult {
             "weir-bench throughput ({} profile)\nmachine: {}\neach cell: median of {} runs of {:?}, \
              aggregate checks per second over all threads; (×) = ratio to the governor row of the same clock class, same run;\n\
              ⚠ = the runs spread more than {:.0}% of the median (see index.html for every range);\n\
-             fairness = slowest thread's operations / mean per thread, worst run (1 = fair, 0 = starved)\n\n",
+             fairness = slowest thread's operations / mean per thread, worst run (1 = fair, 0 = starved);\n\
+             latency = one check timed alone (every {}th), ns, p50 / p99 / p99.9, with two clock reads around it\n\n",
             config.profile,
             self.machine.describe(),
             config.reps,
             config.duration,
             crate::harness::NOISY_SPREAD * 100.0,
+            crate::harness::BATCH,
         );
         let mut header = vec!["scenario".to_string(), "subject".to_string()];
         header.extend(config.threads.iter().map(|t| format!("{t} thr")));
         header.push("ns/check @1".into());
         let widest = config.threads.last().copied().unwrap_or(1);
         header.push(format!("fairness @{widest}"));
+        header.push(format!("latency @{widest}"));
         let mut table = Table::with_left_columns(header, 2);
         for row in &self.rows {
             let mut cells = vec![row.subject.scenario.name().to_string(), row.subject.name.to_string()];
@@ -423,6 +451,7 @@ impl ThroughputResult {
             let fairness =
                 row.points.iter().find(|p| p.threads == widest).map_or("-".into(), |p| format!("{:.2}", p.fairness));
             cells.push(fairness);
+            cells.push(row.points.iter().find(|p| p.threads == widest).map_or("-".into(), |p| quantiles(&p.latency)));
             table.row(cells);
         }
         out.push_str(&table.render());
@@ -438,6 +467,7 @@ impl ThroughputResult {
         header.push("ns/check @1".into());
         let widest = config.threads.last().copied().unwrap_or(1);
         header.push(format!("fairness @{widest}"));
+        header.push(format!("latency ns @{widest} (p50 / p99 / p99.9)"));
         let mut table = HtmlTable::new(
             "Throughput: aggregate checks per second",
             format!(
@@ -459,6 +489,9 @@ impl ThroughputResult {
             ));
             cells.push(Cell::number(
                 row.points.iter().find(|p| p.threads == widest).map_or("-".into(), |p| format!("{:.2}", p.fairness)),
+            ));
+            cells.push(Cell::number(
+                row.points.iter().find(|p| p.threads == widest).map_or("-".into(), |p| quantiles(&p.latency)),
             ));
             table.row(cells);
         }
@@ -484,6 +517,9 @@ impl ThroughputResult {
                         ratio,
                         format!("{:.4}", p.admitted),
                         format!("{:.3}", p.fairness),
+                        p.latency.p50.to_string(),
+                        p.latency.p99.to_string(),
+                        p.latency.p999.to_string(),
                         p.pinned.to_string(),
                         self.machine.cpu.clone(),
                         self.machine.cores.to_string(),
@@ -529,7 +565,7 @@ impl ThroughputResult {
 }
 
 /// The CSV columns of `throughput.csv`.
-pub const CSV_HEADER: [&str; 15] = [
+pub const CSV_HEADER: [&str; 18] = [
     "scenario",
     "subject",
     "threads",
@@ -541,6 +577,9 @@ pub const CSV_HEADER: [&str; 15] = [
     "ratio",
     "admitted_fraction",
     "fairness",
+    "latency_p50_ns",
+    "latency_p99_ns",
+    "latency_p999_ns",
     "pinned",
     "cpu",
     "cores",

@@ -221,3 +221,22 @@ fn a_refund_of_a_leased_permit_credits_what_its_grant_charged() {
         assert_eq!(kept, 10, "{decisions:?}");
     });
 }
+
+#[test]
+fn the_lean_check_spends_leases_as_the_full_one_does() {
+    // One thread asks with `admit` (the lean spend; every thread is stripe 0 under
+    // loom), the other with `check_on(0, 1)`, racing to claim, refill and spend one
+    // stripe at a frozen clock: nothing beyond the burst, nothing lost.
+    loom::model(|| {
+        let l = Arc::new(LeasedGcra::with_clock(quota(4), config(1, 2), Nanos::new(0)));
+        let lean = {
+            let l = l.clone();
+            thread::spawn(move || (0..2).filter(|_| l.admit().is_ok()).count() as u64)
+        };
+        let full = (0..2).filter(|_| l.check_on(0, 1).unwrap().is_allowed()).count() as u64;
+        let admitted = lean.join().unwrap() + full;
+        assert!(admitted <= 4, "admitted {admitted} > burst 4");
+        l.release_leases();
+        assert_eq!(l.snapshot().remaining() + admitted, 4, "a permit was lost");
+    });
+}

@@ -16,4 +16,4 @@ mod sweep;
 pub use config::{BenchError, Config, Profile};
 pub use output::{Output, progress};
 pub use stats::{NOISY_SPREAD, Spread, median};
-pub use sweep::{BATCH, ClockSpan, Sample, Workload, run, run_clocked};
+pub use sweep::{BATCH, ClockSpan, Latency, Sample, Workload, run, run_clocked};

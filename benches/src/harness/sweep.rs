@@ -40,6 +40,42 @@ pub struct Sample {
     pub fairness: f64,
     /// Whether every thread was pinned to its core.
     pub pinned: bool,
+    /// The latency of one operation, sampled (the first of every batch of
+    /// [`BATCH`], timed alone with two reads of weir's `MonotonicClock`, whose own
+    /// cost is included), over all threads.
+    pub latency: Latency,
+}
+
+/// Quantiles of a single operation's latency, in nanoseconds, including two clock
+/// reads around it (subtract the `clock` suite's read cost for the operation
+/// alone).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Latency {
+    /// Operations sampled.
+    pub samples: u64,
+    /// Median.
+    pub p50: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+}
+
+impl Latency {
+    /// The quantiles of `histogram`.
+    pub fn of(histogram: &hdrhistogram::Histogram<u64>) -> Self {
+        Self {
+            samples: histogram.len(),
+            p50: histogram.value_at_quantile(0.50),
+            p99: histogram.value_at_quantile(0.99),
+            p999: histogram.value_at_quantile(0.999),
+        }
+    }
+}
+
+/// A histogram of nanoseconds, 3 significant figures, growing as needed.
+fn histogram() -> hdrhistogram::Histogram<u64> {
+    hdrhistogram::Histogram::new(3).expect("3 significant figures is a valid precision")
 }
 
 impl Sample {
@@ -107,16 +143,23 @@ pub fn run_clocked<W: Workload, R: Fn() -> u64 + Sync>(
                     let mut local = workload.local(t);
                     barrier.wait();
                     let (mut ops, mut admitted) = (0u64, 0u64);
+                    let mut latency = histogram();
+                    let clock = weir_rl_core::MonotonicClock::new();
                     let first = read();
                     // Ordering: Relaxed; the flag carries no data, only "stop soon".
                     while !stop.load(Ordering::Relaxed) {
-                        for _ in 0..BATCH {
+                        // The first operation of the batch, timed alone.
+                        let before = weir_rl_core::Clock::now(&clock);
+                        admitted += black_box(workload.op(&mut local)) as u64;
+                        let after = weir_rl_core::Clock::now(&clock);
+                        latency.saturating_record(after.as_u64().saturating_sub(before.as_u64()));
+                        for _ in 1..BATCH {
                             admitted += black_box(workload.op(&mut local)) as u64;
                         }
                         ops += BATCH;
                     }
                     let last = read();
-                    (ops, admitted, pinned, (first, last, ops))
+                    (ops, admitted, pinned, (first, last, ops), latency)
                 })
             })
             .collect();
@@ -127,17 +170,20 @@ pub fn run_clocked<W: Workload, R: Fn() -> u64 + Sync>(
         stop.store(true, Ordering::Relaxed);
         let (mut ops, mut admitted, mut slowest, mut all_pinned) = (0, 0, u64::MAX, true);
         let mut readings = Vec::with_capacity(threads);
+        let mut latency = histogram();
         for handle in handles {
-            let (o, a, pinned, reading) = handle.join().expect("a benchmark thread panicked");
+            let (o, a, pinned, reading, thread_latency) = handle.join().expect("a benchmark thread panicked");
             ops += o;
             admitted += a;
             slowest = slowest.min(o);
             all_pinned &= pinned;
             readings.push(reading);
+            latency.add(&thread_latency).expect("histograms that grow as needed merge");
         }
         let elapsed = start.elapsed();
         let fairness = slowest as f64 * threads as f64 / ops.max(1) as f64;
-        (Sample { threads, ops, admitted, elapsed, fairness, pinned: all_pinned }, ClockSpan::of(readings))
+        let latency = Latency::of(&latency);
+        (Sample { threads, ops, admitted, elapsed, fairness, pinned: all_pinned, latency }, ClockSpan::of(readings))
     })
 }
 

@@ -108,9 +108,9 @@
 //! whatever quota changes came in between (see "Changing the quota at run time").
 //! A decision that records no charge of this limiter's (another limiter's, such as
 //! the decision an all-of check hands the members that did not decide it) is
-//! credited at `T` only if the quota has not changed since it was made (at or
-//! after its [`decided_at`](weir_rl_core::Decision::decided_at), by the limiter's
-//! clock), and with nothing otherwise, as what it cost here is not known:
+//! credited at `T` only while the quota has never been replaced, and with nothing
+//! once it has, as what it cost here is not known (a check reads its clock before
+//! the quota, so its reading does not tell which quota it was made under):
 //!
 //! ```
 //! use weir_rl_core::{ManualClock, Quota};
@@ -308,20 +308,26 @@ impl GcraAlgorithm {
     ///   their price under `quota` when that is the same charge and the quota has not
     ///   changed since the decision, which credits a byte rate's units exactly);
     /// - for a decision that recorded none (another limiter's, such as an all-of
-    ///   member that did not decide), their price under `quota` if the quota has not
-    ///   changed since the decision was made, else nothing: what it was charged is
-    ///   not known.
+    ///   member that did not decide), their price under `quota` if the quota was
+    ///   never replaced, else nothing: what it was charged is not known. (Not
+    ///   "replaced since the decision was made": a check reads the clock, then the
+    ///   quota, and nothing orders the two, so a decision stamped after a change's
+    ///   recorded reading may still have been made under the old quota; credited at
+    ///   a slower new quota's price, it gave back another admission's debt.)
     #[inline]
     pub(crate) fn credit_for(&self, quota: &Quota, n: u64, admission: &Decision) -> u64 {
         if admission.is_zero_cost() {
             return 0;
         }
-        let changed = self.quota.changed_since(admission.decided_at());
         let current = quota.credit_ticks(n);
         match admission.unit_charge() {
-            Some(charge) if charge == quota.unit_charge() && !changed => current,
+            // The charge of this same quota, never replaced since the decision: each
+            // unit's price exactly (a byte rate's rounding included).
+            Some(charge) if charge == quota.unit_charge() && !self.quota.changed_since(admission.decided_at()) => {
+                current
+            }
             Some(charge) => current.min(Quota::credit_ticks_at(charge, n)),
-            None if changed => 0,
+            None if self.quota.unchanged().is_none() => 0,
             None => current,
         }
     }
@@ -417,19 +423,38 @@ impl GcraAlgorithm {
         // loaded to keep across the call. A TAT that moved on since `reading`
         // (admissions at later readings) is judged at `reading`: as strict as at a
         // later one or stricter, never looser (a reading earlier than one already
-        // used counts as no time passing), and a lost race retries with a fresh
-        // reading.
+        // used counts as no time passing).
         let tat = state.tat.load(Ordering::Relaxed);
-        // Inline: a reading in range, and one attempt, as `attempt` makes it. Every
-        // other case (a reading out of range, a lost race) goes on out of line,
-        // where nothing this frame holds is live across the call: the inline path
-        // keeps every value in registers the call may clobber, so it saves none.
+        // Inline: a reading in range, and its attempts, as `attempt` makes them.
+        // Every other case (a reading out of range; a lost race under
+        // `Contention::Greedy`) goes on out of line, where nothing this frame holds
+        // is live across the call: the inline path keeps every value in registers
+        // the call may clobber, so it saves none.
+        let mut raced = 0u32; // races lost inline (counted only if `COUNT`)
         let first = match self.ticks_in_range(reading) {
-            Some(now) => Self::attempt_at(state, tat, cost, slack, reading, now),
+            Some(now) => match Self::attempt_at(state, tat, cost, slack, reading, now) {
+                // A lost race under `Contention::Fair`: retry at once, at the same
+                // reading, with the value the failed CAS found, until a CAS lands
+                // or the request is denied (lock-free: a failed CAS means another
+                // landed). A retry that reads nothing new is as short as the race
+                // it lost, so the threads of one limiter take turns (governor's
+                // policy); a fresh clock reading each time made the loser's window
+                // longer than the winner's next check, and it lost again.
+                Err(mut found) if self.contention == Contention::Fair => loop {
+                    if COUNT {
+                        raced = raced.saturating_add(1);
+                    }
+                    match Self::attempt_at(state, found, cost, slack, reading, now) {
+                        Ok(outcome) => break Ok(outcome),
+                        Err(actual) => found = actual,
+                    }
+                },
+                first => first,
+            },
             None => Err(tat), // no attempt made: the reading needs clamping
         };
         let (outcome, lost) = match first {
-            Ok(outcome) => (outcome, 0),
+            Ok(outcome) => (outcome, raced),
             // One call site for both ways out (a lost race, a reading out of range):
             // the inline path then needs no stack frame, only the call's block does.
             Err(found) if COUNT => {
@@ -600,6 +625,23 @@ impl GcraAlgorithm {
         Ok(self.acquire_counting(quota, state, n, clock))
     }
 
+    /// The wait a check of one unit would be denied with now, if it would be
+    /// denied: the clock, the quota's plain words and one load of the TAT, nothing
+    /// written. `None` if it would be admitted, or the reading is out of range
+    /// (the caller's full check decides those). A leased check's lean denied path.
+    #[inline(always)]
+    pub(crate) fn unit_denial<C: Clock + ?Sized>(&self, state: &GcraState, clock: &C) -> Option<weir_rl_core::Wait> {
+        // The clock first, as in `acquire_inner`.
+        let reading = clock.now();
+        let quota = self.quota.load();
+        // Ordering: Relaxed; see `acquire_inner`.
+        let tat = state.tat.load(Ordering::Relaxed);
+        let most = self.ticks_in_range(reading)? + quota.unit_slack_ticks();
+        // Denied iff the TAT is past the most that admits one unit; the wait is
+        // the excess (see `decision`).
+        (tat > most).then(|| weir_rl_core::Wait::from_nanos(ticks::to_nanos_ceil(tat - most)))
+    }
+
     /// The denial `acquire` would return for `n` (≤ burst), if it would deny: one
     /// load, nothing written; else the clock reading it was judged at. Here the
     /// clock is read after the TAT, so that the reading returned is never older than
@@ -747,7 +789,7 @@ impl Algorithm for GcraAlgorithm {
     /// [`Quota::credit_ticks`]), or the `T` it was charged at (recorded in the
     /// decision) if that is less: never more than the admission was charged. A
     /// decision that recorded no charge (another limiter's) is credited at `T` if
-    /// the quota has not changed since it was decided, else not at all (see the
+    /// the quota was never replaced, else not at all (see the
     /// crate docs). The time since repaid that much of the admission's debt already;
     /// crediting it again could give back capacity that a later admission took.
     fn refund<C: Clock + ?Sized>(
@@ -844,6 +886,25 @@ impl<C: Clock> Gcra<C> {
         Algorithm::check_n(&self.algorithm, &self.state, n, &self.clock)
     }
 
+    /// The lean check of one request: admitted, or how long to wait
+    /// ([`Limiter::admit`](weir_rl_core::Limiter::admit)). The same cost as
+    /// [`check`](Self::check) when only its outcome is read: the decision's other
+    /// numbers are computed only where they are read.
+    ///
+    /// ```
+    /// use weir_rl_core::{ManualClock, Quota};
+    /// use weir_gcra::Gcra;
+    ///
+    /// let limiter = Gcra::with_clock(Quota::per_minute(1)?, ManualClock::new());
+    /// assert!(limiter.admit().is_ok());
+    /// assert_eq!(limiter.admit().unwrap_err().duration().as_secs(), 60);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline(always)]
+    pub fn admit(&self) -> Result<(), weir_rl_core::Wait> {
+        self.check().verdict()
+    }
+
     /// Gives back `n` units that `admission` (a decision of this limiter) took and
     /// the caller did not use: what is left of their debt (see the crate docs,
     /// "Giving back what was not used"), never beyond a full bucket, nothing for a
@@ -868,6 +929,10 @@ impl<C: Clock> weir_rl_core::Limiter for Gcra<C> {
     #[inline(always)]
     fn check(&self) -> Decision {
         Gcra::check(self)
+    }
+    #[inline(always)]
+    fn admit(&self) -> Result<(), weir_rl_core::Wait> {
+        Gcra::admit(self)
     }
     #[inline]
     fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
@@ -900,6 +965,23 @@ impl<C: Clock> Gcra<C> {
     /// The quota in force.
     pub fn quota(&self) -> Quota {
         self.algorithm.quota()
+    }
+
+    /// The same limiter, whose checks that lose a race to another thread's retry as
+    /// `contention` says: [`Contention::Fair`] by default (threads take turns);
+    /// [`Contention::Greedy`] backs off, for more checks in all under contention
+    /// but unfair between threads (see [`Contention`]).
+    ///
+    /// ```
+    /// use weir_rl_core::{Contention, Quota};
+    /// use weir_gcra::Gcra;
+    ///
+    /// let batch = Gcra::new(Quota::per_second(1_000)?).with_contention(Contention::Greedy);
+    /// assert!(batch.admit().is_ok());
+    /// # Ok::<(), weir_rl_core::QuotaError>(())
+    /// ```
+    pub fn with_contention(self, contention: Contention) -> Self {
+        Self { algorithm: self.algorithm.with_contention(contention), ..self }
     }
 
     /// Replaces the quota without losing state: the time until the bucket is full

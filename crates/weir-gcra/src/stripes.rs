@@ -7,7 +7,7 @@
 use crate::leased::{EXPIRY_SHIFT_NS, LeaseConfig, MAX_EXPIRY, MAX_LEASE, PERMIT_BITS};
 use crate::{GcraAlgorithm, GcraState};
 use weir_rl_core::__private::sync::{AtomicU64, CachePadded, Ordering};
-use weir_rl_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Snapshot};
+use weir_rl_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Snapshot, Wait};
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -184,6 +184,57 @@ impl LeaseStripes {
             }
         }
         self.refill(algorithm, stripe, word, n, now, clock)
+    }
+
+    /// The lean check of one unit on stripe `stripe` ([`Limiter::admit`]): one
+    /// spend from the stripe's lease, inline (a load, a clock read, the lease's
+    /// validity and one CAS on the stripe's own line; no grant field is read, as
+    /// no decision is made); every other case is [`check_on`](Self::check_on), out
+    /// of line, and its verdict.
+    ///
+    /// [`Limiter::admit`]: weir_rl_core::Limiter::admit
+    #[inline(always)]
+    pub fn admit_on<C: Clock + ?Sized>(&self, algorithm: &GcraAlgorithm, stripe: usize, clock: &C) -> Result<(), Wait> {
+        let index = stripe & (self.stripes.len() - 1);
+        let stripe = &self.stripes[index];
+        // Ordering: Acquire, as in `check_on` (nothing is read under it here; kept
+        // so that every spend follows one protocol).
+        let word = stripe.lease.load(Ordering::Acquire);
+        let (permits, expiry) = unpack(word);
+        if permits != 0 {
+            // A reading before the origin goes to the slow path, which decides it
+            // clamped (wrapping, it could land on a lease's own units when the origin
+            // is in the upper half of the range).
+            if let Some(since) = clock.now().as_u64().checked_sub(self.origin_ns)
+                && let now_units = since >> EXPIRY_SHIFT_NS
+                // See `check_on`: spendable from its grant (at most a lifetime before
+                // the expiry) until its expiry.
+                && now_units < expiry
+                && expiry - now_units <= self.lifetime_units
+                // Ordering: Release on success and Relaxed on failure, as in
+                // `check_on` (a failure goes to the slow path, which loads again).
+                && stripe.lease.compare_exchange(word, word - 1, Ordering::Release, Ordering::Relaxed).is_ok()
+            {
+                return Ok(());
+            }
+        } else if let Some(wait) = algorithm.unit_denial(&self.state, clock) {
+            // No lease: a bucket that denies one unit is the verdict, read with
+            // one load and nothing written, as `Gcra` denies.
+            return Err(wait);
+        }
+        self.admit_slow(algorithm, index, clock)
+    }
+
+    /// [`admit_on`](Self::admit_on)'s every other case: the verdict of
+    /// [`check_on`](Self::check_on).
+    #[cold]
+    #[inline(never)]
+    fn admit_slow<C: Clock + ?Sized>(&self, algorithm: &GcraAlgorithm, index: usize, clock: &C) -> Result<(), Wait> {
+        // One unit never exceeds a burst (at least 1).
+        match self.check_on(algorithm, index, 1, clock) {
+            Ok(decision) => decision.verdict(),
+            Err(_) => Err(Wait::from_nanos(u64::MAX)),
+        }
     }
 
     /// The slow path: claim the stripe, give back what is left of its lease, take a
@@ -408,7 +459,7 @@ impl LeaseStripes {
         algorithm.is_idle(&self.state, earlier)
     }
 
-    /// `now` in lease-expiry units since the origin.
+    /// `now` in lease-expiry units since the origin (0 before it).
     #[inline]
     fn units(&self, now: Nanos) -> u64 {
         now.as_u64().saturating_sub(self.origin_ns) >> EXPIRY_SHIFT_NS

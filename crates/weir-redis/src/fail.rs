@@ -49,7 +49,7 @@ use core::fmt;
 use core::time::Duration;
 use weir_keyed::{Keyed, KeyedConfig};
 use weir_rl_core::__private::sync::{AtomicBool, AtomicU64, Ordering};
-use weir_rl_core::{AsyncKeyedLimiter, Clock, Decision, MonotonicClock, Nanos, Policy, Quota, Snapshot};
+use weir_rl_core::{AsyncKeyedLimiter, Clock, Decision, MonotonicClock, Policy, Quota, Snapshot};
 
 /// What to decide while Redis does not answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -501,7 +501,7 @@ impl<C: Clock> Resilient<C> {
                 (self.fallback_check(self.limiter.key_name(key)?.as_bytes(), n)?, Path::LocalFallback)
             }
         };
-        Ok(Checked { decision: decision.at(Nanos::ZERO).from_fallback(), path })
+        Ok(Checked { decision: decision.unstamped().from_fallback(), path })
     }
 
     /// All-of over the fallback stores: a check of each; if any denies, the

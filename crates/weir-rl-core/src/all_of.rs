@@ -322,24 +322,30 @@ impl<M> AllOf<M> {
             // stamped with the earliest reading any of them decided at (see
             // `KeyedLimiter::refund` for `AllOf`).
             Ok(Some(later)) => {
-                let at = earliest(mine.decided_at(), later.decided_at());
-                if later.remaining() < mine.remaining() { later.at(at) } else { mine.at(at) }
+                let chosen = if later.remaining() < mine.remaining() { later } else { mine };
+                match earliest(&mine, &later) {
+                    Some(at) => chosen.at(at),
+                    None => chosen.unstamped(),
+                }
             }
             _ => mine,
         }))
     }
 }
 
-/// The earlier of two members' readings, a reading of zero meaning "not said"
-/// (a limiter that does not stamp its decisions, or a fallback's decision): the
-/// reading an all-of admission is stamped with, so that a refund hands no member
-/// a reading later than its own.
+/// The earlier of two members' readings, passing over a decision that says none
+/// ([`Decision::is_stamped`]: a limiter that does not stamp its decisions, or a
+/// fallback's decision): the reading an all-of admission is stamped with, so that
+/// a refund hands no member a reading later than its own. A reading of 0 is a
+/// reading (a clock at its origin): passing it over handed such a member a later
+/// one, and a fixed window admitted 3 for a limit of 2.
 #[inline]
-fn earliest(a: crate::Nanos, b: crate::Nanos) -> crate::Nanos {
-    match (a.as_u64(), b.as_u64()) {
-        (0, _) => b,
-        (_, 0) => a,
-        _ => a.min(b),
+fn earliest(a: &Decision, b: &Decision) -> Option<crate::Nanos> {
+    match (a.is_stamped(), b.is_stamped()) {
+        (true, true) => Some(a.decided_at().min(b.decided_at())),
+        (true, false) => Some(a.decided_at()),
+        (false, true) => Some(b.decided_at()),
+        (false, false) => None,
     }
 }
 
@@ -398,9 +404,9 @@ impl<K: ?Sized, M: AllOfMembers<K>> KeyedLimiter<K> for AllOf<M> {
     /// [`policy_index`](Decision::policy_index)) is given its own decision, with
     /// the charge it recorded; every other member is given the decision without
     /// any charge ([`Decision::without_charge`]), since the deciding member's charge
-    /// is not what it charged: a member that records charges then credits the
-    /// units' price under its quota only if that quota has not changed since the
-    /// decision was made, and nothing otherwise. An admission of 0 credits
+    /// is not what it charged: a member that records charges (weir-gcra's) then
+    /// credits the units' price under its quota only if that quota was never
+    /// replaced, and nothing otherwise. An admission of 0 credits
     /// nothing. Every member is refunded even if one fails; the first failure is
     /// returned.
     ///
@@ -418,10 +424,7 @@ impl<K: ?Sized, M: AllOfMembers<K>> KeyedLimiter<K> for AllOf<M> {
     /// later than the admission's own). Handing every member the deciding member's
     /// reading instead gave a window member that decided just before a boundary
     /// the units back in the next window, where they had never been counted: a
-    /// fixed window of 2 admitted 3 in one window. A quota change is likewise judged
-    /// from the earliest reading, so a change landing during the all-of check
-    /// itself, after the first member read its clock, makes the members that
-    /// record no charge credit nothing.
+    /// fixed window of 2 admitted 3 in one window.
     fn refund(&self, key: &K, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
         let decider = self.decider(admission);
         let others = admission.without_charge();
@@ -724,13 +727,17 @@ mod tests {
     /// remaining.
     struct Stamps {
         policy: [Policy; 1],
-        at: u64,
+        at: Option<u64>,
         left: u64,
     }
 
     impl KeyedLimiter<u32> for Stamps {
         fn check_n(&self, _: &u32, _: u64) -> Result<Decision, InsufficientCapacity> {
-            Ok(Decision::allowed(Snapshot::new(10, self.left, 0)).at(crate::Nanos::new(self.at)))
+            let decision = Decision::allowed(Snapshot::new(10, self.left, 0));
+            Ok(match self.at {
+                Some(at) => decision.at(crate::Nanos::new(at)),
+                None => decision,
+            })
         }
         fn refund(&self, _: &u32, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> {
             Ok(())
@@ -744,16 +751,21 @@ mod tests {
     }
 
     /// An admission is stamped with the earliest reading any member decided it at
-    /// (a reading of 0, "not said", passed over), whichever member decided, so that
-    /// a refund hands no member a reading later than its own.
+    /// (a decision that says no reading passed over; a reading of 0 is one),
+    /// whichever member decided, so that a refund hands no member a reading later
+    /// than its own.
     #[test]
     fn an_admission_is_stamped_with_the_earliest_members_reading() {
-        let stamps = |at, left| Stamps { policy: [Policy::new(10, Duration::from_secs(1))], at, left };
-        let all = AllOf::new((stamps(7, 9), stamps(5, 8), stamps(0, 1), stamps(6, 9))).unwrap();
+        let stamps = |at, left| Stamps { policy: [Policy::new(10, Duration::from_secs(1))], at: Some(at), left };
+        let silent = |left| Stamps { policy: [Policy::new(10, Duration::from_secs(1))], at: None, left };
+        let all = AllOf::new((stamps(7, 9), stamps(5, 8), silent(1), stamps(6, 9))).unwrap();
         let d = all.check_n(&0, 1).unwrap();
-        assert_eq!((d.policy_index(), d.decided_at()), (2, crate::Nanos::new(5)));
-        let all = AllOf::new((stamps(0, 3),)).unwrap();
-        assert_eq!(all.check_n(&0, 1).unwrap().decided_at(), crate::Nanos::ZERO);
+        assert_eq!((d.policy_index(), d.decided_at(), d.is_stamped()), (2, crate::Nanos::new(5), true));
+        let all = AllOf::new((stamps(7, 9), stamps(0, 8))).unwrap();
+        let d = all.check_n(&0, 1).unwrap();
+        assert_eq!((d.decided_at(), d.is_stamped()), (crate::Nanos::ZERO, true), "a reading of 0 is a reading");
+        let all = AllOf::new((silent(3), silent(4))).unwrap();
+        assert!(!all.check_n(&0, 1).unwrap().is_stamped());
     }
 
     /// The documented transient: while a request holds the first quota's last unit

@@ -135,6 +135,9 @@ pub struct Decision {
     /// The clock reading the decision was made at, in the deciding limiter's time
     /// base (zero if the limiter did not say).
     decided_at: u64,
+    /// Whether `decided_at` was said ([`Decision::at`]): a reading of 0 is a real
+    /// reading (a clock at its origin), not "not said".
+    stamped: bool,
     /// Decided by a store's fallback limiter, not by the key's own state.
     fallback: bool,
 }
@@ -143,7 +146,15 @@ impl Decision {
     /// An admission; `snapshot` is the state after it.
     #[inline]
     pub const fn allowed(snapshot: Snapshot) -> Self {
-        Self { snapshot, denial: None, policy: 0, retry_after_or_charge: 0, decided_at: 0, fallback: false }
+        Self {
+            snapshot,
+            denial: None,
+            policy: 0,
+            retry_after_or_charge: 0,
+            decided_at: 0,
+            stamped: false,
+            fallback: false,
+        }
     }
 
     /// A denial for [`DenyReason::RateLimited`]: the same request would be admitted
@@ -156,6 +167,7 @@ impl Decision {
             policy: 0,
             retry_after_or_charge: retry_after_ns,
             decided_at: 0,
+            stamped: false,
             fallback: false,
         }
     }
@@ -169,6 +181,7 @@ impl Decision {
             policy: 0,
             retry_after_or_charge: retry_after_ns,
             decided_at: 0,
+            stamped: false,
             fallback: false,
         }
     }
@@ -179,14 +192,33 @@ impl Decision {
     /// in, not to a later one.
     #[inline]
     pub const fn at(self, now: crate::Nanos) -> Self {
-        Self { decided_at: now.as_u64(), ..self }
+        Self { decided_at: now.as_u64(), stamped: true, ..self }
     }
 
     /// The clock reading this decision was made at, in the deciding limiter's time
-    /// base ([`Nanos::ZERO`](crate::Nanos::ZERO) if it did not say).
+    /// base ([`Nanos::ZERO`](crate::Nanos::ZERO) if it did not say: see
+    /// [`is_stamped`](Self::is_stamped)).
     #[inline]
     pub const fn decided_at(&self) -> crate::Nanos {
         crate::Nanos::new(self.decided_at)
+    }
+
+    /// Whether the limiter said when this decision was made ([`at`](Self::at)): a
+    /// [`decided_at`](Self::decided_at) of zero is then a real reading (a clock at
+    /// its origin), not "not said".
+    #[inline]
+    pub const fn is_stamped(&self) -> bool {
+        self.stamped
+    }
+
+    /// The same decision with no reading said (as if [`at`](Self::at) had never
+    /// been called): what a store answers with when the reading it has is not in
+    /// the time base of the state it would be refunded to (a remote store's local
+    /// fallback).
+    #[doc(hidden)] // what stores record for their refunds: not part of the public API
+    #[inline]
+    pub const fn unstamped(self) -> Self {
+        Self { decided_at: 0, stamped: false, ..self }
     }
 
     /// The same admission, recording that each of its units was charged
@@ -392,6 +424,64 @@ impl fmt::Debug for Decision {
             d.field("policy", &self.policy);
         }
         d.finish()
+    }
+}
+
+/// How long a denied request should wait before it would be admitted: the answer
+/// of the lean check, [`Limiter::admit`](crate::Limiter::admit), when it denies.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir_rl_core::Wait;
+///
+/// let wait = Wait::from_nanos(1_500_000_000);
+/// assert_eq!(wait.duration(), Duration::from_millis(1_500));
+/// assert_eq!(wait.to_string(), "rate limited: retry after 1.5s");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Wait {
+    nanos: u64,
+}
+
+impl Wait {
+    /// A wait of `nanos` nanoseconds.
+    #[inline]
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Self { nanos }
+    }
+
+    /// The wait in nanoseconds.
+    #[inline]
+    pub const fn as_nanos(&self) -> u64 {
+        self.nanos
+    }
+
+    /// The wait (the `Retry-After` a server would send, before rounding up to
+    /// whole seconds).
+    #[inline]
+    pub const fn duration(&self) -> Duration {
+        Duration::from_nanos(self.nanos)
+    }
+}
+
+impl fmt::Display for Wait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rate limited: retry after {:?}", self.duration())
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for Wait {}
+
+impl Decision {
+    /// The lean form of this decision: `Ok` if admitted, else how long to wait
+    /// ([`retry_after`](Self::retry_after)).
+    #[inline(always)]
+    pub const fn verdict(&self) -> Result<(), Wait> {
+        match self.denial {
+            None => Ok(()),
+            Some(_) => Err(Wait { nanos: self.retry_after_or_charge }),
+        }
     }
 }
 

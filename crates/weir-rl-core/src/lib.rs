@@ -149,7 +149,7 @@ pub use clock::{Clock, DefaultClock};
 #[cfg(feature = "std")]
 pub use clock::{CoarseClockError, InstantClock, MonotonicClock};
 pub use contention::Contention;
-pub use decision::{Decision, DenyReason, InsufficientCapacity, Snapshot};
+pub use decision::{Decision, DenyReason, InsufficientCapacity, Snapshot, Wait};
 pub use limiter::{Algorithm, Limiter, Retire};
 #[cfg(feature = "long-keys")]
 pub use long_key::{LONG_KEY_HASH_BYTES, LongKeys, long_key_hash};

@@ -2,7 +2,7 @@
 //! state and clock) and [`Algorithm`] (shared parameters applied to any number of
 //! separately stored states: what per-key stores are built from).
 
-use crate::{Clock, Decision, InsufficientCapacity, Nanos, Snapshot};
+use crate::{Clock, Decision, InsufficientCapacity, Nanos, Snapshot, Wait};
 
 /// One rate limiter: what servers, middleware and benchmarks call.
 ///
@@ -26,6 +26,34 @@ pub trait Limiter {
     /// (consuming nothing).
     fn check(&self) -> Decision;
 
+    /// The lean check: admits one request (`Ok`) or says how long until it would
+    /// be admitted (`Err`), as [`check`](Self::check) decides, with none of the
+    /// rest of a [`Decision`] (remaining, reset, what a refund needs). For a caller
+    /// that only asks "may this request pass, or how long must it wait?": an
+    /// algorithm whose decision costs more than its verdict answers this with less
+    /// work ([`Wait`] is one word, so the answer comes back in registers).
+    ///
+    /// ```
+    /// use weir_rl_core::{Decision, InsufficientCapacity, Limiter, Snapshot, Wait};
+    ///
+    /// /// A limiter that is always spent, for one second more.
+    /// struct Spent;
+    /// impl Limiter for Spent {
+    ///     fn check(&self) -> Decision {
+    ///         Decision::denied(Snapshot::new(1, 0, 1_000_000_000), 1_000_000_000)
+    ///     }
+    /// #   fn check_n(&self, _: u64) -> Result<Decision, InsufficientCapacity> { Ok(self.check()) }
+    /// #   fn refund(&self, _: u64, _: &Decision) -> Result<(), InsufficientCapacity> { Ok(()) }
+    /// #   fn snapshot(&self) -> Snapshot { Snapshot::new(1, 0, 1_000_000_000) }
+    ///     // ...
+    /// }
+    /// assert_eq!(Spent.admit(), Err(Wait::from_nanos(1_000_000_000)));
+    /// ```
+    #[inline]
+    fn admit(&self) -> Result<(), Wait> {
+        self.check().verdict()
+    }
+
     /// Checks a request of cost `n`, all or nothing. `n` greater than the limit can
     /// never be admitted and is an error; `n == 0` is always admitted and consumes
     /// nothing.
@@ -48,6 +76,10 @@ impl<L: Limiter + ?Sized> Limiter for &L {
         (**self).check()
     }
     #[inline]
+    fn admit(&self) -> Result<(), Wait> {
+        (**self).admit()
+    }
+    #[inline]
     fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
         (**self).check_n(n)
     }
@@ -68,6 +100,10 @@ impl<L: Limiter + ?Sized> Limiter for alloc::sync::Arc<L> {
         (**self).check()
     }
     #[inline]
+    fn admit(&self) -> Result<(), Wait> {
+        (**self).admit()
+    }
+    #[inline]
     fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {
         (**self).check_n(n)
     }
@@ -86,6 +122,10 @@ impl<L: Limiter + ?Sized> Limiter for alloc::boxed::Box<L> {
     #[inline]
     fn check(&self) -> Decision {
         (**self).check()
+    }
+    #[inline]
+    fn admit(&self) -> Result<(), Wait> {
+        (**self).admit()
     }
     #[inline]
     fn check_n(&self, n: u64) -> Result<Decision, InsufficientCapacity> {

@@ -40,6 +40,14 @@ macro_rules! single_limiter {
                 <$algorithm as $crate::Algorithm>::check(&self.algorithm, &self.state, &self.clock)
             }
 
+            /// The lean check of one request: admitted, or how long to wait (see
+            /// [`Limiter::admit`]($crate::Limiter::admit)); the decision's other
+            /// numbers are computed only where they are read.
+            #[inline(always)]
+            pub fn admit(&self) -> Result<(), $crate::Wait> {
+                self.check().verdict()
+            }
+
             /// Checks a request of cost `n`, all or nothing. `n` above the limit is an
             /// error (it can never be admitted); `n == 0` is admitted and consumes
             /// nothing.
@@ -74,6 +82,10 @@ macro_rules! single_limiter {
             #[inline(always)]
             fn check(&self) -> $crate::Decision {
                 $name::check(self)
+            }
+            #[inline(always)]
+            fn admit(&self) -> Result<(), $crate::Wait> {
+                $name::admit(self)
             }
             #[inline]
             fn check_n(&self, n: u64) -> Result<$crate::Decision, $crate::InsufficientCapacity> {

@@ -66,6 +66,18 @@ impl Backoff {
         Self { step: 0, fair: matches!(contention, crate::Contention::Fair) }
     }
 
+    /// Waits for another thread to finish what it holds (a write under way):
+    /// [`spin`](Self::spin), with at least one spin hint even when retrying at
+    /// once, so that a hyperthread sibling holding it runs.
+    #[inline]
+    pub fn wait(&mut self) {
+        #[cfg(not(loom))]
+        if self.fair {
+            core::hint::spin_loop();
+        }
+        self.spin();
+    }
+
     /// Waits after a lost race.
     #[inline]
     pub fn spin(&mut self) {

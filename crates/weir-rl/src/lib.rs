@@ -137,7 +137,7 @@ pub use weir_rl_core::{InstantClock, MonotonicClock};
 
 // Quotas, decisions and the limiter traits.
 pub use weir_rl_core::{Algorithm, Limiter, Retire};
-pub use weir_rl_core::{Decision, DenyReason, InsufficientCapacity, Snapshot};
+pub use weir_rl_core::{Contention, Decision, DenyReason, InsufficientCapacity, Snapshot, Wait};
 pub use weir_rl_core::{Quota, QuotaError};
 
 // The per-key contract and all-of checks.

@@ -29,9 +29,8 @@ struct Time {
 
 impl Time {
     fn new(steps: Vec<u64>) -> Self {
-        // Not at the origin: a decision stamped 0 is one whose limiter did not say
-        // when it was made, which an all-of passes over for the earliest reading.
-        Self { now: Cell::new(1_000), steps, next: Cell::new(0) }
+        // At the clock's origin: a reading of 0 is a reading like any other.
+        Self { now: Cell::new(0), steps, next: Cell::new(0) }
     }
 
     /// Moves time on by the next step and returns the reading.
@@ -277,6 +276,39 @@ fn run(kinds: &[(Kind, u64)], steps: Vec<u64>, ops: &[Op]) -> Vec<String> {
     violations.into_inner()
 }
 
+/// A member whose clock moves on by 1 ns when it is checked.
+struct Later<L>(L, ManualClock);
+impl<L: KeyedLimiter<u32>> KeyedLimiter<u32> for Later<L> {
+    fn check_n(&self, key: &u32, n: u64) -> Result<Decision, InsufficientCapacity> {
+        self.1.advance(Duration::from_nanos(1));
+        self.0.check_n(key, n)
+    }
+    fn refund(&self, key: &u32, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+        self.0.refund(key, n, admission)
+    }
+    fn snapshot(&self, key: &u32) -> Snapshot {
+        self.0.snapshot(key)
+    }
+    fn policies(&self) -> &[Policy] {
+        self.0.policies()
+    }
+}
+/// One limiter of any kind, for every key.
+struct One<L>(L, [Policy; 1]);
+impl<L: weir_rl::Limiter> KeyedLimiter<u32> for One<L> {
+    fn check_n(&self, _: &u32, n: u64) -> Result<Decision, InsufficientCapacity> {
+        self.0.check_n(n)
+    }
+    fn refund(&self, _: &u32, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
+        self.0.refund(n, admission)
+    }
+    fn snapshot(&self, _: &u32) -> Snapshot {
+        self.0.snapshot()
+    }
+    fn policies(&self) -> &[Policy] {
+        &self.1
+    }
+}
 /// The worked case: a fixed window of 2 per second first, a GCRA second that
 /// decides, the clock moving 1 ns during the GCRA's check. The first request is
 /// counted in window 0 (at 1 s − 1 ns) and decided by the GCRA at 1 s; refunding it
@@ -285,39 +317,6 @@ fn run(kinds: &[(Kind, u64)], steps: Vec<u64>, ops: &[Op]) -> Vec<String> {
 fn a_refund_never_reaches_a_window_the_admission_was_not_counted_in() {
     let second = |ns: u64| Nanos::new(1_000_000_000 + ns);
     let clock = ManualClock::new();
-    /// A member whose clock moves on by 1 ns when it is checked.
-    struct Later<L>(L, ManualClock);
-    impl<L: KeyedLimiter<u32>> KeyedLimiter<u32> for Later<L> {
-        fn check_n(&self, key: &u32, n: u64) -> Result<Decision, InsufficientCapacity> {
-            self.1.advance(Duration::from_nanos(1));
-            self.0.check_n(key, n)
-        }
-        fn refund(&self, key: &u32, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
-            self.0.refund(key, n, admission)
-        }
-        fn snapshot(&self, key: &u32) -> Snapshot {
-            self.0.snapshot(key)
-        }
-        fn policies(&self) -> &[Policy] {
-            self.0.policies()
-        }
-    }
-    /// One limiter of any kind, for every key.
-    struct One<L>(L, [Policy; 1]);
-    impl<L: weir_rl::Limiter> KeyedLimiter<u32> for One<L> {
-        fn check_n(&self, _: &u32, n: u64) -> Result<Decision, InsufficientCapacity> {
-            self.0.check_n(n)
-        }
-        fn refund(&self, _: &u32, n: u64, admission: &Decision) -> Result<(), InsufficientCapacity> {
-            self.0.refund(n, admission)
-        }
-        fn snapshot(&self, _: &u32) -> Snapshot {
-            self.0.snapshot()
-        }
-        fn policies(&self) -> &[Policy] {
-            &self.1
-        }
-    }
     let policy = [Policy::new(2, Duration::from_secs(1))];
     let window =
         One(weir_rl::window::FixedWindow::with_clock(Quota::per_second(2).unwrap(), clock.clone()).unwrap(), policy);
@@ -338,6 +337,38 @@ fn a_refund_never_reaches_a_window_the_admission_was_not_counted_in() {
     assert!(all.check_n(&0, 1).unwrap().is_denied(), "window 1 is full");
     all.refund(&0, 1, &first).unwrap();
     assert!(all.check_n(&0, 1).unwrap().is_denied(), "a third admission in [1 s, 2 s) for a limit of 2");
+}
+
+/// The worked case at the clock's origin: the window member decides at reading 0,
+/// which was taken for "not said" and passed over, so the window was refunded
+/// against the GCRA's reading 1 ns later, in the next window, and admitted 3 for a
+/// limit of 2 there.
+#[test]
+fn a_member_deciding_at_the_clocks_origin_is_refunded_against_its_own_reading() {
+    let clock = ManualClock::new(); // reads 0
+    let policy = [Policy::new(2, Duration::from_secs(1))];
+    // Windows [.., 1 ns), [1 ns, 1 s + 1 ns), ...: a boundary 1 ns after the origin.
+    let window = One(
+        weir_rl::window::FixedWindow::builder(Quota::per_second(2).unwrap())
+            .window_start(Nanos::new(1))
+            .build_with_clock(clock.clone())
+            .unwrap(),
+        policy,
+    );
+    let bucket = weir_rl::gcra::Gcra::with_clock(
+        Quota::per_second(1_000_000_000).unwrap().with_burst(1).unwrap(),
+        clock.clone(),
+    );
+    let all = AllOf::new((window, Later(One(bucket, policy), clock.clone()))).unwrap();
+    let first = all.check_n(&0, 1).unwrap(); // the window at 0 (window 0), the GCRA at 1 ns
+    assert!(first.is_allowed());
+    assert_eq!((first.decided_at(), first.is_stamped()), (Nanos::ZERO, true));
+    clock.set(Nanos::new(10)); // window 1
+    assert!(all.check_n(&0, 1).unwrap().is_allowed());
+    assert!(all.check_n(&0, 1).unwrap().is_allowed());
+    assert!(all.check_n(&0, 1).unwrap().is_denied(), "window 1 is full");
+    all.refund(&0, 1, &first).unwrap(); // gives nothing to window 1
+    assert!(all.check_n(&0, 1).unwrap().is_denied(), "a third admission in window 1 for a limit of 2");
 }
 
 proptest! {

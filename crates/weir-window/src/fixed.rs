@@ -215,7 +215,7 @@ impl FixedWindowAlgorithm {
         // Every read-modify-write of it is ordered by its modification order alone.
         let word = state.word.load(Ordering::Relaxed);
         let Some(rel) = f.rel_unclamped(now) else {
-            return self.slow_decision(state, word, n, clock);
+            return self.slow_decision(state, word, n, now, clock);
         };
         let (stored, count) = self.unpack(word);
         // Time into the stored window; a reading before it wraps to a huge value.
@@ -234,21 +234,28 @@ impl FixedWindowAlgorithm {
             let next = (word | self.count_mask) + 1;
             (next, next + n)
         } else {
-            return self.slow_decision(state, word, n, clock);
+            return self.slow_decision(state, word, n, now, clock);
         };
         // Ordering: Relaxed on success and failure; see the load above. The CAS
         // admits only if nothing was admitted (and no rollover happened) since
         // `word` was read; a rollover is this same CAS writing a new window number.
         match state.word.compare_exchange(word, new, Ordering::Relaxed, Ordering::Relaxed) {
             Ok(_) => self.decision(view, n, now),
-            Err(found) => self.slow_decision(state, found, n, clock),
+            Err(found) => self.slow_decision(state, found, n, now, clock),
         }
     }
 
     /// The decision of [`acquire_slow`](Self::acquire_slow)'s outcome.
     #[inline(always)]
-    fn slow_decision<C: Clock + ?Sized>(&self, state: &FixedWindowState, word: u64, n: u64, clock: &C) -> Decision {
-        let (view, now) = self.acquire_slow(state, word, n, clock);
+    fn slow_decision<C: Clock + ?Sized>(
+        &self,
+        state: &FixedWindowState,
+        word: u64,
+        n: u64,
+        reading: Nanos,
+        clock: &C,
+    ) -> Decision {
+        let (view, now) = self.acquire_slow(state, word, n, reading, clock);
         self.decision(view, n, now)
     }
 
@@ -271,9 +278,9 @@ impl FixedWindowAlgorithm {
     }
 
     /// [`acquire`](Self::acquire) in a loop, for every case: judges `word` (what the
-    /// inline path read, or what its failed CAS found) at a fresh reading each
-    /// time, and retries a lost race at once ([`Contention::Fair`]) or after a
-    /// short backoff ([`Contention::Greedy`]). Returns the view the request was
+    /// inline path read, or what its failed CAS found) at the inline path's reading,
+    /// and retries a lost race at once at that reading ([`Contention::Fair`]) or
+    /// after a short backoff at a fresh one ([`Contention::Greedy`]). Returns the view the request was
     /// judged against (see [`decision`](Self::decision)) and the reading it was
     /// judged at: two words, so that they come back in registers.
     #[cold]
@@ -283,6 +290,7 @@ impl FixedWindowAlgorithm {
         state: &FixedWindowState,
         mut word: u64,
         n: u64,
+        reading: Nanos,
         clock: &C,
     ) -> (u64, Nanos) {
         let f = &self.frame;
@@ -292,8 +300,10 @@ impl FixedWindowAlgorithm {
             if raced {
                 backoff.spin();
             }
-            // Read inside the loop: a retry decides with a fresh reading.
-            let now = clock.now();
+            // The inline path's reading first, and on every retry under
+            // `Contention::Fair` (a retry as short as the race it lost: the threads
+            // take turns); a fresh one for each retry under `Contention::Greedy`.
+            let now = if raced && self.contention == Contention::Greedy { clock.now() } else { reading };
             let (window, count) = self.effective(word, f.rel(now));
             let view = self.pack(window, count);
             if count + n > f.limit {

@@ -182,6 +182,14 @@ macro_rules! window_limiter_constructors {
             pub fn window(&self) -> core::time::Duration {
                 self.algorithm.window()
             }
+
+            /// The same limiter, whose checks that lose a race to another thread's
+            /// retry as `contention` says ([`Contention::Fair`](weir_rl_core::Contention::Fair)
+            /// by default; [`Contention::Greedy`](weir_rl_core::Contention::Greedy)
+            /// trades fairness between threads for throughput).
+            pub fn with_contention(self, contention: weir_rl_core::Contention) -> Self {
+                Self { algorithm: self.algorithm.with_contention(contention), ..self }
+            }
         }
 
         #[doc = concat!("Builds a [`", stringify!($name), "`]: its quota, and where its windows start.")]

@@ -85,7 +85,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt;
 use weir_rl_core::__private::sync::{AtomicU64, Backoff, CachePadded, Ordering, fence};
-use weir_rl_core::{Algorithm, Clock, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
+use weir_rl_core::{Algorithm, Clock, Contention, Decision, InsufficientCapacity, Nanos, Quota, Retire, Snapshot};
 
 /// The largest limit a sliding log accepts: 2²⁴ (16,777,216) timestamps, 128 MiB.
 pub const MAX_LOG_LIMIT: u64 = 1 << 24;
@@ -116,6 +116,9 @@ pub struct SlidingLogAlgorithm {
     /// The latest timestamp used: later readings are clamped to it, so that
     /// `timestamp + period` never overflows.
     last: u64,
+    /// What a check does after losing a race or finding a write under way (read
+    /// on the retry path only).
+    contention: Contention,
 }
 
 /// One sliding log: the timestamps (ns since the algorithm's creation) of the last
@@ -218,7 +221,19 @@ impl SlidingLogAlgorithm {
         if limit > MAX_LOG_LIMIT {
             return Err(WindowError::LogTooLarge { limit, max: MAX_LOG_LIMIT });
         }
-        Ok(Self { limit, period, base: now.as_u64(), last: u64::MAX - period })
+        Ok(Self { limit, period, base: now.as_u64(), last: u64::MAX - period, contention: Contention::Fair })
+    }
+
+    /// The same parameters, with checks that lose a race to another thread's (or
+    /// find its write under way) retrying as `contention` says
+    /// ([`Contention::Fair`] by default).
+    pub fn with_contention(self, contention: Contention) -> Self {
+        Self { contention, ..self }
+    }
+
+    /// What a check does after losing a race.
+    pub fn contention(&self) -> Contention {
+        self.contention
     }
 
     /// The most requests admitted in any window-length.
@@ -276,7 +291,7 @@ impl SlidingLogAlgorithm {
             if seq & 1 == 0 {
                 break seq;
             }
-            backoff.spin(); // a write is under way: wait for it (blocking; see the module docs)
+            backoff.wait(); // a write is under way: wait for it (blocking; see the module docs)
         };
         // Ordering: Relaxed; validated by the sequence lock.
         let head = state.head.load(Ordering::Relaxed);
@@ -317,9 +332,15 @@ impl SlidingLogAlgorithm {
 
     /// The one admission routine: `1 ≤ n ≤ limit` is the caller's to check.
     fn acquire<C: Clock + ?Sized>(&self, state: &SlidingLogState, n: u64, clock: &C) -> Decision {
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::retrying(self.contention);
+        // One reading for every attempt under `Contention::Fair` (a retry as short as
+        // the race it lost: the threads take turns); a fresh one each under
+        // `Contention::Greedy`.
+        let first = clock.now();
+        let mut raced = false;
         loop {
-            let now = clock.now();
+            let now = if raced && self.contention == Contention::Greedy { clock.now() } else { first };
+            raced = true;
             let reading = self.read(state, now, &mut backoff);
             if reading.seq == RETIRED_SEQ {
                 // Retired: admits nothing; a per-key store retries on a fresh log.
@@ -598,6 +619,13 @@ impl<C: Clock> SlidingLog<C> {
         let algorithm = SlidingLogAlgorithm::new(quota, clock.now())?;
         let state = algorithm.try_new_state()?;
         Ok(Self { algorithm, state: CachePadded::new(state), clock })
+    }
+
+    /// The same limiter, whose checks that lose a race to another thread's (or find
+    /// its write under way) retry as `contention` says ([`Contention::Fair`] by
+    /// default).
+    pub fn with_contention(self, contention: Contention) -> Self {
+        Self { algorithm: self.algorithm.with_contention(contention), ..self }
     }
 
     /// The most requests admitted in any window-length.

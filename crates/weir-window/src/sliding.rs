@@ -254,7 +254,7 @@ impl SlidingWindowAlgorithm {
         // Every read-modify-write of it is ordered by its modification order alone.
         let word = state.word.load(Ordering::Relaxed);
         let Some(rel) = f.rel_unclamped(now) else {
-            return self.slow_decision(state, word, n, clock);
+            return self.slow_decision(state, word, n, now, clock);
         };
         let stored = self.window_of(word);
         let prev = word.wrapping_shr(self.count_bits) & self.mask;
@@ -262,7 +262,7 @@ impl SlidingWindowAlgorithm {
         // `stored × period` fits for every live word; a retired one goes slow.
         let start = stored.wrapping_mul(f.period);
         if rel < start || word == RETIRED {
-            return self.slow_decision(state, word, n, clock); // a lagging reading, or retired
+            return self.slow_decision(state, word, n, now, clock); // a lagging reading, or retired
         }
         let elapsed = rel - start;
         if (elapsed < f.period) & (curr + n > f.limit) {
@@ -293,7 +293,7 @@ impl SlidingWindowAlgorithm {
             if view.window == stored {
                 return self.denial(&view, n, now).at(now); // nothing to write
             }
-            return self.slow_decision(state, word, n, clock); // records the rollover
+            return self.slow_decision(state, word, n, now, clock); // records the rollover
         }
         let new = self.pack(view.window, view.prev, view.curr + n);
         // Ordering: Relaxed on success and failure; see the load above. The CAS
@@ -301,7 +301,7 @@ impl SlidingWindowAlgorithm {
         // read; a rollover is this same CAS writing the rolled counts.
         match state.word.compare_exchange(word, new, Ordering::Relaxed, Ordering::Relaxed) {
             Ok(_) => Decision::allowed(self.snapshot_of(&view, view.curr + n, now)).at(now),
-            Err(found) => self.slow_decision(state, found, n, clock),
+            Err(found) => self.slow_decision(state, found, n, now, clock),
         }
     }
 
@@ -319,9 +319,16 @@ impl SlidingWindowAlgorithm {
     /// judged (a state word: the window and both counts before the request) at its
     /// reading; admitted iff `n` fits it, which is what the slow path decided.
     #[inline(always)]
-    fn slow_decision<C: Clock + ?Sized>(&self, state: &SlidingWindowState, word: u64, n: u64, clock: &C) -> Decision {
+    fn slow_decision<C: Clock + ?Sized>(
+        &self,
+        state: &SlidingWindowState,
+        word: u64,
+        n: u64,
+        reading: Nanos,
+        clock: &C,
+    ) -> Decision {
         let f = &self.frame;
-        let (judged, now) = self.acquire_slow(state, word, n, clock);
+        let (judged, now) = self.acquire_slow(state, word, n, reading, clock);
         let rel = f.rel(now);
         let window = self.window_of(judged);
         let (_, elapsed) = frame::position(f, window, rel);
@@ -336,9 +343,10 @@ impl SlidingWindowAlgorithm {
     }
 
     /// [`acquire`](Self::acquire) in a loop, for every case, from `word` (what the
-    /// inline path read, or what its failed CAS found), with a fresh reading each
-    /// time: records a rollover on denial, retries a lost race at once
-    /// ([`Contention::Fair`]) or after a short backoff ([`Contention::Greedy`]).
+    /// inline path read, or what its failed CAS found), at the inline path's
+    /// reading: records a rollover on denial, retries a lost race at once at that
+    /// reading ([`Contention::Fair`]) or after a short backoff at a fresh one
+    /// ([`Contention::Greedy`]).
     /// Returns the view judged, packed as a state word, and its reading.
     #[cold]
     #[inline(never)]
@@ -347,6 +355,7 @@ impl SlidingWindowAlgorithm {
         state: &SlidingWindowState,
         mut word: u64,
         n: u64,
+        reading: Nanos,
         clock: &C,
     ) -> (u64, Nanos) {
         let f = &self.frame;
@@ -356,8 +365,11 @@ impl SlidingWindowAlgorithm {
             if raced {
                 backoff.spin();
             }
+            // The inline path's reading first, and on every retry under
+            // `Contention::Fair` (a retry as short as the race it lost: the threads
+            // take turns); a fresh one for each retry under `Contention::Greedy`.
+            let now = if raced && self.contention == Contention::Greedy { clock.now() } else { reading };
             raced = true;
-            let now = clock.now();
             let view = self.view(word, f.rel(now));
             let judged = self.pack(view.window, view.prev, view.curr);
             if !frame::fits(f.limit, f.period, view.prev, view.curr, view.elapsed, n) {
