@@ -153,6 +153,11 @@ struct Cli {
     #[arg(long, env = "WEIR_RLS_RESPONSE_HEADERS", value_enum, default_value_t = HeadersArg::None, help_heading = "Answers")]
     response_headers: HeadersArg,
 
+    /// Decide and count as usual, but answer every request OK (each descriptor's
+    /// status still says OVER_LIMIT): envoyproxy/ratelimit's SHADOW_MODE.
+    #[arg(long, env = "WEIR_RLS_SHADOW_MODE", help_heading = "Answers")]
+    shadow_mode: bool,
+
     /// The share of a limit above which hits count as near_limit.
     #[arg(long, env = "WEIR_RLS_NEAR_LIMIT_RATIO", default_value_t = 0.8, help_heading = "Metrics and logs")]
     near_limit_ratio: f64,
@@ -422,6 +427,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         .request_limits(RequestLimits::default())
         .response_options(response)
         .unknown_domain(unknown)
+        .global_shadow_mode(cli.shadow_mode)
         .metrics_options(metrics);
 
     let _watch = if cli.watch {

@@ -106,6 +106,7 @@ pub struct RlsService<S> {
     request_limits: RequestLimits,
     response: ResponseOptions,
     unknown_domain: UnknownDomainPolicy,
+    global_shadow: bool,
 }
 
 impl<D: Decide> RlsService<Arc<Generation<D>>> {
@@ -125,6 +126,7 @@ impl<S: ConfigSource> RlsService<S> {
             request_limits: RequestLimits::default(),
             response: ResponseOptions::default(),
             unknown_domain: UnknownDomainPolicy::default(),
+            global_shadow: false,
         }
     }
 
@@ -155,6 +157,34 @@ impl<S: ConfigSource> RlsService<S> {
     /// Answering unknown domains so.
     pub fn unknown_domain(mut self, policy: UnknownDomainPolicy) -> Self {
         self.unknown_domain = policy;
+        self
+    }
+
+    /// In global shadow mode (upstream's `SHADOW_MODE`): every request is decided
+    /// and counted as usual, each descriptor's status says what it says, but the
+    /// overall code is always OK; each request that would have been refused is
+    /// counted in `ratelimit_service_global_shadow_mode`.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use weir_rls::{Config, LoadOptions, RlsService};
+    /// # use weir_rls::proto::{RateLimitRequest, RateLimitDescriptor, rate_limit_descriptor::Entry, rate_limit_response::Code};
+    /// # use weir_rls::backend::MemoryBackend;
+    /// # use weir_rls::decider::{MemoryStores, StoreDecider};
+    /// # use weir_rls::windows::WindowAlignment;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 0}\n";
+    /// let config = Arc::new(Config::from_yaml("d.yaml", yaml, &LoadOptions::default())?);
+    /// let stores = Arc::new(MemoryStores::new(MemoryBackend::default(), WindowAlignment::Epoch));
+    /// let service = RlsService::new(Arc::clone(&config), StoreDecider::build(stores, &config, None)?).global_shadow_mode(true);
+    /// let entry = Entry { key: "k".into(), value: "v".into() };
+    /// let request = RateLimitRequest { domain: "d".into(), descriptors: vec![RateLimitDescriptor { entries: vec![entry], ..Default::default() }], hits_addend: 0 };
+    /// let response = service.respond(request).await?;
+    /// assert_eq!((response.overall_code, response.statuses[0].code), (Code::Ok as i32, Code::OverLimit as i32));
+    /// # Ok(()) }
+    /// ```
+    pub fn global_shadow_mode(mut self, on: bool) -> Self {
+        self.global_shadow = on;
         self
     }
 
@@ -236,7 +266,12 @@ impl<S: ConfigSource> RlsService<S> {
                 self.stats.record(&generation.counters, matches.domain(), limited, decision);
             }
         }
-        Ok(build_response(&matches, &decisions, &self.response))
+        let mut response = build_response(&matches, &decisions, &self.response);
+        if self.global_shadow && response.overall_code == i32::from(pb::Code::OverLimit) {
+            response.overall_code = pb::Code::Ok.into();
+            self.stats.global_shadow();
+        }
+        Ok(response)
     }
 }
 

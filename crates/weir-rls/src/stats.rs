@@ -36,6 +36,7 @@
 //! | [`RESPONSE_TIME`] | `grpc_method="ShouldRateLimit"` | seconds from the request to its answer (a histogram) |
 //! | [`SHOULD_RATE_LIMIT_ERROR`] | `err_type` | requests refused: `service_error` (the request, its domain, no config) or the backend's ([`MetricsOptions::backend_error`]: `redis_error`, `memory_error`) |
 //! | [`CONFIG_LOAD_SUCCESS`], [`CONFIG_LOAD_ERROR`] | | config loads and reloads, accepted or refused |
+//! | [`GLOBAL_SHADOW_MODE`] | | requests over a limit answered OK in global shadow mode |
 
 use crate::matching::Limited;
 use crate::rule::Rule;
@@ -64,6 +65,8 @@ pub const SHOULD_RATE_LIMIT_ERROR: &str = "ratelimit_service_should_rate_limit_e
 pub const CONFIG_LOAD_SUCCESS: &str = "ratelimit_service_config_load_success";
 /// Config loads refused.
 pub const CONFIG_LOAD_ERROR: &str = "ratelimit_service_config_load_error";
+/// Requests global shadow mode answered OK that were over a limit.
+pub const GLOBAL_SHADOW_MODE: &str = "ratelimit_service_global_shadow_mode";
 
 /// How the service counts.
 ///
@@ -226,6 +229,7 @@ pub(crate) struct ServiceStats {
     total_requests: Counter,
     response_time: Histogram,
     service_error: Counter,
+    global_shadow: Counter,
     /// Registered at the first backend failure: a service that never fails shows
     /// no series of its backend's errors.
     backend_error: std::sync::OnceLock<Counter>,
@@ -242,6 +246,7 @@ impl ServiceStats {
             response_time: metrics::histogram!(RESPONSE_TIME, &METHOD),
             service_error: metrics::counter!(SHOULD_RATE_LIMIT_ERROR, "err_type" => "service_error"),
             backend_error: std::sync::OnceLock::new(),
+            global_shadow: metrics::counter!(GLOBAL_SHADOW_MODE),
             detailed: Mutex::new(HashMap::new()),
         }
     }
@@ -287,6 +292,11 @@ impl ServiceStats {
         let c = Arc::new(RuleCounters::register(domain, metric_key));
         map.insert(metric_key.into(), Arc::clone(&c));
         Some(c)
+    }
+
+    /// Counts a request over a limit answered OK in global shadow mode.
+    pub(crate) fn global_shadow(&self) {
+        self.global_shadow.increment(1);
     }
 
     /// Counts one request, its time, and its error if it was refused.
