@@ -6,7 +6,6 @@ use actix_web::body::BoxBody;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use bytes::Bytes;
-use std::sync::LazyLock;
 use weir_http::{Legacy, Limits, RateLimitFields, Refused};
 
 /// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-10).
@@ -22,17 +21,25 @@ pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-r
 
 const PROBLEM_JSON: HeaderValue = HeaderValue::from_static(weir_http::PROBLEM_JSON);
 
-/// The header values of 0 to 999, made once: a value of a `&'static str` is cloned
-/// without allocating or touching a shared counter. (The strings live as long as
-/// the process: 2 890 bytes.)
-static SMALL_NUMBERS: LazyLock<Box<[HeaderValue]>> = LazyLock::new(|| {
-    (0..1000u64)
-        .map(|n| {
-            let digits: &'static str = Box::leak(n.to_string().into_boxed_str());
-            HeaderValue::from_static(digits)
-        })
-        .collect()
-});
+/// The header values of 0 to 999, made at compile time: a `HeaderValue` of a
+/// `&'static str` is cloned without allocating or touching a shared counter, and the
+/// table is read without a check that it was made.
+static SMALL_NUMBERS: [HeaderValue; 1000] = small_numbers();
+
+const fn small_numbers() -> [HeaderValue; 1000] {
+    let mut out = [const { HeaderValue::from_static("0") }; 1000];
+    let mut n = 0;
+    while n < 1000 {
+        let digits = match weir_http::small_number(n as u64) {
+            Some(digits) => digits,
+            None => "0",
+        };
+        // The value replaced is a static "0": nothing to drop.
+        core::mem::forget(core::mem::replace(&mut out[n], HeaderValue::from_static(digits)));
+        n += 1;
+    }
+    out
+}
 
 /// `n` as a header value: below 1000 from the table, else one allocation of
 /// exactly its digits (`HeaderValue::from(u64)` goes through a `BytesMut`, at
@@ -49,10 +56,29 @@ pub(crate) fn number(n: u64) -> HeaderValue {
     }
 }
 
-/// A field's value, as weir-http made it (visible ASCII: never refused), moved.
+/// A value made once per configuration, checked.
+fn checked(bytes: Bytes) -> HeaderValue {
+    HeaderValue::from_maybe_shared(bytes).unwrap_or(HeaderValue::from_static(""))
+}
+
+/// Policy `policy`'s `RateLimit-Policy` value made when `limits` were built: the
+/// header value converted once, cloned (no allocation, no byte copied); converted
+/// now where `limits` keep another adapter's data.
+#[inline]
+fn precomputed_value(limits: &Limits, policy: weir_http::PolicyId) -> HeaderValue {
+    let once = limits.adapter_data(PolicyValues::of).and_then(|values| values.0.get(policy.index())?.clone());
+    once.unwrap_or_else(|| limits.policy_field(policy).cloned().map_or(HeaderValue::from_static(""), checked))
+}
+
+/// A field's value, as weir-http made it, moved: not checked again (the check
+/// reads every byte).
 #[inline]
 fn value(bytes: Bytes) -> HeaderValue {
-    HeaderValue::from_maybe_shared(bytes).unwrap_or(HeaderValue::from_static(""))
+    // SAFETY: weir-http's `RateLimit` and `RateLimit-Policy` values are visible
+    // ASCII (see `RateLimitFields`: names are structured-field strings with every
+    // other character dropped, numbers are digits), a valid header value and valid
+    // UTF-8, which is what `from_maybe_shared_unchecked` asks (a debug build checks).
+    unsafe { HeaderValue::from_maybe_shared_unchecked(bytes) }
 }
 
 /// Each policy's `RateLimit-Policy` value made when the configuration was built
@@ -61,7 +87,7 @@ pub(crate) struct PolicyValues(Vec<Option<HeaderValue>>);
 
 impl PolicyValues {
     fn of(limits: &Limits) -> Self {
-        Self(limits.policies().map(|policy| limits.policy_field(policy).cloned().map(value)).collect())
+        Self(limits.policies().map(|policy| limits.policy_field(policy).cloned().map(checked)).collect())
     }
 }
 
@@ -77,12 +103,14 @@ impl Fields {
     /// `fields` as header values, for a request `limits` decided.
     #[inline]
     pub(crate) fn new(limits: &Limits, fields: RateLimitFields) -> Self {
-        let precomputed = fields.precomputed_policy().and_then(|policy| {
-            let values = limits.adapter_data(PolicyValues::of)?;
-            values.0.get(policy.index())?.clone()
-        });
+        let precomputed = fields.precomputed_policy();
         let (policy, ratelimit, legacy) = fields.into_parts();
-        Self { policy: precomputed.unwrap_or_else(|| value(policy)), ratelimit: value(ratelimit), legacy }
+        let policy = match (policy, precomputed) {
+            (Some(made), _) => value(made),
+            (None, Some(policy)) => precomputed_value(limits, policy),
+            (None, None) => HeaderValue::from_static(""),
+        };
+        Self { policy, ratelimit: value(ratelimit), legacy }
     }
 
     /// Writes the fields into `headers`, replacing any of the same names the

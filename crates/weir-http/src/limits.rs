@@ -223,7 +223,7 @@ impl Limits {
             policy.metrics.skipped.increment(1);
             return Check::Skipped;
         }
-        if let Some(decided) = policy.decide_single(policy_index, request, self.legacy_headers) {
+        if let Some(decided) = policy.decide_single(request, self.legacy_headers) {
             return Check::Decided(Verdict::of(policy_index, decided));
         }
         let mut keys: Keys = Default::default();
@@ -374,7 +374,7 @@ pub struct LimitsBuilder {
 
 impl LimitsBuilder {
     fn add(&mut self, policy: Policy) -> usize {
-        self.policies.push(compile(policy));
+        self.policies.push(compile(policy, PolicyId(self.policies.len())));
         self.policies.len() - 1
     }
 

@@ -5,7 +5,7 @@ use crate::all_or_nothing::{Charges, Ledger, OUTAGE, Step, is_own};
 use crate::ip::ClientIp;
 use crate::key::{Key, KeySource, MissingKey};
 use crate::request::Request;
-use crate::response::{RateLimitFields, policy_item, problem_tail, retry_after_secs, sf_string};
+use crate::response::{PolicyValue, RateLimitFields, policy_item, problem_tail, retry_after_secs, sf_string};
 use crate::store::{Store, StoreError};
 use crate::throttle::{Away, KeyedThrottle, Line, Turn};
 use crate::tier::Tiers;
@@ -475,13 +475,16 @@ pub(crate) struct CompiledLimit {
 #[derive(Debug)]
 pub(crate) struct CompiledPolicy {
     pub(crate) name: Arc<str>,
+    /// Its place among the limits' policies.
+    id: crate::PolicyId,
     limits: Box<[CompiledLimit]>,
     cost: u64,
     /// Every store is in memory and there is no throttle: a request whose tiers are
     /// cached is decided in `call`, with no future.
     local: bool,
     /// `RateLimit-Policy` when every limit (not in shadow mode) applies with its one
-    /// variant: made once.
+    /// variant: made once, and never copied per request (the fields name it:
+    /// [`PolicyValue::Precomputed`]).
     full_policy_header: Option<Bytes>,
     /// The policy is one limit with one in-memory store (no tiers, no throttle, not
     /// in shadow mode): decided by [`decide_single`](CompiledPolicy::decide_single),
@@ -491,8 +494,9 @@ pub(crate) struct CompiledPolicy {
     pub(crate) metrics: crate::metrics::PolicyMetrics,
 }
 
-/// A policy made ready to check (a built policy is valid: see [`PolicyBuilder::build`]).
-pub(crate) fn compile(policy: Policy) -> CompiledPolicy {
+/// A policy made ready to check (a built policy is valid: see [`PolicyBuilder::build`]),
+/// the limits' policy `id`.
+pub(crate) fn compile(policy: Policy, id: crate::PolicyId) -> CompiledPolicy {
     let name = policy.name.clone();
     let mut limits = policy.limits;
     // Unnamed limits are named by their place, as added (before throttles move).
@@ -561,6 +565,7 @@ pub(crate) fn compile(policy: Policy) -> CompiledPolicy {
         metrics: crate::metrics::PolicyMetrics::register(&name),
         single,
         name,
+        id,
         limits: compiled.into_boxed_slice(),
         cost: policy.cost,
         local,
@@ -869,12 +874,7 @@ impl CompiledPolicy {
     /// made with no array of keys: `None` when the request has no key of its own
     /// (or another policy shape): the general path then answers it.
     #[inline]
-    pub(crate) fn decide_single<R: Request + ?Sized>(
-        &self,
-        index: usize,
-        request: &R,
-        legacy: bool,
-    ) -> Option<Verdict> {
+    pub(crate) fn decide_single<R: Request + ?Sized>(&self, request: &R, legacy: bool) -> Option<Verdict> {
         if !self.single {
             return None;
         }
@@ -891,14 +891,12 @@ impl CompiledPolicy {
                     None => self.metrics.unlimited.increment(1),
                 }
                 let prefix = quota.map_or(UNNAMED_PREFIX, |q| &q.ratelimit_prefix);
-                let fields = match &self.full_policy_header {
-                    Some(header) => RateLimitFields::new(header.clone(), prefix, &decision, legacy).precomputed(index),
-                    None => {
-                        let policy = self.policy_header(&single_key(key), &[None; MAX_LIMITS]);
-                        RateLimitFields::new(policy, prefix, &decision, legacy)
-                    }
+                // The one limit applies: the policy's value made once, if it has one.
+                let policy = match &self.full_policy_header {
+                    Some(_) => PolicyValue::Precomputed(self.id),
+                    None => self.policy_header(&single_key(key), &[None; MAX_LIMITS]),
                 };
-                Some(Verdict::Allowed(Some(fields)))
+                Some(Verdict::Allowed(Some(RateLimitFields::new(policy, prefix, &decision, legacy))))
             }
             Step::Admitted(_) => self.allowed(None, &single_key(key), &[None; MAX_LIMITS], legacy).into(),
             Step::Denied(decision) => {
@@ -1206,17 +1204,17 @@ impl CompiledPolicy {
     }
 
     /// `RateLimit-Policy`: the quotas of every limit that applied to the request.
-    fn policy_header(&self, keys: &Keys, tiers: &[Option<usize>; MAX_LIMITS]) -> Bytes {
+    fn policy_header(&self, keys: &Keys, tiers: &[Option<usize>; MAX_LIMITS]) -> PolicyValue {
         let all_apply = self.limits.iter().zip(keys).all(|(l, k)| l.shadow || k.is_some());
-        if all_apply && let Some(header) = &self.full_policy_header {
-            return header.clone();
+        if all_apply && self.full_policy_header.is_some() {
+            return PolicyValue::Precomputed(self.id);
         }
         let items: Vec<&str> = (0..self.limits.len())
             .filter(|&i| keys[i].is_some() && !self.limits[i].shadow)
             .filter_map(|i| self.variant(i, tiers[i]))
             .map(|v| &*v.items)
             .collect();
-        Bytes::from(items.join(", "))
+        PolicyValue::Made(Bytes::from(items.join(", ")))
     }
 }
 

@@ -84,6 +84,27 @@ const fn small_digits_at(n: usize) -> (usize, usize) {
     }
 }
 
+/// The decimal digits of `n`, for `n` below 1000 (`None` above), from a static
+/// table: what an adapter makes its header values of small numbers from, at
+/// compile time (a value of a `&'static str` is cloned without allocating).
+///
+/// ```
+/// const SECONDS: Option<&str> = weir_http::small_number(60);
+/// assert_eq!(SECONDS, Some("60"));
+/// assert_eq!(weir_http::small_number(1000), None);
+/// ```
+pub const fn small_number(n: u64) -> Option<&'static str> {
+    if n >= 1000 {
+        return None;
+    }
+    let (start, len) = small_digits_at(n as usize);
+    let digits = SMALL_DIGITS.split_at(start).1.split_at(len).0;
+    match core::str::from_utf8(digits) {
+        Ok(digits) => Some(digits),
+        Err(_) => None,
+    }
+}
+
 /// The decimal digits of `n`: below 1000 from a static table, else written at the
 /// end of `buf` (no allocation).
 ///
@@ -155,25 +176,40 @@ pub struct Legacy {
     pub reset_secs: u64,
 }
 
+/// A request's `RateLimit-Policy` value: its policy's own, made when the
+/// configuration was built and not copied per request, or one made for it.
+#[derive(Debug, Clone)]
+pub(crate) enum PolicyValue {
+    /// [`Limits::policy_field`](crate::Limits::policy_field) of this policy: every
+    /// limit of it applied.
+    Precomputed(crate::PolicyId),
+    /// Made for this request (a tier's quotas, a limit the request skipped).
+    Made(Bytes),
+}
+
+/// The value [`RateLimitFields::policy`] gives for a policy the limits asked know
+/// nothing of.
+static NO_POLICY: Bytes = Bytes::new();
+
 /// The `RateLimit` fields of one decided request, from the decision as the
 /// limiter made it (never recomputed): what an adapter writes on an admitted
 /// response (and on a 429), replacing any of the same names the service set.
 ///
-/// ```
-/// use weir_http::RateLimitFields;
+/// Every value is visible ASCII (quota names are structured-field strings with
+/// other characters dropped): a valid HTTP field value as it is.
 ///
-/// fn write(fields: &RateLimitFields, headers: &mut Vec<(&'static str, Vec<u8>)>) {
-///     fields.for_each(|name, value| headers.push((name, value.to_vec())));
+/// ```
+/// use weir_http::{Limits, RateLimitFields};
+///
+/// fn write(limits: &Limits, fields: &RateLimitFields, headers: &mut Vec<(&'static str, Vec<u8>)>) {
+///     fields.for_each(limits, |name, value| headers.push((name, value.to_vec())));
 /// }
 /// # let _ = write;
 /// ```
 #[derive(Debug, Clone)]
 pub struct RateLimitFields {
-    /// `RateLimit-Policy`: every quota applied to the request (made when the
-    /// configuration is built, shared here).
-    pub(crate) policy: Bytes,
-    /// The policy whose precomputed `RateLimit-Policy` `policy` is, if it is one.
-    pub(crate) precomputed: Option<u32>,
+    /// `RateLimit-Policy`: every quota applied to the request.
+    pub(crate) policy: PolicyValue,
     /// `RateLimit`: the deciding quota's remaining and reset.
     pub(crate) ratelimit: Bytes,
     /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`, when switched on.
@@ -182,9 +218,9 @@ pub struct RateLimitFields {
 
 impl RateLimitFields {
     /// The fields for `decision`, made by the quota whose `RateLimit` prefix
-    /// (`"name";r=`, the name an sf-string) is `prefix`, under the quotas listed in
-    /// `policy`.
-    pub(crate) fn new(policy: Bytes, prefix: &[u8], decision: &Decision, legacy: bool) -> Self {
+    /// (`"name";r=`, the name an sf-string) is `prefix`, under the quotas `policy`
+    /// lists.
+    pub(crate) fn new(policy: PolicyValue, prefix: &[u8], decision: &Decision, legacy: bool) -> Self {
         // `t`: when more quota comes back: for a denial, when this request would be
         // admitted; for an admission, when the quota is whole again.
         let t = match decision.retry_after() {
@@ -197,27 +233,29 @@ impl RateLimitFields {
             remaining: decision.remaining(),
             reset_secs: ceil_secs(decision.reset_after()),
         });
-        Self { policy, precomputed: None, ratelimit, legacy }
-    }
-
-    /// The same fields, their `RateLimit-Policy` the precomputed one of policy
-    /// `index`.
-    pub(crate) fn precomputed(self, index: usize) -> Self {
-        Self { precomputed: u32::try_from(index).ok(), ..self }
+        Self { policy, ratelimit, legacy }
     }
 
     /// The policy whose `RateLimit-Policy` value, made when the configuration was
-    /// built ([`Limits::policy_field`](crate::Limits::policy_field)), these fields
-    /// carry: an adapter that converted that value once writes its own copy.
+    /// built ([`Limits::policy_field`](crate::Limits::policy_field)), is these
+    /// fields': an adapter that converted that value once writes its own copy
+    /// (the fields hold none: see [`into_parts`](Self::into_parts)).
     pub fn precomputed_policy(&self) -> Option<crate::PolicyId> {
-        self.precomputed.map(|i| crate::PolicyId(i as usize))
+        match self.policy {
+            PolicyValue::Precomputed(policy) => Some(policy),
+            PolicyValue::Made(_) => None,
+        }
     }
 
     /// `RateLimit-Policy`'s value: `"minute";q=100;w=60`, one item per quota that
-    /// applied. The same `Bytes` for every request of a policy whose limits all
-    /// apply (made when the configuration was built).
-    pub fn policy(&self) -> &Bytes {
-        &self.policy
+    /// applied. For a policy whose limits all applied, the value `limits` (those
+    /// that decided the request) made when they were built, never copied per
+    /// request (see [`precomputed_policy`](Self::precomputed_policy)).
+    pub fn policy<'a>(&'a self, limits: &'a crate::Limits) -> &'a Bytes {
+        match &self.policy {
+            PolicyValue::Precomputed(policy) => limits.policy_field(*policy).unwrap_or(&NO_POLICY),
+            PolicyValue::Made(value) => value,
+        }
     }
 
     /// `RateLimit`'s value: `"minute";r=42;t=18`.
@@ -230,12 +268,18 @@ impl RateLimitFields {
         self.legacy
     }
 
-    /// The values, taken out: `RateLimit-Policy`'s, `RateLimit`'s, and the legacy
-    /// numbers. An adapter that moves the `Bytes` into its header values copies
-    /// nothing (a clone of the `RateLimit` value, made for this request alone,
-    /// would allocate the count the two copies share).
-    pub fn into_parts(self) -> (Bytes, Bytes, Option<Legacy>) {
-        (self.policy, self.ratelimit, self.legacy)
+    /// The values, taken out: `RateLimit-Policy`'s (`None` when it is the
+    /// [`precomputed_policy`](Self::precomputed_policy)'s, which the fields do not
+    /// copy), `RateLimit`'s, and the legacy numbers. An adapter that moves the
+    /// `Bytes` into its header values copies nothing (a clone of the `RateLimit`
+    /// value, made for this request alone, would allocate the count the two copies
+    /// share).
+    pub fn into_parts(self) -> (Option<Bytes>, Bytes, Option<Legacy>) {
+        let policy = match self.policy {
+            PolicyValue::Precomputed(_) => None,
+            PolicyValue::Made(value) => Some(value),
+        };
+        (policy, self.ratelimit, self.legacy)
     }
 
     /// How many fields [`for_each`](Self::for_each) gives: 2, or 5 with the legacy ones.
@@ -249,9 +293,9 @@ impl RateLimitFields {
     }
 
     /// Each field's name (lowercase) and value, in order: `RateLimit-Policy`,
-    /// `RateLimit`, then the legacy ones.
-    pub fn for_each(&self, mut f: impl FnMut(&'static str, &[u8])) {
-        f(RATELIMIT_POLICY, &self.policy);
+    /// `RateLimit`, then the legacy ones; `limits` those that decided the request.
+    pub fn for_each(&self, limits: &crate::Limits, mut f: impl FnMut(&'static str, &[u8])) {
+        f(RATELIMIT_POLICY, self.policy(limits));
         f(RATELIMIT, &self.ratelimit);
         if let Some(Legacy { limit, remaining, reset_secs }) = self.legacy {
             let mut buf = [0u8; 20];
@@ -543,12 +587,29 @@ mod tests {
         assert_eq!(policy_item("\"b\"", 10, Duration::from_millis(1)), "\"b\";q=10;w=1");
     }
 
+    /// Every value is visible ASCII, whatever the quota's name: an adapter writes it
+    /// as a header value without checking it again.
+    #[test]
+    fn values_are_visible_ascii() {
+        let visible = |bytes: &[u8]| bytes.iter().all(|b| (b' '..=b'~').contains(b));
+        for name in ["minute", "a\"b\\c\u{e9}\n\t\u{7f}\0", "", "\u{1F600} day"] {
+            let quoted = sf_string(name);
+            let prefix = format!("{quoted};r=");
+            for n in [0, 7, 999, 1000, u64::MAX] {
+                assert!(visible(&ratelimit_value(prefix.as_bytes(), n, n)), "{name:?} {n}");
+                assert!(visible(policy_item(&quoted, n, Duration::from_secs(n)).as_bytes()), "{name:?} {n}");
+            }
+        }
+    }
+
     #[test]
     fn fields_carry_the_decision_as_made() {
         let d = Decision::allowed(Snapshot::new(100, 42, 17_200_000_000));
-        let h = RateLimitFields::new(Bytes::from_static(b"\"minute\";q=100;w=60"), b"\"minute\";r=", &d, true);
+        let policy = PolicyValue::Made(Bytes::from_static(b"\"minute\";q=100;w=60"));
+        let h = RateLimitFields::new(policy, b"\"minute\";r=", &d, true);
+        let limits = crate::Limits::builder().build().unwrap();
         let mut got = Vec::new();
-        h.for_each(|name, value| got.push((name, String::from_utf8(value.to_vec()).unwrap())));
+        h.for_each(&limits, |name, value| got.push((name, String::from_utf8(value.to_vec()).unwrap())));
         let want = [
             ("ratelimit-policy", "\"minute\";q=100;w=60"),
             ("ratelimit", "\"minute\";r=42;t=18"),
@@ -558,7 +619,7 @@ mod tests {
         ];
         assert_eq!(got, want.map(|(n, v)| (n, v.to_owned())));
         let denied = Decision::denied(Snapshot::new(100, 0, 60_000_000_000), 300_000_000);
-        let h = RateLimitFields::new(Bytes::from_static(b"x"), b"\"minute\";r=", &denied, false);
+        let h = RateLimitFields::new(PolicyValue::Made(Bytes::from_static(b"x")), b"\"minute\";r=", &denied, false);
         assert_eq!(h.ratelimit(), "\"minute\";r=0;t=1".as_bytes());
         assert!(h.legacy().is_none());
         assert_eq!(h.len(), 2);

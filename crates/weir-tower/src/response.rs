@@ -20,28 +20,6 @@ pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-r
 
 const PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
 
-/// "0" to "999", one after the other.
-static SMALL_DIGITS: [u8; 2890] = small_digits();
-
-const fn small_digits() -> [u8; 2890] {
-    let mut out = [0u8; 2890];
-    let (mut n, mut at) = (0usize, 0usize);
-    while n < 1000 {
-        if n >= 100 {
-            out[at] = b'0' + (n / 100) as u8;
-            at += 1;
-        }
-        if n >= 10 {
-            out[at] = b'0' + (n / 10 % 10) as u8;
-            at += 1;
-        }
-        out[at] = b'0' + (n % 10) as u8;
-        at += 1;
-        n += 1;
-    }
-    out
-}
-
 /// The header values of 0 to 999, made at compile time: a `HeaderValue` of a
 /// `&'static str` is cloned without allocating or touching a shared counter, and the
 /// table is read without a check that it was made.
@@ -51,26 +29,15 @@ const fn small_numbers() -> [HeaderValue; 1000] {
     let mut out = [const { HeaderValue::from_static("0") }; 1000];
     let mut n = 0;
     while n < 1000 {
-        let (start, len) = small_digits_at(n);
-        let digits = SMALL_DIGITS.split_at(start).1.split_at(len).0;
-        let digits = match core::str::from_utf8(digits) {
-            Ok(digits) => digits,
-            Err(_) => "0",
+        let digits = match weir_http::small_number(n as u64) {
+            Some(digits) => digits,
+            None => "0",
         };
         // The value replaced is a static "0": nothing to drop.
         core::mem::forget(core::mem::replace(&mut out[n], HeaderValue::from_static(digits)));
         n += 1;
     }
     out
-}
-
-/// Where the digits of `n < 1000` start in `SMALL_DIGITS`, and how many there are.
-const fn small_digits_at(n: usize) -> (usize, usize) {
-    match n {
-        0..10 => (n, 1),
-        10..100 => (10 + (n - 10) * 2, 2),
-        _ => (190 + (n - 100) * 3, 3),
-    }
 }
 
 /// `n` as a header value: below 1000 from the static table (no allocation), else
@@ -105,7 +72,7 @@ pub(crate) struct PolicyValues(Vec<Option<HeaderValue>>);
 
 impl PolicyValues {
     fn of(limits: &Limits) -> Self {
-        Self(limits.policies().map(|policy| limits.policy_field(policy).cloned().map(value)).collect())
+        Self(limits.policies().map(|policy| limits.policy_field(policy).cloned().map(checked)).collect())
     }
 }
 
@@ -113,16 +80,14 @@ impl Fields {
     /// `fields` as header values, for a request `limits` decided.
     #[inline]
     pub(crate) fn new(limits: &Limits, fields: RateLimitFields) -> Self {
-        let precomputed = fields.precomputed_policy().and_then(|policy| {
-            let values = limits.adapter_data(PolicyValues::of)?;
-            values.0.get(policy.index())?.clone()
-        });
+        let precomputed = fields.precomputed_policy();
         let (policy, ratelimit, legacy) = fields.into_parts();
-        Self {
-            policy: precomputed.unwrap_or_else(|| value(policy)),
-            ratelimit: value(ratelimit),
-            legacy: legacy.map(|l| [l.limit, l.remaining, l.reset_secs]),
-        }
+        let policy = match (policy, precomputed) {
+            (Some(made), _) => value(made),
+            (None, Some(policy)) => precomputed_value(limits, policy),
+            (None, None) => HeaderValue::from_static(""),
+        };
+        Self { policy, ratelimit: value(ratelimit), legacy: legacy.map(|l| [l.limit, l.remaining, l.reset_secs]) }
     }
 
     /// How many headers [`write`](Self::write) adds.
@@ -223,10 +188,29 @@ fn field_map(legacy: bool) -> &'static HeaderMap {
     if legacy { all } else { ietf }
 }
 
-/// A field's value, as weir-http made it (visible ASCII: never refused), moved.
+/// A value made once per configuration, checked.
+fn checked(bytes: Bytes) -> HeaderValue {
+    HeaderValue::from_maybe_shared(bytes).unwrap_or(HeaderValue::from_static(""))
+}
+
+/// Policy `policy`'s `RateLimit-Policy` value made when `limits` were built: the
+/// header value converted once, cloned (no allocation, no byte copied); converted
+/// now where `limits` keep another adapter's data.
+#[inline]
+fn precomputed_value(limits: &Limits, policy: weir_http::PolicyId) -> HeaderValue {
+    let once = limits.adapter_data(PolicyValues::of).and_then(|values| values.0.get(policy.index())?.clone());
+    once.unwrap_or_else(|| limits.policy_field(policy).cloned().map_or(HeaderValue::from_static(""), checked))
+}
+
+/// A field's value, as weir-http made it, moved: not checked again (the check
+/// reads every byte).
 #[inline]
 fn value(bytes: Bytes) -> HeaderValue {
-    HeaderValue::from_maybe_shared(bytes).unwrap_or(HeaderValue::from_static(""))
+    // SAFETY: weir-http's `RateLimit` and `RateLimit-Policy` values are visible
+    // ASCII (see `RateLimitFields`: names are structured-field strings with every
+    // other character dropped, numbers are digits), a valid header value and valid
+    // UTF-8, which is what `from_maybe_shared_unchecked` asks (a debug build checks).
+    unsafe { HeaderValue::from_maybe_shared_unchecked(bytes) }
 }
 
 /// A rejection's body and its content type.
@@ -288,7 +272,7 @@ impl BodyStyle {
 
 /// The header maps of refusals, one per shape, made once per process: every header
 /// a refusal carries, in the order its values are set (`Content-Type`,
-/// `Retry-After`, then those of [`RateLimitHeaders::into_values`]), with placeholder
+/// `Retry-After`, then those of [`Fields::into_values`]), with placeholder
 /// values. A clone keeps the index's room (cloned whole) but its entries fit only
 /// these headers: the `content-length` axum's router adds after the layer moves them
 /// once, which costs less than hashing every name again.
