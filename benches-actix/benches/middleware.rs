@@ -57,11 +57,14 @@ async fn hello() -> HttpResponse {
 
 /// weir: one client IP per store key, GCRA with a burst of 999 (three digits in
 /// the headers) refilled faster than one thread can ask, so the allowed cases never
-/// run out; with `deny`, one a day, exhausted first.
+/// run out; with `deny`, one a day, exhausted first. `legacy`: the file says nothing
+/// of the legacy headers (the default: `RateLimit` and `RateLimit-Policy`), or
+/// `legacy_headers = true` (all five).
 fn weir(legacy: bool, deny: bool) -> weir_actix::RateLimit {
     let quota = if deny { "limit = 1, window = \"1d\"" } else { "limit = 1000000000, window = \"1m\", burst = 999" };
+    let legacy = if legacy { "legacy_headers = true\n" } else { "" };
     let toml = format!(
-        "legacy_headers = {legacy}\n[[policy]]\nname = \"api\"\ndefault = true\n[[policy.limit]]\nkey = \"ip\"\n\
+        "{legacy}[[policy]]\nname = \"api\"\ndefault = true\n[[policy.limit]]\nkey = \"ip\"\n\
          quotas = [{{ name = \"minute\", algorithm = \"gcra\", {quota} }}]\n"
     );
     weir_actix::RateLimit::from_config(weir_actix::Config::from_toml(&toml).expect("a valid file")).expect("limits")
@@ -82,11 +85,12 @@ fn governor(
     builder
 }
 
-const NAMES: [&str; 7] = [
+const NAMES: [&str; 8] = [
     "bare app (baseline)",
-    "weir, allowed, all headers",
-    "weir, allowed, RateLimit headers only",
-    "weir, 429 + problem+json",
+    "weir, allowed, default (RateLimit, RateLimit-Policy)",
+    "weir, allowed, legacy_headers = true (all five)",
+    "weir, 429 + problem+json, default",
+    "weir, 429 + problem+json, legacy_headers = true",
     "actix-governor, allowed, no headers",
     "actix-governor, allowed, headers",
     "actix-governor, 429",
@@ -104,11 +108,12 @@ async fn case(i: usize, allowed: SocketAddr, denied: SocketAddr) -> (Runner, Sta
     }
     match i {
         0 => app!(App::new(), allowed, ok),
-        1 => app!(App::new().wrap(weir(true, false)), allowed, ok),
-        2 => app!(App::new().wrap(weir(false, false)), allowed, ok),
-        3 => app!(App::new().wrap(weir(true, true)), denied, limited),
-        4 => app!(App::new().wrap(Governor::new(&governor(false).finish().expect("a config"))), allowed, ok),
-        5 => {
+        1 => app!(App::new().wrap(weir(false, false)), allowed, ok),
+        2 => app!(App::new().wrap(weir(true, false)), allowed, ok),
+        3 => app!(App::new().wrap(weir(false, true)), denied, limited),
+        4 => app!(App::new().wrap(weir(true, true)), denied, limited),
+        5 => app!(App::new().wrap(Governor::new(&governor(false).finish().expect("a config"))), allowed, ok),
+        6 => {
             let config = governor(false).use_headers().finish().expect("a config");
             app!(App::new().wrap(Governor::new(&config)), allowed, ok)
         }

@@ -57,7 +57,9 @@
 //! or nothing, throttling (a request over the rate waits its turn; a client that
 //! disconnects while it waits frees its place), shadow mode, and reload
 //! ([`RateLimit::reloadable`]). Admitted responses carry `RateLimit-Policy` and
-//! `RateLimit` (and the legacy `X-RateLimit-*` unless switched off); refusals are
+//! `RateLimit` (and the legacy `X-RateLimit-*` when switched on:
+//! [`legacy_headers(true)`](RateLimitBuilder::legacy_headers), `legacy_headers =
+//! true` in the file); refusals are
 //! `429 Too Many Requests` with `Retry-After` (`400` for a client not identified,
 //! `503` for a store that is full of other clients or unavailable) and an
 //! `application/problem+json` body.

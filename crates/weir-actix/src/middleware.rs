@@ -114,7 +114,7 @@ impl RateLimit {
     }
 
     /// Limits each client IP (the connection's peer address, IPv6 by `/64`) with the
-    /// in-memory `store`, all headers on.
+    /// in-memory `store`, with the default headers (`RateLimit`, `RateLimit-Policy`).
     ///
     /// ```no_run
     /// use actix_web::{App, HttpResponse, HttpServer, web};
@@ -235,7 +235,8 @@ impl RateLimitBuilder {
 
     /// Whether to add the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
     /// `X-RateLimit-Reset` headers besides `RateLimit` and `RateLimit-Policy`
-    /// (default on).
+    /// (default off; `legacy_headers = true` in the file). Turn them on for clients
+    /// that read only the `X-` ones.
     pub fn legacy_headers(self, on: bool) -> Self {
         Self { limits: self.limits.legacy_headers(on), ..self }
     }

@@ -33,7 +33,7 @@ macro_rules! suite {
 
 suite!(
     admitted_and_refused_responses_carry_the_headers_and_a_problem_body,
-    the_legacy_headers_can_be_switched_off,
+    the_legacy_headers_are_written_when_switched_on,
     skip_paths_and_methods_are_not_limited_nor_counted,
     the_longest_route_prefix_picks_the_policy,
     forwarding_headers_count_only_from_trusted_proxies,

@@ -3,7 +3,7 @@
 //! ```toml
 //! skip = ["/health"]                # paths never limited
 //! skip_methods = ["OPTIONS"]        # methods never limited (CORS preflights): exact case; not HEAD
-//! legacy_headers = true             # X-RateLimit-* besides RateLimit / RateLimit-Policy
+//! legacy_headers = true             # X-RateLimit-* besides RateLimit / RateLimit-Policy (default false)
 //! problem_type = "about:blank"      # the `type` of the problem+json bodies
 //!
 //! [client]                          # how client IPs are found (see `ClientIp`)
@@ -1023,6 +1023,16 @@ quotas = [{ algorithm = "gcra", limit = 100, window = "1m" }]
     #[test]
     fn a_valid_file_parses() {
         Config::from_toml(OK).unwrap();
+    }
+
+    /// The legacy `X-RateLimit-*` fields are off unless the file turns them on.
+    #[test]
+    fn the_legacy_headers_are_opt_in() {
+        for (line, on) in [("", false), ("legacy_headers = false\n", false), ("legacy_headers = true\n", true)] {
+            let limits = Config::from_toml(&format!("{line}{OK}")).unwrap().limits().unwrap();
+            assert_eq!(limits.legacy_headers(), on, "{line:?}");
+        }
+        assert!(!Limits::builder().build().unwrap().legacy_headers());
     }
 
     /// `options` would be an extension method no client sends: accepted, it exempted

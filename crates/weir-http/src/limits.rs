@@ -137,7 +137,7 @@ impl Limits {
     }
 
     /// Limits on each client IP (the peer address, IPv6 by `/64`) with the
-    /// in-memory `store`, all headers on.
+    /// in-memory `store`, with the default headers (`RateLimit`, `RateLimit-Policy`).
     pub fn per_ip(store: impl KeyedLimiter<Key> + Send + Sync + 'static) -> Self {
         Self::new(Policy::single("per-ip", crate::Limit::per_ip(store)))
     }
@@ -150,7 +150,7 @@ impl Limits {
             policies: Vec::new(),
             skip_paths: Vec::new(),
             skip_methods: Vec::new(),
-            legacy_headers: true,
+            legacy_headers: false,
             problem_type: "about:blank".into(),
             no_peer_detail: Cow::Borrowed(NO_PEER_ADDRESS),
             errors: Vec::new(),
@@ -430,7 +430,9 @@ impl LimitsBuilder {
 
     /// Whether to add the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
     /// `X-RateLimit-Reset` fields besides `RateLimit` and `RateLimit-Policy`
-    /// (default on).
+    /// (default off: the IETF fields alone; `legacy_headers = true` in the file).
+    /// Three more header values per response: turn them on for clients that read
+    /// only the `X-` ones.
     pub fn legacy_headers(self, on: bool) -> Self {
         Self { legacy_headers: on, ..self }
     }

@@ -83,11 +83,14 @@ fn handler() -> Router {
 
 /// The weir layer: one client IP per store key, GCRA with a burst of 999 (three
 /// digits in the headers) refilled faster than one thread can ask, so the allowed
-/// cases never run out; with `deny`, one per day, exhausted first.
+/// cases never run out; with `deny`, one per day, exhausted first. `legacy`: the
+/// file says nothing of the legacy headers (the default: `RateLimit` and
+/// `RateLimit-Policy`), or `legacy_headers = true` (all five).
 fn weir(legacy: bool, deny: bool) -> Router {
     let quota = if deny { "limit = 1, window = \"1d\"" } else { "limit = 1000000000, window = \"1m\", burst = 999" };
+    let legacy = if legacy { "legacy_headers = true\n" } else { "" };
     let toml = format!(
-        "legacy_headers = {legacy}\n[[policy]]\nname = \"api\"\ndefault = true\n[[policy.limit]]\nkey = \"ip\"\n\
+        "{legacy}[[policy]]\nname = \"api\"\ndefault = true\n[[policy.limit]]\nkey = \"ip\"\n\
          quotas = [{{ name = \"minute\", algorithm = \"gcra\", {quota} }}]\n"
     );
     let layer = weir_tower::Config::from_toml(&toml).and_then(|c| c.layer()).expect("a valid configuration");
@@ -152,19 +155,25 @@ fn main() {
             expect: StatusCode::OK,
         },
         Case {
-            name: "weir, allowed, all headers",
-            router: finished(weir(true, false)),
-            peer: allowed,
-            expect: StatusCode::OK,
-        },
-        Case {
-            name: "weir, allowed, RateLimit headers only",
+            name: "weir, allowed, default (RateLimit, RateLimit-Policy)",
             router: finished(weir(false, false)),
             peer: allowed,
             expect: StatusCode::OK,
         },
         Case {
-            name: "weir, 429 + problem+json",
+            name: "weir, allowed, legacy_headers = true (all five)",
+            router: finished(weir(true, false)),
+            peer: allowed,
+            expect: StatusCode::OK,
+        },
+        Case {
+            name: "weir, 429 + problem+json, default",
+            router: finished(weir(false, true)),
+            peer: denied,
+            expect: StatusCode::TOO_MANY_REQUESTS,
+        },
+        Case {
+            name: "weir, 429 + problem+json, legacy_headers = true",
             router: finished(weir(true, true)),
             peer: denied,
             expect: StatusCode::TOO_MANY_REQUESTS,
@@ -195,8 +204,13 @@ fn main() {
     let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     #[cfg(feature = "metrics")]
     for (name, (legacy, deny), peer, expect) in [
-        ("weir, allowed, RateLimit headers only, Prometheus recorder", (false, false), allowed, StatusCode::OK),
-        ("weir, 429 + problem+json, Prometheus recorder", (true, true), denied, StatusCode::TOO_MANY_REQUESTS),
+        ("weir, allowed, default, Prometheus recorder", (false, false), allowed, StatusCode::OK),
+        (
+            "weir, 429 + problem+json, default, Prometheus recorder",
+            (false, true),
+            denied,
+            StatusCode::TOO_MANY_REQUESTS,
+        ),
     ] {
         let router = metrics::with_local_recorder(&prometheus, || finished(weir(legacy, deny)));
         cases.push(Case { name, router, peer, expect });

@@ -5,7 +5,7 @@
 //! ```toml
 //! skip = ["/health"]                # paths never limited
 //! skip_methods = ["OPTIONS"]        # methods never limited (CORS preflights): exact case; not HEAD
-//! legacy_headers = true             # X-RateLimit-* besides RateLimit / RateLimit-Policy
+//! legacy_headers = true             # X-RateLimit-* besides RateLimit / RateLimit-Policy (default false)
 //! problem_type = "about:blank"      # the `type` of the problem+json bodies
 //!
 //! [client]                          # how client IPs are found (see `ClientIp`)

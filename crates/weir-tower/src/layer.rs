@@ -160,7 +160,7 @@ impl RateLimitLayer {
     }
 
     /// A layer limiting each client IP (the peer address, IPv6 by `/64`) with the
-    /// in-memory `store`, all headers on.
+    /// in-memory `store`, with the default headers (`RateLimit`, `RateLimit-Policy`).
     ///
     /// **The server must give the peer address.** An axum app is served with
     /// `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`,
@@ -307,7 +307,8 @@ impl RateLimitLayerBuilder {
 
     /// Whether to add the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
     /// `X-RateLimit-Reset` headers besides `RateLimit` and `RateLimit-Policy`
-    /// (default on).
+    /// (default off; `legacy_headers = true` in the file). Turn them on for clients
+    /// that read only the `X-` ones.
     pub fn legacy_headers(self, on: bool) -> Self {
         Self { limits: self.limits.legacy_headers(on), ..self }
     }

@@ -110,7 +110,9 @@ async fn a_full_store_says_it_is_full_not_that_the_client_is_limited() {
     let full = KeyedConfig::builder(1).at_capacity(AtCapacity::Deny).build().unwrap();
     let store = KeyedGcra::gcra_with_clock(Quota::per_minute(10).unwrap(), full, ManualClock::new());
     let limit = Limit::new(KeySource::header("x-api-key"), Store::local(store));
-    let layer = RateLimitLayer::new(Policy::builder("api").limit(limit).build().unwrap());
+    let policy = Policy::builder("api").limit(limit).build().unwrap();
+    // The legacy fields on: none of them either.
+    let layer = RateLimitLayer::builder().policy(policy).legacy_headers(true).build().unwrap();
     assert_eq!(send(&layer, get("/", &[("x-api-key", b"first")])).await.status(), StatusCode::OK);
     let refused = send(&layer, get("/", &[("x-api-key", b"second")])).await;
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -185,6 +187,7 @@ async fn exempted_methods_do_not_count() {
     let layer = RateLimitLayer::builder()
         .policy(Policy::builder("api").limit(Limit::new(KeySource::global(), Store::local(store))).build().unwrap())
         .skip_methods([Method::OPTIONS])
+        .legacy_headers(true) // `X-RateLimit-Remaining` counts
         .build()
         .unwrap();
     let mut head = get("/", &[]);
@@ -242,7 +245,8 @@ async fn a_full_store_answers_503_with_retry_after_at_least_1_and_takes_nothing_
         .limit(Limit::new(KeySource::global(), Store::local(Arc::clone(&later))))
         .build()
         .unwrap();
-    let layer = RateLimitLayer::new(policy);
+    // The legacy fields on: none of them either.
+    let layer = RateLimitLayer::builder().policy(policy).legacy_headers(true).build().unwrap();
     assert_eq!(send(&layer, get("/", &[("x-c", b"a")])).await.status(), StatusCode::OK);
     let r = send(&layer, get("/", &[("x-c", b"b")])).await;
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);

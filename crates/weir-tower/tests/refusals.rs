@@ -335,7 +335,8 @@ async fn a_full_throttle_map_answers_503_too_many_clients() {
     let throttle =
         KeyedThrottle::builder(Quota::per_minute(1).unwrap(), 1).max_wait(Duration::ZERO).max_keys(1).build().unwrap();
     let policy = Policy::builder("api").limit(Limit::throttle(KeySource::header("x-c"), throttle)).build().unwrap();
-    let layer = RateLimitLayer::new(policy);
+    // The legacy fields on: none of them either.
+    let layer = RateLimitLayer::builder().policy(policy).legacy_headers(true).build().unwrap();
     assert_eq!(send(&layer, get_req(&[("x-c", b"a")])).await.status(), StatusCode::OK);
     let b = send(&layer, get_req(&[("x-c", b"b")])).await;
     assert_eq!(b.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -460,7 +461,8 @@ impl AsyncKeyedLimiter<Key> for ClosedWhileDown {
 async fn a_fail_closed_decision_is_answered_as_the_stores_outage() {
     let store = ClosedWhileDown([QuotaPolicy::new(100, Duration::from_secs(60))]);
     let policy = Policy::builder("api").limit(Limit::new(KeySource::global(), Store::remote(store))).build().unwrap();
-    let layer = RateLimitLayer::new(policy);
+    // The legacy fields on: none of them either.
+    let layer = RateLimitLayer::builder().policy(policy).legacy_headers(true).build().unwrap();
     let response = send(&layer, get_req(&[])).await;
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(header(&response, "retry-after"), Some("3"));
@@ -491,7 +493,8 @@ async fn a_full_stores_overflow_refusal_is_the_capacity_refusal_not_an_outage() 
         if limits == 2 {
             policy = policy.limit(Limit::new(KeySource::global(), Store::local(fixed(100, &clock))));
         }
-        let layer = RateLimitLayer::new(policy.build().unwrap());
+        // The legacy fields on: none of them either.
+        let layer = RateLimitLayer::builder().policy(policy.build().unwrap()).legacy_headers(true).build().unwrap();
         assert_eq!(send(&layer, get_req(&[("x-c", b"a")])).await.status(), StatusCode::OK, "the store's one key");
         assert_eq!(send(&layer, get_req(&[("x-c", b"b")])).await.status(), StatusCode::OK, "the overflow's one");
         let r = send(&layer, get_req(&[("x-c", b"c")])).await;

@@ -29,19 +29,14 @@ fn one(key: &str, quotas: &str) -> String {
 
 const TWO_PER_MINUTE: &str = "{ algorithm = \"fixed_window\", limit = 2, window = \"1m\" }";
 
+/// By default, the IETF fields alone: `RateLimit-Policy` and `RateLimit`.
 pub async fn admitted_and_refused_responses_carry_the_headers_and_a_problem_body<H: Harness>() {
     let addr = H::serve(fixed(&one("\"ip\"", TWO_PER_MINUTE)));
     let client = HttpClient::new();
     let first = client.get(addr, "/", &[]).await;
     assert_eq!(first.status, StatusCode::OK, "{}", H::NAME);
-    assert_eq!(first.header("ratelimit-policy"), Some("\"minute\";q=2;w=60"), "{}", H::NAME);
-    assert_eq!(first.header("ratelimit"), Some("\"minute\";r=1;t=60"), "{}", H::NAME);
-    assert_eq!(
-        (first.header("x-ratelimit-limit"), first.header("x-ratelimit-remaining"), first.header("x-ratelimit-reset")),
-        (Some("2"), Some("1"), Some("60")),
-        "{}",
-        H::NAME
-    );
+    let fields = [("ratelimit", "\"minute\";r=1;t=60"), ("ratelimit-policy", "\"minute\";q=2;w=60")];
+    assert_eq!(first.limit_headers(), fields.map(|(n, v)| (n.to_owned(), v.to_owned())), "{}", H::NAME);
     assert_eq!(&first.body[..], b"ok");
     assert_eq!(client.get(addr, "/", &[]).await.status, StatusCode::OK);
     let refused = client.get(addr, "/", &[]).await;
@@ -49,14 +44,44 @@ pub async fn admitted_and_refused_responses_carry_the_headers_and_a_problem_body
     assert_eq!(refused.header("retry-after"), Some("60"), "{}", H::NAME);
     assert_eq!(refused.header("content-type"), Some("application/problem+json"), "{}", H::NAME);
     assert_eq!(refused.header("ratelimit"), Some("\"minute\";r=0;t=60"), "{}", H::NAME);
-    assert_eq!(refused.header("x-ratelimit-remaining"), Some("0"), "{}", H::NAME);
+    assert_eq!(refused.header("ratelimit-policy"), Some("\"minute\";q=2;w=60"), "{}", H::NAME);
+    assert_eq!(refused.header("x-ratelimit-remaining"), None, "{}: the legacy fields are off by default", H::NAME);
     let body = refused.json();
     assert_eq!((body["status"].as_u64(), body["title"].as_str()), (Some(429), Some("Too Many Requests")));
     assert_eq!((body["retry_after"].as_u64(), body["policy"].as_str()), (Some(60), Some("api")));
     assert_eq!(body["quota"], "minute");
 }
 
-pub async fn the_legacy_headers_can_be_switched_off<H: Harness>() {
+/// `legacy_headers = true` adds `X-RateLimit-Limit`, `-Remaining` and `-Reset`
+/// (seconds until the quota is whole again), on admissions and refusals;
+/// `legacy_headers = false` is the default.
+pub async fn the_legacy_headers_are_written_when_switched_on<H: Harness>() {
+    let addr = H::serve(fixed(&format!("legacy_headers = true\n{}", one("\"ip\"", TWO_PER_MINUTE))));
+    let client = HttpClient::new();
+    let first = client.get(addr, "/", &[]).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", H::NAME);
+    assert_eq!(first.header("ratelimit"), Some("\"minute\";r=1;t=60"), "{}", H::NAME);
+    assert_eq!(
+        (first.header("x-ratelimit-limit"), first.header("x-ratelimit-remaining"), first.header("x-ratelimit-reset")),
+        (Some("2"), Some("1"), Some("60")),
+        "{}",
+        H::NAME
+    );
+    assert_eq!(client.get(addr, "/", &[]).await.status, StatusCode::OK);
+    let refused = client.get(addr, "/", &[]).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{}", H::NAME);
+    let names: Vec<String> = refused.limit_headers().into_iter().map(|(name, _)| name).collect();
+    let all = [
+        "ratelimit",
+        "ratelimit-policy",
+        "retry-after",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+    ];
+    assert_eq!(names, all, "{}", H::NAME);
+    assert_eq!(refused.header("x-ratelimit-remaining"), Some("0"), "{}", H::NAME);
+
     let addr = H::serve(fixed(&format!("legacy_headers = false\n{}", one("\"ip\"", TWO_PER_MINUTE))));
     let reply = HttpClient::new().get(addr, "/", &[]).await;
     let names: Vec<String> = reply.limit_headers().into_iter().map(|(name, _)| name).collect();
@@ -233,8 +258,10 @@ quotas = [
 /// A store full of other clients refuses a new one for its capacity: 503 Too
 /// Many Clients, no `RateLimit` fields.
 pub async fn a_full_store_answers_too_many_clients<H: Harness>() {
+    // The legacy fields on: none of them either.
     let toml = one("\"header:x-api-key\"", TWO_PER_MINUTE)
         .replace("key = \"header:x-api-key\"", "key = \"header:x-api-key\"\nmax_keys = 1");
+    let toml = format!("legacy_headers = true\n{toml}");
     let addr = H::serve(fixed(&toml));
     let client = HttpClient::new();
     assert_eq!(client.get(addr, "/", &[("x-api-key", "first")]).await.status, StatusCode::OK);
