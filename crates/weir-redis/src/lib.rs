@@ -194,6 +194,7 @@
 //! `redis-server` on PATH they fail with a message saying how to install it
 //! (`apt-get install redis-server`, or `.ci/redis-server install`).
 
+pub mod batch;
 mod connection;
 mod error;
 pub mod fail;
@@ -203,6 +204,7 @@ mod math;
 mod metrics;
 mod scripts;
 
+pub use batch::{BatchChecked, BatchItem, BatchMismatch};
 pub use connection::{Redis, RedisOptions, RedisOptionsBuilder};
 pub use error::{ConfigError, Error};
 pub use fail::{Backoff, Checked, FailPolicy, LocalFallback, Path, Resilient, ResilientBuilder};
