@@ -107,6 +107,7 @@ use core::future::{Future, poll_fn};
 use core::pin::Pin;
 use core::task::Poll;
 use redis::ScriptInvocation;
+use weir_rl_core::__private::sync::{AtomicUsize, Ordering};
 use weir_rl_core::{Clock, Decision};
 
 /// One check of a batch: `n` for `key` by `limiter` (a [`RedisLimiter`], or a
@@ -647,7 +648,11 @@ impl Drop for Flight<'_, '_> {
             in_flight.into_iter().map(|(g, call)| (self.groups[g].clone(), call)).collect();
         let mut refunds: Vec<(usize, Decision)> =
             self.held.drain(..).filter_map(|i| Some((i, self.decisions[i]?))).collect();
+        // Ordering: Relaxed; a count read by tests alone, with the `Notify`
+        // (which orders its own wake-ups) telling them when it may have fallen.
+        GIVING_BACK.fetch_add(1, Ordering::Relaxed);
         runtime.spawn(async move {
+            let _ended = GivingBack;
             for (group, call) in in_flight {
                 // Bounded: the call has the connection's call timeout.
                 let Ok(reply) = call.await else { continue };
@@ -660,4 +665,37 @@ impl Drop for Flight<'_, '_> {
             }
         });
     }
+}
+
+/// Give-back tasks of dropped batches that have not ended (see
+/// `__private::batch_give_backs_settled`).
+static GIVING_BACK: AtomicUsize = AtomicUsize::new(0);
+/// Woken when a give-back task ends.
+static GIVEN_BACK: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Held by a give-back task: counts it out however it ends.
+struct GivingBack;
+
+impl Drop for GivingBack {
+    fn drop(&mut self) {
+        // Ordering: Relaxed; see where it is counted in.
+        GIVING_BACK.fetch_sub(1, Ordering::Relaxed);
+        GIVEN_BACK.notify_waiters();
+    }
+}
+
+/// Waits until every give-back task of a dropped batch has ended, at most
+/// `limit` (see `__private::batch_give_backs_settled`).
+pub(crate) async fn give_backs_settled(limit: core::time::Duration) {
+    let _ = tokio::time::timeout(limit, async {
+        loop {
+            let ended = GIVEN_BACK.notified();
+            // Ordering: Relaxed; a task that ends after this read wakes `ended`.
+            if GIVING_BACK.load(Ordering::Relaxed) == 0 {
+                return;
+            }
+            ended.await;
+        }
+    })
+    .await;
 }

@@ -270,4 +270,10 @@ pub mod __private {
     pub async fn renewal_settled<C: Clock>(leased: &Leased<C>, key: &[u8]) {
         leased.renewal_settled(key).await;
     }
+
+    /// Waits (at most `limit`) until every batch dropped with a script in flight
+    /// has given back what it admitted (cancellation tests).
+    pub async fn batch_give_backs_settled(limit: core::time::Duration) {
+        crate::batch::give_backs_settled(limit).await;
+    }
 }
