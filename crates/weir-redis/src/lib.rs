@@ -18,6 +18,7 @@
 //! | an exact sliding window | [`Backend::SlidingLog`] | one round trip, one sorted-set entry per request of the window |
 //! | keep serving when Redis is slow or down | [`Resilient`] with a [`FailPolicy`] | a timeout at the start of an outage, then local decisions |
 //! | very hot keys, fewer round trips | [`Leased`] | a round trip per lease (up to `max_lease` decisions), bounded overshoot |
+//! | several limits (and keys) per request, all or nothing | [`RedisLimiter::check_batch`] with a [`BatchItem`] each ([`Resilient::check_batch`] with fail policies; see [`batch`]) | one round trip for the whole batch (one script per hash slot on a cluster); a refused batch writes nothing |
 //!
 //! # Example
 //!
