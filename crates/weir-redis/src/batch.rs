@@ -508,12 +508,12 @@ impl<'i, 'a> Plan<'i, 'a> {
         let mut outcomes: Vec<Option<Result<bool, Error>>> = (0..self.groups.len()).map(|_| None).collect();
         poll_fn(|cx| {
             let mut waiting = false;
-            for g in 0..flight.calls.len() {
+            for (g, outcome) in outcomes.iter_mut().enumerate() {
                 let Some(call) = flight.calls[g].as_mut() else { continue };
                 match call.as_mut().poll(cx) {
                     Poll::Ready(reply) => {
                         flight.calls[g] = None;
-                        outcomes[g] = Some(reply.and_then(|reply| flight.settle(&self.groups[g], &reply)));
+                        *outcome = Some(reply.and_then(|reply| flight.settle(&self.groups[g], &reply)));
                     }
                     Poll::Pending => waiting = true,
                 }
@@ -560,6 +560,9 @@ impl<'i, 'a> Plan<'i, 'a> {
     }
 }
 
+/// An item's index in its batch, its decision, and whether Redis charged it.
+type ItemDecision = (usize, Decision, bool);
+
 /// The items' decisions from the reply of the script of `group`: whether it
 /// was admitted (written), and for each item its index, its decision, and
 /// whether it was charged (it fit, its cost above 0, the script admitted).
@@ -567,7 +570,7 @@ fn read_reply<'l>(
     reply: &[u64],
     group: &[usize],
     item: impl Fn(usize) -> (&'l RedisLimiter, u64),
-) -> Result<(bool, Vec<(usize, Decision, bool)>), Error> {
+) -> Result<(bool, Vec<ItemDecision>), Error> {
     let bad = || Error::reply(format_args!("batch script replied {reply:?}"));
     let [admitted, now, rest @ ..] = reply else { return Err(bad()) };
     let mut decided = Vec::with_capacity(group.len());
