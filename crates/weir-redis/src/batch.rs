@@ -111,7 +111,7 @@ use weir_rl_core::__private::sync::{AtomicUsize, Ordering};
 use weir_rl_core::{Clock, Decision};
 
 /// One check of a batch: `n` for `key` by `limiter` (a [`RedisLimiter`], or a
-/// [`Resilient`](crate::Resilient) for [`Resilient::check_batch`](crate::Resilient::check_batch)).
+/// [`Resilient`] for [`Resilient::check_batch`]).
 ///
 /// - `n` = 0 reads the limit: decided, never charged, never refusing.
 /// - [`shadow`](Self::shadow): decided, and charged when it fits and the batch is
@@ -183,7 +183,7 @@ impl<'a, L> BatchItem<'a, L> {
         self.shadow
     }
 
-    /// The same check by another limiter (a [`Resilient`](crate::Resilient)'s own).
+    /// The same check by another limiter (a [`Resilient`]'s own).
     pub(crate) fn on<M>(&self, limiter: &'a M) -> BatchItem<'a, M> {
         BatchItem { limiter, key: self.key, n: self.n, shadow: self.shadow }
     }
@@ -218,7 +218,7 @@ impl BatchChecked {
     }
 
     /// Each item's decision, and the path that made it ([`Path::Redis`], or a
-    /// [`Resilient`](crate::Resilient)'s fail policy).
+    /// [`Resilient`]'s fail policy).
     pub fn items(&self) -> &[Checked] {
         &self.items
     }
@@ -262,7 +262,7 @@ impl RedisLimiter {
     /// A key of another Redis type or an unreadable state in any item fails the
     /// whole batch ([`Error::WrongType`], [`Error::CorruptState`]), writing
     /// nothing. Redis unreachable: [`Error::Timeout`] or [`Error::Unavailable`]
-    /// ([`Resilient::check_batch`](crate::Resilient::check_batch) decides by its
+    /// ([`Resilient::check_batch`] decides by its
     /// fail policy instead).
     ///
     /// Metrics: each item of `n` > 0 counts as a decision of its own limiter
