@@ -9,7 +9,7 @@ mod support;
 use common::{config, descriptor, request};
 use std::sync::Arc;
 use std::time::Duration;
-use weir_rls::backend::RedisBackend;
+use weir_rls::backend::{FailPolicy, RedisBackend};
 use weir_rls::decider::{RedisStores, StoreDecider};
 use weir_rls::proto::rate_limit_response::Code;
 use weir_rls::proto::{RateLimitDescriptor, RateLimitRequest, UInt64Value};
@@ -100,4 +100,46 @@ async fn a_request_over_one_limit_charges_none_of_the_others_in_one_round_trip()
     assert_eq!(left, vec![96, 96, 96, 0]);
     assert_eq!(redis.calls("evalsha") - before, 1, "one round trip, and no refunds");
     assert_eq!(remaining(&service, &all).await, vec![97, 97, 97, 0]);
+}
+
+async fn service_with(redis: &support::RedisServer, policy: FailPolicy) -> Service {
+    let backend = RedisBackend::new(vec![redis.url()], false)
+        .unwrap()
+        .timeouts(Duration::from_millis(300), Duration::from_secs(10))
+        .unwrap()
+        .fail_policy(policy)
+        .unwrap();
+    let stores = Arc::new(RedisStores::connect(backend, "f:").await.unwrap());
+    let config = Arc::new(config(CONFIG));
+    let decider = StoreDecider::build(stores, &config, None).unwrap();
+    RlsService::new(config, decider)
+}
+
+#[tokio::test]
+async fn a_frozen_redis_decides_every_descriptor_by_the_fail_policy_all_or_nothing() {
+    let mut redis = support::RedisServer::start();
+    let closed = service_with(&redis, FailPolicy::Closed).await;
+    let local = service_with(&redis, FailPolicy::Local { instances: 1, max_keys: 100 }).await;
+    redis.pause();
+    // Closed: every descriptor that costs something is refused.
+    let response = closed.respond(on(&["a", "b", "c"], None)).await.unwrap();
+    assert_eq!(response.overall_code, Code::OverLimit as i32);
+    assert!(response.statuses.iter().all(|s| s.code == Code::OverLimit as i32), "{response:?}");
+    // Local: the local limits decide together. The log's 3 admit three requests;
+    // the fourth is refused by it, and takes nothing from the other three.
+    let all = ["a", "b", "c", "e"];
+    for round in 0..3 {
+        assert_eq!(local.respond(on(&all, None)).await.unwrap().overall_code, Code::Ok as i32, "round {round}");
+    }
+    let refused = local.respond(on(&all, None)).await.unwrap();
+    assert_eq!(refused.overall_code, Code::OverLimit as i32);
+    let codes: Vec<i32> = refused.statuses.iter().map(|s| s.code).collect();
+    assert_eq!(codes, vec![Code::Ok as i32, Code::Ok as i32, Code::Ok as i32, Code::OverLimit as i32]);
+    // What the refused request was answered for the others, it did not keep:
+    // the next request without the log is answered the same.
+    let left: Vec<u32> = refused.statuses.iter().take(3).map(|s| s.limit_remaining).collect();
+    let next = local.respond(on(&["a", "b", "c"], None)).await.unwrap();
+    assert_eq!(next.overall_code, Code::Ok as i32);
+    assert_eq!(next.statuses.iter().map(|s| s.limit_remaining).collect::<Vec<_>>(), left);
+    redis.resume();
 }
