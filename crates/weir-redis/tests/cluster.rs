@@ -95,11 +95,19 @@ async fn a_batch_over_slots_is_all_or_nothing_on_a_cluster() {
     let urls = cluster.urls();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     let redis = Redis::connect_cluster(&urls, support::patient()).await.unwrap();
-    // Windows of a day: no boundary falls within the test.
+    // A clock that stands still: the refunds of the slots that admitted give
+    // back all they took (a refund credits the units less the time since the
+    // admission, none here), and no window boundary falls within the test.
+    let clock = weir_rl_core::ManualClock::starting_at(weir_rl_core::Nanos::new(1_700_000_000_000_000_000));
     let day = Quota::per_day(4).unwrap();
-    let gcra = RedisLimiter::builder(&redis, day).prefix("g:").build().unwrap();
-    let fixed = RedisLimiter::builder(&redis, day).backend(Backend::FixedWindow).prefix("f:").build().unwrap();
-    let log = RedisLimiter::builder(&redis, day).backend(Backend::SlidingLog).prefix("l:").build().unwrap();
+    let gcra = RedisLimiter::builder(&redis, day).prefix("g:").build_with_clock(clock.clone()).unwrap();
+    let fixed = RedisLimiter::builder(&redis, day)
+        .backend(Backend::FixedWindow)
+        .prefix("f:")
+        .build_with_clock(clock.clone())
+        .unwrap();
+    let log =
+        RedisLimiter::builder(&redis, day).backend(Backend::SlidingLog).prefix("l:").build_with_clock(clock).unwrap();
     // Client keys in three different slots (each key is its own hash tag), and
     // one repeated: the repeated key's items are in one script.
     let keys = ["alpha", "bravo", "charlie"];
