@@ -442,6 +442,22 @@ impl StoreDecider {
         limiters: &[&Resilient],
         costs: &[u64],
     ) -> Option<Result<Vec<Option<Decision>>, DecideError>> {
+        let in_redis_error = |e: weir_redis::Error| match e {
+            weir_redis::Error::InsufficientCapacity(e) => DecideError::internal(format!(
+                "a cost of {} above the {} a limit admits at once",
+                e.requested, e.capacity
+            )),
+            e => DecideError::unavailable(e.to_string()),
+        };
+        // One limit: its own script, the same one round trip, with no batch to
+        // build (a batch of one decides alike).
+        if let ([check], [limiter], [cost]) = (checks, limiters, costs) {
+            let key = Key::custom(check.key.as_bytes());
+            return Some(match limiter.check_traced(&key, *cost).await {
+                Ok(checked) => Ok(vec![Some(checked.decision)]),
+                Err(e) => Err(in_redis_error(e)),
+            });
+        }
         // The keys as the stores name them (weir-http's encoding), so a limit
         // counts the same Redis key whichever way it is decided.
         let keys: Vec<Key> = checks.iter().map(|c| Key::custom(c.key.as_bytes())).collect();
@@ -455,11 +471,7 @@ impl StoreDecider {
         Some(match Resilient::check_batch(&items).await {
             Ok(checked) => Ok(checked.into_items().into_iter().map(|c| Some(c.decision)).collect()),
             Err(weir_redis::Error::Batch { .. }) => return None,
-            Err(weir_redis::Error::InsufficientCapacity(e)) => Err(DecideError::internal(format!(
-                "a cost of {} above the {} a limit admits at once",
-                e.requested, e.capacity
-            ))),
-            Err(e) => Err(DecideError::unavailable(e.to_string())),
+            Err(e) => Err(in_redis_error(e)),
         })
     }
 }

@@ -143,3 +143,17 @@ async fn a_frozen_redis_decides_every_descriptor_by_the_fail_policy_all_or_nothi
     assert_eq!(next.statuses.iter().map(|s| s.limit_remaining).collect::<Vec<_>>(), left);
     redis.resume();
 }
+
+#[tokio::test]
+async fn a_one_descriptor_request_is_one_round_trip_of_its_own_script() {
+    let redis = support::RedisServer::start();
+    let service = service(&redis).await;
+    for rule in ["a", "b", "c", "e"] {
+        // Loads the rule's script on first use.
+        assert_eq!(service.respond(on(&[rule], None)).await.unwrap().overall_code, Code::Ok as i32);
+        let before = redis.calls("evalsha");
+        let response = service.respond(on(&[rule], None)).await.unwrap();
+        assert_eq!(response.overall_code, Code::Ok as i32, "{rule}");
+        assert_eq!(redis.calls("evalsha") - before, 1, "{rule}");
+    }
+}
