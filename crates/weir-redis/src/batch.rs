@@ -75,8 +75,9 @@
 //! grouped by slot, one script per slot, all sent at once (one round trip of
 //! latency; as many scripts as slots). Each group is atomic and all or nothing on
 //! its own. Across groups the batch stays all or nothing by giving back: when
-//! any group refuses, the groups that admitted are refunded (one more round trip,
-//! on refusals only) before the batch returns. So a cluster never over-admits,
+//! any group refuses, the items the other groups admitted are refunded (a refund
+//! per admitted item, one after another, on refusals only) before the batch
+//! returns. So a cluster never over-admits,
 //! but in the moment between a group's admission and its refund, a concurrent
 //! check of one of its keys may be refused by capacity the refused batch held
 //! (the transient of any all-or-nothing check made of separate steps). On one
@@ -88,7 +89,13 @@
 //! answer reported: a script still in flight is handed, with what it needs, to a
 //! task on the current tokio runtime, which waits for its reply (bounded by the
 //! call timeout) and refunds what it admitted; so are the admissions of a cluster
-//! batch being given back. Without a tokio runtime they stay spent. Refunds follow
+//! batch being given back. Without a tokio runtime they stay spent.
+//!
+//! A script whose reply comes after the call timeout (a slow Redis, not a down
+//! one) may still run: whatever it admitted stays spent, unreported, until it
+//! expires (the GCRA time it charged passes, or its window ends). That is
+//! capacity lost, never capacity added, and single checks share it: Redis offers
+//! no way to withdraw a script it has been sent. Refunds follow
 //! [`RedisLimiter::refund`]'s rule (GCRA credits less the time since the
 //! admission), so a refund never gives back capacity a later admission took.
 //!
@@ -299,16 +306,30 @@ impl<C: Clock> Resilient<C> {
     /// A refused batch keeps nothing anywhere: what a local fallback admitted for
     /// it is given back (weir-gcra's rule: less the time since), and Redis wrote
     /// nothing, or gave back what it admitted (a cluster's groups). So does a
-    /// batch dropped at its await. Errors are those a retry would not fix, as for
+    /// batch dropped at its await. One exception: a batch whose script timed out
+    /// (Redis slow, not down) is decided by the fail policies, and the script may
+    /// still run when Redis catches up; what it admits then stays spent until it
+    /// expires (see the module's "Cancellation": capacity lost, never added). Errors are those a retry would not fix, as for
     /// [`RedisLimiter::check_batch`] (checked before anything is taken); an
     /// unavailable Redis is never an error here.
     ///
     /// Each item's [`Checked::path`] says who decided it.
     pub async fn check_batch(items: &[BatchItem<'_, Resilient<C>>]) -> Result<BatchChecked, Error> {
-        // Every item is checked before anything is taken (the first error wins).
-        for item in items {
-            item.limiter.limiter().too_many(item.n)?;
-            item.limiter.limiter().key_name(item.key)?;
+        // Every item is checked before anything is taken, in the order
+        // `RedisLimiter::check_batch` checks them (the first error wins, named by
+        // its place in `items`), whichever items go on to Redis.
+        if let Some(first) = items.first().map(|item| item.limiter.limiter()) {
+            for (i, item) in items.iter().enumerate() {
+                let limiter = item.limiter.limiter();
+                if !limiter.redis().is_same(first.redis()) {
+                    return Err(Error::Batch { item: i, mismatch: BatchMismatch::Connection });
+                }
+                if limiter.uses_server_time() != first.uses_server_time() {
+                    return Err(Error::Batch { item: i, mismatch: BatchMismatch::TimeSource });
+                }
+                limiter.too_many(item.n)?;
+                limiter.key_name(item.key)?;
+            }
         }
         // One route per limiter (an item repeating an earlier item's limiter
         // takes its route): `Some` holds the leave to call Redis, a probe's
@@ -654,8 +675,11 @@ impl Drop for Flight<'_, '_> {
         // Ordering: Relaxed; a count read by tests alone, with the `Notify`
         // (which orders its own wake-ups) telling them when it may have fallen.
         GIVING_BACK.fetch_add(1, Ordering::Relaxed);
+        // Moved into the task: counted out when it ends, or when it is dropped
+        // unpolled (a runtime shutting down).
+        let ended = GivingBack;
         runtime.spawn(async move {
-            let _ended = GivingBack;
+            let _ended = ended;
             for (group, call) in in_flight {
                 // Bounded: the call has the connection's call timeout.
                 let Ok(reply) = call.await else { continue };

@@ -251,6 +251,13 @@ pub enum ConfigError {
         /// The limit asked for.
         limit: u64,
     },
+    /// A fixed or sliding window limit above
+    /// [`MAX_WINDOW_LIMIT`](crate::MAX_WINDOW_LIMIT) (2^53 − 1): Redis's scripts
+    /// count in doubles, which are exact only below 2^53.
+    WindowTooLarge {
+        /// The limit asked for.
+        limit: u64,
+    },
     /// A window shorter than a millisecond: Redis expires keys in milliseconds.
     WindowTooShort {
         /// The window asked for.
@@ -314,6 +321,12 @@ impl fmt::Display for ConfigError {
                 "a sliding log of {limit} entries per window is more than {} (memory in Redis grows with the \
                  limit); use the sliding window counter",
                 crate::MAX_LOG_LIMIT
+            ),
+            Self::WindowTooLarge { limit } => write!(
+                f,
+                "a window limit of {limit} is more than {} (2^53 - 1): Redis's scripts count in doubles, exact only \
+                 below 2^53; use a smaller limit per window",
+                crate::MAX_WINDOW_LIMIT
             ),
             Self::WindowTooShort { window } => {
                 write!(f, "a window of {window:?} is shorter than Redis's 1 ms expiry resolution")

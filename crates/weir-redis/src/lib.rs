@@ -212,7 +212,7 @@ pub use fail::{Backoff, Checked, FailPolicy, LocalFallback, Path, Resilient, Res
 pub use lease::{LeaseConfig, LeaseConfigBuilder, Leased};
 pub use limiter::{
     Backend, DEFAULT_MAX_KEY_BYTES, DEFAULT_PREFIX, Expiry, HASHED_KEY_BYTES, LongKeys, MAX_LOG_LIMIT, MAX_TIER,
-    RedisLimiter, RedisLimiterBuilder,
+    MAX_WINDOW_LIMIT, RedisLimiter, RedisLimiterBuilder,
 };
 
 /// Not part of the public API: what weir-redis's benchmark program needs from

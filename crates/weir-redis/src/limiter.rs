@@ -16,6 +16,11 @@ pub const MAX_TIER: usize = 8;
 /// bytes in Redis) per request of the last window.
 pub const MAX_LOG_LIMIT: u64 = 100_000;
 
+/// The largest fixed or sliding window limit, 2^53 − 1: the scripts count in
+/// Lua's numbers (doubles), exact below 2^53; at 2^53 a count of one more would
+/// round back to the same count and fit again.
+pub const MAX_WINDOW_LIMIT: u64 = (1 << 53) - 1;
+
 /// The key prefix used unless another is set.
 pub const DEFAULT_PREFIX: &str = "weir:";
 
@@ -230,6 +235,9 @@ fn window_of(quota: &Quota) -> Result<WindowMicros, ConfigError> {
     if quota.burst() != quota.count() {
         return Err(ConfigError::BurstIsNotCount { count: quota.count(), burst: quota.burst() });
     }
+    if quota.count() > MAX_WINDOW_LIMIT {
+        return Err(ConfigError::WindowTooLarge { limit: quota.count() });
+    }
     let period_ns = quota.period().as_nanos();
     if period_ns < 1_000_000 {
         return Err(ConfigError::WindowTooShort { window: quota.period() });
@@ -361,7 +369,8 @@ impl RedisLimiterBuilder {
     /// used: [`ConfigError::TierSize`] (more than [`MAX_TIER`] quotas),
     /// [`ConfigError::TierNeedsGcra`] (several quotas on a window backend),
     /// [`ConfigError::BurstIsNotCount`], [`ConfigError::WindowTooShort`] or
-    /// [`ConfigError::LogTooLarge`] (a quota the backend cannot run),
+    /// [`ConfigError::LogTooLarge`] or [`ConfigError::WindowTooLarge`] (a quota
+    /// the backend cannot run),
     /// [`ConfigError::BraceInPrefix`] (the prefix), [`ConfigError::Zero`]
     /// (`max_key_bytes`).
     pub fn build(self) -> Result<RedisLimiter, ConfigError> {
