@@ -4,9 +4,18 @@
 use crate::metrics::Metrics;
 use crate::{ConfigError, Error};
 use core::fmt;
+use core::pin::Pin;
 use core::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, ScriptInvocation, Value};
+use std::sync::Arc;
+
+/// A Redis Cluster hash slot (see [`Redis::slot_of`]).
+#[cfg(feature = "cluster")]
+pub(crate) type Slot = redis::cluster_routing::Slot;
+/// No slots without Redis Cluster.
+#[cfg(not(feature = "cluster"))]
+pub(crate) type Slot = core::convert::Infallible;
 
 /// How an instance talks to Redis: time limits, and for TLS the certificate to trust.
 /// Built by [`RedisOptions::builder`]; [`RedisOptions::default()`] is 100 ms per
@@ -160,6 +169,9 @@ fn url_error(url: &str, e: redis::RedisError) -> Error {
 pub struct Redis {
     conn: Conn,
     call_timeout: Duration,
+    /// Shared by the clones of one connection, and by no other: what tells
+    /// whether two limiters can be decided in one script (a batch).
+    origin: Arc<()>,
 }
 
 impl fmt::Debug for Redis {
@@ -274,7 +286,7 @@ impl Redis {
             .await
             .map_err(|_| Error::Timeout { after: limit })?
             .map_err(Error::from_redis)?;
-        let redis = Self { conn: Conn::Single(manager), call_timeout: options.call_timeout };
+        let redis = Self { conn: Conn::Single(manager), call_timeout: options.call_timeout, origin: Arc::default() };
         redis.ping().await?;
         Ok(redis)
     }
@@ -299,7 +311,7 @@ impl Redis {
             .await
             .map_err(|_| Error::Timeout { after: limit })?
             .map_err(Error::from_redis)?;
-        let redis = Self { conn: Conn::Cluster(conn), call_timeout: options.call_timeout };
+        let redis = Self { conn: Conn::Cluster(conn), call_timeout: options.call_timeout, origin: Arc::default() };
         redis.ping().await?;
         Ok(redis)
     }
@@ -345,6 +357,37 @@ impl Redis {
         }
         let _ = metrics;
         invocation.invoke_async(&mut self.conn.clone()).await
+    }
+
+    /// Runs one script like [`invoke`](Self::invoke), as a future that owns
+    /// what it needs (a clone of the connection, the invocation, the metric
+    /// handles): one that a task can finish after the caller that sent it has
+    /// gone (a batch dropped while its script is in flight).
+    pub(crate) fn invoke_owned(
+        &self,
+        invocation: ScriptInvocation<'static>,
+        metrics: Metrics,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<u64>, Error>> + Send>> {
+        let redis = self.clone();
+        Box::pin(async move { redis.invoke(&invocation, &metrics).await })
+    }
+
+    /// Whether `other` is a clone of this connection (the same one).
+    pub(crate) fn is_same(&self, other: &Redis) -> bool {
+        Arc::ptr_eq(&self.origin, &other.origin)
+    }
+
+    /// For a Redis Cluster, the hash slot of `key` (redis-rs's: CRC16 of its
+    /// hash tag); `None` for one server, where every key is in one place.
+    pub(crate) fn slot_of(&self, key: &str) -> Option<Slot> {
+        match &self.conn {
+            Conn::Single(_) => {
+                let _ = key;
+                None
+            }
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(_) => Some(redis::cluster_routing::Slot::for_key(key)),
+        }
     }
 
     /// Runs one script like [`invoke`](Self::invoke), with no time limit: the

@@ -1,5 +1,6 @@
 //! [`Error`] and [`ConfigError`]: what can go wrong besides a denial.
 
+use crate::BatchMismatch;
 use core::fmt;
 use core::time::Duration;
 use weir_rl_core::InsufficientCapacity;
@@ -70,6 +71,16 @@ pub enum Error {
         len: usize,
         /// The longest key the limiter takes.
         max: usize,
+    },
+    /// Item `item` of a batch cannot be decided in one script with the first
+    /// ([`RedisLimiter::check_batch`](crate::RedisLimiter::check_batch)): its
+    /// limiter uses another connection or another time source. Nothing was sent
+    /// to Redis.
+    Batch {
+        /// The item's index in the batch.
+        item: usize,
+        /// What it does not share with the first item.
+        mismatch: BatchMismatch,
     },
 }
 
@@ -174,6 +185,17 @@ impl fmt::Display for Error {
             ),
             Self::Reply { message } => write!(f, "unexpected reply from Redis: {message}"),
             Self::Config(e) => e.fmt(f),
+            Self::Batch { item, mismatch: BatchMismatch::Connection } => write!(
+                f,
+                "batch item {item} uses another Redis connection than item 0: a batch is one script on one \
+                 connection (build every limiter of a batch from clones of one Redis)"
+            ),
+            Self::Batch { item, mismatch: BatchMismatch::TimeSource } => write!(
+                f,
+                "batch item {item} decides at another time source than item 0 (one at Redis's TIME, the other at a \
+                 client clock): a batch is decided at one time (build its limiters all with build, or all with \
+                 build_with_clock)"
+            ),
             Self::KeyTooLong { len, max } => write!(
                 f,
                 "a client key of {len} bytes is longer than the limiter's max_key_bytes ({max}), and the limiter \
@@ -226,6 +248,13 @@ pub enum ConfigError {
     /// A sliding log above [`MAX_LOG_LIMIT`](crate::MAX_LOG_LIMIT) entries per
     /// window: use the sliding window counter.
     LogTooLarge {
+        /// The limit asked for.
+        limit: u64,
+    },
+    /// A fixed or sliding window limit above
+    /// [`MAX_WINDOW_LIMIT`](crate::MAX_WINDOW_LIMIT) (2^53 − 1): Redis's scripts
+    /// count in doubles, which are exact only below 2^53.
+    WindowTooLarge {
         /// The limit asked for.
         limit: u64,
     },
@@ -292,6 +321,12 @@ impl fmt::Display for ConfigError {
                 "a sliding log of {limit} entries per window is more than {} (memory in Redis grows with the \
                  limit); use the sliding window counter",
                 crate::MAX_LOG_LIMIT
+            ),
+            Self::WindowTooLarge { limit } => write!(
+                f,
+                "a window limit of {limit} is more than {} (2^53 - 1): Redis's scripts count in doubles, exact only \
+                 below 2^53; use a smaller limit per window",
+                crate::MAX_WINDOW_LIMIT
             ),
             Self::WindowTooShort { window } => {
                 write!(f, "a window of {window:?} is shorter than Redis's 1 ms expiry resolution")

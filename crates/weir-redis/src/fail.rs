@@ -377,7 +377,7 @@ impl<C: Clock> Resilient<C> {
     /// Counts a local decision of a request of cost `n` (not a peek) in the
     /// limiter's metrics (Redis's are counted by the limiter).
     #[inline]
-    fn counted(&self, checked: Result<Checked, Error>, n: u64) -> Result<Checked, Error> {
+    pub(crate) fn counted(&self, checked: Result<Checked, Error>, n: u64) -> Result<Checked, Error> {
         if let Ok(checked) = &checked
             && n > 0
         {
@@ -413,7 +413,7 @@ impl<C: Clock> Resilient<C> {
     /// Whether a call to Redis may be made now: Redis is healthy, or its back-off
     /// is over and this call wins the one probe. The permit, held until the call
     /// has ended, releases the probe when dropped.
-    fn may_call(&self) -> Option<CallPermit<'_>> {
+    pub(crate) fn may_call(&self) -> Option<CallPermit<'_>> {
         // Ordering: Relaxed; the health words are hints that publish no other data:
         // a stale read at worst sends one more call to Redis or to the policy.
         let until = self.down_until.load(Ordering::Relaxed);
@@ -437,7 +437,7 @@ impl<C: Clock> Resilient<C> {
     }
 
     /// Redis answered: back to normal.
-    fn succeeded(&self) {
+    pub(crate) fn succeeded(&self) {
         // Ordering: Relaxed; see `may_call`.
         if self.down_until.load(Ordering::Relaxed) != 0 {
             // Ordering: Relaxed; see `may_call`.
@@ -448,7 +448,7 @@ impl<C: Clock> Resilient<C> {
     }
 
     /// Redis did not answer: leave it alone for the next back-off.
-    fn failed(&self) {
+    pub(crate) fn failed(&self) {
         // `Backoff::new` keeps 0 < initial <= max.
         let (initial, max) = (duration_ns(self.backoff.initial), duration_ns(self.backoff.max));
         // Ordering: Relaxed; see `may_call`. Concurrent failures may each double it;
@@ -477,6 +477,14 @@ impl<C: Clock> Resilient<C> {
     }
 
     fn decide_locally(&self, key: &[u8], n: u64) -> Result<Checked, Error> {
+        Ok(self.decide_locally_held(key, n)?.0)
+    }
+
+    /// A decision by the policy, and what it took: for an admission by the
+    /// local fallback, the key's name in its stores and each store's admission,
+    /// for [`give_back_locally`](Self::give_back_locally) (a batch that the
+    /// other items refuse); `None` when nothing was taken.
+    pub(crate) fn decide_locally_held(&self, key: &[u8], n: u64) -> Result<(Checked, Option<LocalHeld>), Error> {
         let limit = self.limiter.capacity();
         if n > limit {
             return Err(Error::InsufficientCapacity(weir_rl_core::InsufficientCapacity {
@@ -484,6 +492,7 @@ impl<C: Clock> Resilient<C> {
                 capacity: limit,
             }));
         }
+        let mut held = None;
         let (decision, path) = match self.policy {
             FailPolicy::Open => (Decision::allowed(Snapshot::new(limit, limit.saturating_sub(n), 0)), Path::FailOpen),
             FailPolicy::Closed => {
@@ -498,10 +507,24 @@ impl<C: Clock> Resilient<C> {
             // The store keeps the key's name (at most 3 × max_key_bytes bytes, or
             // a hash), never the key itself.
             FailPolicy::LocalFallback(_) => {
-                (self.fallback_check(self.limiter.key_name(key)?.as_bytes(), n)?, Path::LocalFallback)
+                let name = self.limiter.key_name(key)?;
+                let (decision, admissions) = self.fallback_check(name.as_bytes(), n)?;
+                if n > 0 && !admissions.is_empty() {
+                    held = Some(LocalHeld { name, n, admissions });
+                }
+                (decision, Path::LocalFallback)
             }
         };
-        Ok(Checked { decision: decision.unstamped().from_fallback(), path })
+        Ok((Checked { decision: decision.unstamped().from_fallback(), path }, held))
+    }
+
+    /// Gives back to the local fallback's stores what
+    /// [`decide_locally_held`](Self::decide_locally_held) took (weir-gcra's
+    /// refund rule: less the time since).
+    pub(crate) fn give_back_locally(&self, held: &LocalHeld) {
+        for (store, admission) in self.fallback.iter().zip(&held.admissions) {
+            let _ = store.refund(held.name.as_bytes(), held.n, admission);
+        }
     }
 
     /// All-of over the fallback stores: a check of each; if any denies, the
@@ -510,7 +533,7 @@ impl<C: Clock> Resilient<C> {
     /// between two readings cannot let a request past another that is exhausted).
     /// A request above a store's divided burst (it fits the quota, so Redis may
     /// admit it) is denied until the next probe of Redis.
-    fn fallback_check(&self, key: &[u8], n: u64) -> Result<Decision, Error> {
+    fn fallback_check(&self, key: &[u8], n: u64) -> Result<(Decision, Vec<Decision>), Error> {
         let mut decisions = Vec::with_capacity(self.fallback.len());
         let mut failed = None;
         for (i, store) in self.fallback.iter().enumerate() {
@@ -535,17 +558,30 @@ impl<C: Clock> Resilient<C> {
             // Never admitted locally, though Redis could admit it: denied until
             // Redis is tried again, not an error ("never fits" it is not).
             let snapshot = self.fallback[i].snapshot(key);
-            return Ok(Decision::denied(snapshot, self.until_probe_ns()).for_policy(i));
+            return Ok((Decision::denied(snapshot, self.until_probe_ns()).for_policy(i), Vec::new()));
         }
-        Ok(deciding(decisions))
+        if decisions.iter().any(Decision::is_denied) {
+            return Ok((deciding(decisions), Vec::new()));
+        }
+        Ok((deciding(decisions.iter().copied()), decisions))
     }
+}
+
+/// What a local fallback admission took (see
+/// [`Resilient::decide_locally_held`]): the key's name in the stores, the cost,
+/// and each store's admission.
+#[derive(Debug)]
+pub(crate) struct LocalHeld {
+    name: String,
+    n: u64,
+    admissions: Vec<Decision>,
 }
 
 /// Leave to call Redis, from [`Resilient::may_call`]: for a probe, it holds the
 /// probe flag and clears it when dropped, so a call that ends in any way (an
 /// answer, an error, or its future dropped at the await) leaves no probe behind,
 /// and the next check after the back-off probes again.
-struct CallPermit<'a> {
+pub(crate) struct CallPermit<'a> {
     /// The flag this call won, if it is the probe.
     probing: Option<&'a AtomicBool>,
 }

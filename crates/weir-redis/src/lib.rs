@@ -18,6 +18,7 @@
 //! | an exact sliding window | [`Backend::SlidingLog`] | one round trip, one sorted-set entry per request of the window |
 //! | keep serving when Redis is slow or down | [`Resilient`] with a [`FailPolicy`] | a timeout at the start of an outage, then local decisions |
 //! | very hot keys, fewer round trips | [`Leased`] | a round trip per lease (up to `max_lease` decisions), bounded overshoot |
+//! | several limits (and keys) per request, all or nothing | [`RedisLimiter::check_batch`] with a [`BatchItem`] each ([`Resilient::check_batch`] with fail policies; see [`batch`]) | one round trip for the whole batch (one script per hash slot on a cluster); a refused batch writes nothing |
 //!
 //! # Example
 //!
@@ -194,6 +195,7 @@
 //! `redis-server` on PATH they fail with a message saying how to install it
 //! (`apt-get install redis-server`, or `.ci/redis-server install`).
 
+pub mod batch;
 mod connection;
 mod error;
 pub mod fail;
@@ -203,13 +205,14 @@ mod math;
 mod metrics;
 mod scripts;
 
+pub use batch::{BatchChecked, BatchItem, BatchMismatch};
 pub use connection::{Redis, RedisOptions, RedisOptionsBuilder};
 pub use error::{ConfigError, Error};
 pub use fail::{Backoff, Checked, FailPolicy, LocalFallback, Path, Resilient, ResilientBuilder};
 pub use lease::{LeaseConfig, LeaseConfigBuilder, Leased};
 pub use limiter::{
     Backend, DEFAULT_MAX_KEY_BYTES, DEFAULT_PREFIX, Expiry, HASHED_KEY_BYTES, LongKeys, MAX_LOG_LIMIT, MAX_TIER,
-    RedisLimiter, RedisLimiterBuilder,
+    MAX_WINDOW_LIMIT, RedisLimiter, RedisLimiterBuilder,
 };
 
 /// Not part of the public API: what weir-redis's benchmark program needs from
@@ -267,5 +270,11 @@ pub mod __private {
     /// delivered or given up (cancellation tests).
     pub async fn renewal_settled<C: Clock>(leased: &Leased<C>, key: &[u8]) {
         leased.renewal_settled(key).await;
+    }
+
+    /// Waits (at most `limit`) until every batch dropped with a script in flight
+    /// has given back what it admitted (cancellation tests).
+    pub async fn batch_give_backs_settled(limit: core::time::Duration) {
+        crate::batch::give_backs_settled(limit).await;
     }
 }

@@ -4,6 +4,7 @@ use crate::math::{GcraMicros, NS, WindowMicros};
 use crate::metrics::Metrics;
 use crate::{ConfigError, Error, Redis, scripts};
 use core::fmt;
+use redis::ScriptInvocation;
 use std::sync::Arc;
 use weir_rl_core::__private::sync::{AtomicU64, Ordering};
 use weir_rl_core::{AsyncKeyedLimiter, Clock, Decision, InsufficientCapacity, Nanos, Policy, Quota, Snapshot};
@@ -14,6 +15,11 @@ pub const MAX_TIER: usize = 8;
 /// The largest sliding-log limit: the log keeps one sorted-set entry (about 60
 /// bytes in Redis) per request of the last window.
 pub const MAX_LOG_LIMIT: u64 = 100_000;
+
+/// The largest fixed or sliding window limit, 2^53 − 1: the scripts count in
+/// Lua's numbers (doubles), exact below 2^53; at 2^53 a count of one more would
+/// round back to the same count and fit again.
+pub const MAX_WINDOW_LIMIT: u64 = (1 << 53) - 1;
 
 /// The key prefix used unless another is set.
 pub const DEFAULT_PREFIX: &str = "weir:";
@@ -229,6 +235,9 @@ fn window_of(quota: &Quota) -> Result<WindowMicros, ConfigError> {
     if quota.burst() != quota.count() {
         return Err(ConfigError::BurstIsNotCount { count: quota.count(), burst: quota.burst() });
     }
+    if quota.count() > MAX_WINDOW_LIMIT {
+        return Err(ConfigError::WindowTooLarge { limit: quota.count() });
+    }
     let period_ns = quota.period().as_nanos();
     if period_ns < 1_000_000 {
         return Err(ConfigError::WindowTooShort { window: quota.period() });
@@ -360,7 +369,8 @@ impl RedisLimiterBuilder {
     /// used: [`ConfigError::TierSize`] (more than [`MAX_TIER`] quotas),
     /// [`ConfigError::TierNeedsGcra`] (several quotas on a window backend),
     /// [`ConfigError::BurstIsNotCount`], [`ConfigError::WindowTooShort`] or
-    /// [`ConfigError::LogTooLarge`] (a quota the backend cannot run),
+    /// [`ConfigError::LogTooLarge`] or [`ConfigError::WindowTooLarge`] (a quota
+    /// the backend cannot run),
     /// [`ConfigError::BraceInPrefix`] (the prefix), [`ConfigError::Zero`]
     /// (`max_key_bytes`).
     pub fn build(self) -> Result<RedisLimiter, ConfigError> {
@@ -525,7 +535,7 @@ impl RedisLimiter {
 
     /// The Redis keys of `key`, or [`Error::KeyTooLong`] for a key this limiter
     /// refuses.
-    fn keys_of(&self, key: &[u8]) -> Result<Vec<String>, Error> {
+    pub(crate) fn keys_of(&self, key: &[u8]) -> Result<Vec<String>, Error> {
         Ok(self.keys_named(&self.key_name(key)?))
     }
 
@@ -607,7 +617,8 @@ impl RedisLimiter {
         self.expiry
     }
 
-    fn too_many(&self, n: u64) -> Result<(), Error> {
+    /// [`Error::InsufficientCapacity`] for `n` above [`capacity`](Self::capacity).
+    pub(crate) fn too_many(&self, n: u64) -> Result<(), Error> {
         let capacity = self.capacity();
         if n > capacity {
             return Err(Error::InsufficientCapacity(InsufficientCapacity { requested: n, capacity }));
@@ -642,41 +653,121 @@ impl RedisLimiter {
         self.too_many(n)?;
         let keys = self.keys_of(key)?;
         let now = self.now_arg();
+        let mut invocation;
         match &self.algo {
-            Algo::Gcra(quotas) => self.gcra_check(&keys, quotas, n, &now).await,
+            Algo::Gcra(quotas) => invocation = Self::gcra_invocation(&keys, quotas, n, &now),
             Algo::Fixed(w) | Algo::Sliding(w) => {
-                let script = if matches!(self.algo, Algo::Fixed(_)) { &*scripts::FIXED } else { &*scripts::SLIDING };
-                let mut invocation = script.prepare_invoke();
+                invocation = if matches!(self.algo, Algo::Fixed(_)) {
+                    scripts::FIXED.prepare_invoke()
+                } else {
+                    scripts::SLIDING.prepare_invoke()
+                };
                 invocation.key(&keys[0]).arg(&now).arg(n).arg(w.limit).arg(w.period_us);
-                let reply: Vec<u64> = self.redis.invoke(&invocation, &self.metrics).await?;
-                match (&self.algo, reply.as_slice()) {
-                    (Algo::Fixed(_), &[admitted, now, window, count]) => {
-                        let at = now.max(window.saturating_mul(w.period_us));
-                        Ok(w.fixed(admitted == 1 || n == 0, now, window, count).at(Nanos::new(at.saturating_mul(NS))))
-                    }
-                    (Algo::Sliding(_), &[admitted, now, window, prev, curr]) => {
-                        let at = now.max(window.saturating_mul(w.period_us));
-                        let decision = w.sliding(admitted == 1 || n == 0, now, window, prev, curr, n);
-                        Ok(decision.at(Nanos::new(at.saturating_mul(NS))))
-                    }
-                    _ => Err(Error::reply(format_args!("window script replied {reply:?}"))),
-                }
             }
             Algo::Log(w) => {
-                // Ordering: Relaxed; the counter only has to hand out distinct values.
-                let call = CALLS.fetch_add(1, Ordering::Relaxed);
-                let tag = format!("{:x}.{call:x}", self.tag);
-                let mut invocation = scripts::LOG.prepare_invoke();
-                invocation.key(&keys[0]).arg(&now).arg(n).arg(w.limit).arg(w.period_us).arg(tag);
-                let reply: Vec<u64> = self.redis.invoke(&invocation, &self.metrics).await?;
-                match *reply.as_slice() {
-                    [admitted, now, at, live, newest, blocking] => Ok(w
-                        .log(admitted == 1 || n == 0, now, live, newest, blocking)
-                        .at(Nanos::new(at.saturating_mul(NS)))),
-                    _ => Err(Error::reply(format_args!("sliding-log script replied {reply:?}"))),
-                }
+                invocation = scripts::LOG.prepare_invoke();
+                invocation.key(&keys[0]).arg(&now).arg(n).arg(w.limit).arg(w.period_us).arg(self.log_tag());
             }
         }
+        let reply: Vec<u64> = self.redis.invoke(&invocation, &self.metrics).await?;
+        match *reply.as_slice() {
+            [admitted, now, ref fields @ ..] => self.decision_from(n, admitted == 1, now, fields),
+            _ => Err(self.bad_reply(&reply)),
+        }
+    }
+
+    /// A sliding-log member prefix unique to one call: this limiter's tag and a
+    /// process-wide count.
+    fn log_tag(&self) -> String {
+        // Ordering: Relaxed; the counter only has to hand out distinct values.
+        let call = CALLS.fetch_add(1, Ordering::Relaxed);
+        format!("{:x}.{call:x}", self.tag)
+    }
+
+    /// The decision of a call of cost `n` from its script's reply (its own
+    /// script's, or its item's in a batch): whether it was admitted (fits),
+    /// Redis's time (µs), and the fields that follow: `used` per quota (GCRA);
+    /// `window, count` (fixed); `window, prev, curr` (sliding); `at, live,
+    /// newest, blocking` (log). A peek (`n` = 0) is an admission. Stamped with
+    /// the time it was decided at, for [`refund`](Self::refund).
+    pub(crate) fn decision_from(&self, n: u64, admitted: bool, now: u64, fields: &[u64]) -> Result<Decision, Error> {
+        let admitted = admitted || n == 0;
+        let stamp = |us: u64| Nanos::new(us.saturating_mul(NS));
+        match (&self.algo, fields) {
+            (Algo::Gcra(quotas), used) if used.len() == quotas.len() => {
+                let decisions =
+                    quotas.iter().zip(used).map(|(quota, &used)| quota.decision(admitted, used, quota.cost_us(n)));
+                Ok(deciding(decisions).at(stamp(now)))
+            }
+            (Algo::Fixed(w), &[window, count]) => {
+                let at = now.max(window.saturating_mul(w.period_us));
+                Ok(w.fixed(admitted, now, window, count).at(stamp(at)))
+            }
+            (Algo::Sliding(w), &[window, prev, curr]) => {
+                let at = now.max(window.saturating_mul(w.period_us));
+                Ok(w.sliding(admitted, now, window, prev, curr, n).at(stamp(at)))
+            }
+            (Algo::Log(w), &[at, live, newest, blocking]) => {
+                Ok(w.log(admitted, now, live, newest, blocking).at(stamp(at)))
+            }
+            _ => Err(self.bad_reply(fields)),
+        }
+    }
+
+    /// How many reply fields follow `now` (or an item's `fits`) in a decision
+    /// of this limiter (see [`decision_from`](Self::decision_from)).
+    pub(crate) fn reply_fields(&self) -> usize {
+        match &self.algo {
+            Algo::Gcra(quotas) => quotas.len(),
+            Algo::Fixed(_) => 2,
+            Algo::Sliding(_) => 3,
+            Algo::Log(_) => 4,
+        }
+    }
+
+    fn bad_reply(&self, reply: &[u64]) -> Error {
+        let script = match self.algo {
+            Algo::Gcra(_) => "GCRA",
+            Algo::Fixed(_) | Algo::Sliding(_) => "window",
+            Algo::Log(_) => "sliding-log",
+        };
+        Error::reply(format_args!("{script} script replied {reply:?}"))
+    }
+
+    /// Appends this limiter's record of a batch item of cost `n` for the Redis
+    /// keys `keys` (from [`keys_of`](Self::keys_of)) to `invocation` (see
+    /// `scripts::BATCH`).
+    pub(crate) fn batch_record(&self, invocation: &mut ScriptInvocation<'_>, keys: &[String], n: u64, shadow: bool) {
+        let flags = u8::from(self.expiry == Expiry::Never) + 2 * u8::from(shadow);
+        match &self.algo {
+            Algo::Gcra(quotas) => {
+                invocation.arg("g").arg(flags).arg(n).arg(quotas.len());
+                for (key, quota) in keys.iter().zip(quotas.iter()) {
+                    invocation.key(key).arg(quota.cost_us(n)).arg(quota.tolerance_us());
+                }
+            }
+            Algo::Fixed(w) | Algo::Sliding(w) => {
+                let kind = if matches!(self.algo, Algo::Fixed(_)) { "f" } else { "s" };
+                invocation.key(&keys[0]).arg(kind).arg(flags).arg(n).arg(w.limit).arg(w.period_us);
+            }
+            Algo::Log(w) => {
+                invocation.key(&keys[0]).arg("l").arg(flags).arg(n).arg(w.limit).arg(w.period_us).arg(self.log_tag());
+            }
+        }
+    }
+
+    /// The decision time a batch of this limiter's passes in `ARGV[1]` (see
+    /// `scripts`): `None` for Redis's `TIME`, else this limiter's clock in µs.
+    pub(crate) fn client_time_us(&self) -> Option<u64> {
+        match &self.time {
+            TimeSource::Server => None,
+            TimeSource::Client(clock) => Some(clock.now().as_u64() / NS),
+        }
+    }
+
+    /// Whether this limiter decides at Redis's `TIME` (not a client clock).
+    pub(crate) fn uses_server_time(&self) -> bool {
+        matches!(self.time, TimeSource::Server)
     }
 
     fn gcra_invocation(keys: &[String], quotas: &[GcraMicros], n: u64, now: &str) -> redis::ScriptInvocation<'static> {
@@ -686,11 +777,6 @@ impl RedisLimiter {
             invocation.key(key).arg(quota.cost_us(n)).arg(quota.tolerance_us());
         }
         invocation
-    }
-
-    async fn gcra_check(&self, keys: &[String], quotas: &[GcraMicros], n: u64, now: &str) -> Result<Decision, Error> {
-        let reply: Vec<u64> = self.redis.invoke(&Self::gcra_invocation(keys, quotas, n, now), &self.metrics).await?;
-        Self::gcra_decision(quotas, n, &reply)
     }
 
     /// A GCRA check of `key` in a transaction that also reads Redis's `TIME`
@@ -732,16 +818,11 @@ impl RedisLimiter {
         let expiries =
             (0..keys.len()).map(|_| i64::from_redis_value(next()?).map_err(shape)).collect::<Result<Vec<_>, _>>()?;
         let after = ms(next()?)?;
-        Ok((Self::gcra_decision(quotas, n, &reply)?, expiries, (before, after)))
-    }
-
-    fn gcra_decision(quotas: &[GcraMicros], n: u64, reply: &[u64]) -> Result<Decision, Error> {
-        let (admitted, now, used) = match reply {
-            [admitted, now, used @ ..] if used.len() == quotas.len() => (*admitted == 1 || n == 0, *now, used),
-            _ => return Err(Error::reply(format_args!("GCRA script replied {reply:?}"))),
+        let decision = match *reply.as_slice() {
+            [admitted, now, ref used @ ..] => self.decision_from(n, admitted == 1, now, used)?,
+            _ => return Err(self.bad_reply(&reply)),
         };
-        let decisions = quotas.iter().zip(used).map(|(quota, &used)| quota.decision(admitted, used, quota.cost_us(n)));
-        Ok(deciding(decisions).at(Nanos::new(now.saturating_mul(NS))))
+        Ok((decision, expiries, (before, after)))
     }
 
     /// Gives back `n` units that `admission` (a decision of this limiter for `key`)

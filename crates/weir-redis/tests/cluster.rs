@@ -87,3 +87,54 @@ async fn odd_and_empty_client_keys_keep_a_tier_in_one_slot() {
         assert!(checked.is_ok(), "{key:?}: {checked:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_over_slots_is_all_or_nothing_on_a_cluster() {
+    use weir_redis::{Backend, BatchItem};
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let redis = Redis::connect_cluster(&urls, support::patient()).await.unwrap();
+    // A clock that stands still: the refunds of the slots that admitted give
+    // back all they took (a refund credits the units less the time since the
+    // admission, none here), and no window boundary falls within the test.
+    let clock = weir_rl_core::ManualClock::starting_at(weir_rl_core::Nanos::new(1_700_000_000_000_000_000));
+    let day = Quota::per_day(4).unwrap();
+    let gcra = RedisLimiter::builder(&redis, day).prefix("g:").build_with_clock(clock.clone()).unwrap();
+    let fixed = RedisLimiter::builder(&redis, day)
+        .backend(Backend::FixedWindow)
+        .prefix("f:")
+        .build_with_clock(clock.clone())
+        .unwrap();
+    let log =
+        RedisLimiter::builder(&redis, day).backend(Backend::SlidingLog).prefix("l:").build_with_clock(clock).unwrap();
+    // Client keys in three different slots (each key is its own hash tag), and
+    // one repeated: the repeated key's items are in one script.
+    let keys = ["alpha", "bravo", "charlie"];
+    let slots: HashSet<u16> = keys.iter().map(|k| slot(&cluster, &gcra.redis_keys(k)[0])).collect();
+    assert_eq!(slots.len(), 3, "{slots:?}");
+    let batch = |n: u64| {
+        [
+            BatchItem::new(&gcra, keys[0], 1),
+            BatchItem::new(&fixed, keys[1], 1),
+            BatchItem::new(&log, keys[2], n),
+            BatchItem::new(&gcra, keys[0], 1),
+        ]
+    };
+    let checked = RedisLimiter::check_batch(&batch(1)).await.unwrap();
+    assert!(checked.is_admitted());
+    let left: Vec<u64> = checked.items().iter().map(|c| c.decision.remaining()).collect();
+    assert_eq!(left, vec![3, 3, 3, 2]);
+    // The log asks for 4 of its 3 left: refused in its slot; the other slots'
+    // admissions are given back before the batch returns.
+    let checked = RedisLimiter::check_batch(&batch(4)).await.unwrap();
+    assert!(!checked.is_admitted());
+    assert!(checked.decision(2).unwrap().is_denied());
+    assert_eq!(gcra.snapshot(keys[0]).await.unwrap().remaining(), 2);
+    assert_eq!(fixed.snapshot(keys[1]).await.unwrap().remaining(), 3);
+    assert_eq!(log.snapshot(keys[2]).await.unwrap().remaining(), 3);
+    // A preview in every slot writes nothing.
+    let preview = RedisLimiter::preview_batch(&batch(3)).await.unwrap();
+    assert!(preview.is_admitted());
+    assert_eq!(log.snapshot(keys[2]).await.unwrap().remaining(), 3);
+}

@@ -15,8 +15,16 @@
 //!
 //! The counters of every instance pointed at the same Redis (one server, or a
 //! cluster: [`RedisBackend::cluster`]) are shared, so a fleet admits the limit
-//! between them. `redis://` or `rediss://` (TLS) URLs. While Redis does not answer
-//! within the call timeout, the [`FailPolicy`] decides:
+//! between them. `redis://` or `rediss://` (TLS) URLs.
+//!
+//! One round trip per request, all or nothing: one script reads the counter of
+//! every descriptor of a request, decides them all, and charges them only if all
+//! admit, so a request refused by one limit writes nothing and needs no refund (on
+//! a cluster, one script per hash slot, sent together; the slots that admitted are
+//! given back when another refuses). A request that counts a leased `gcra` rule
+//! ([`RedisBackend::lease`]) is checked limit by limit instead.
+//!
+//! While Redis does not answer within the call timeout, the [`FailPolicy`] decides:
 //!
 //! - `open`: admit everything (an outage lifts the limits);
 //! - `closed`: refuse everything (OVER_LIMIT, whatever Envoy's

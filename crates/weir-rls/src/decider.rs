@@ -1,6 +1,11 @@
 //! [`StoreDecider`]: the [`Decide`] of the service, over weir's stores: one per rule
-//! (a weir-keyed store in memory, or a weir-redis limiter), checked all or nothing
-//! with weir-http's [`check_all`].
+//! (a weir-keyed store in memory, or a weir-redis limiter), checked all or nothing:
+//! in memory with weir-http's [`check_all`]; in Redis in one round trip per
+//! request, every limit of the request decided and (when all admit) charged by one
+//! script ([`weir_redis::Resilient::check_batch`]), so a request refused by one
+//! limit writes nothing to the others and needs no refunds. (A request that counts
+//! a leased `gcra` rule is checked limit by limit with [`check_all`]: a lease is
+//! this instance's, not Redis's.)
 //!
 //! # What each outcome is answered
 //!
@@ -10,12 +15,13 @@
 //! | a limit refused: its counter has no room for the cost now | OVER_LIMIT; nothing charged |
 //! | a cost above what a limit ever admits at once (more than its burst) | OVER_LIMIT for it; the others read, not charged |
 //! | a store is full of other clients' live counters | `RESOURCE_EXHAUSTED`; nothing charged |
-//! | Redis unreachable, fail policy `closed` | OVER_LIMIT for that limit (the others read, not charged), until Redis answers |
-//! | Redis unreachable, fail policy `open` or `local` | decided by the policy (admitted; or by the local limit) |
+//! | Redis unreachable, fail policy `closed` | OVER_LIMIT for every limit with a cost (those of cost 0 read as empty), nothing charged, until Redis answers |
+//! | Redis unreachable, fail policy `open` or `local` | decided by the policy (admitted; or by the local limits, all or nothing) |
 //! | a store failed (Redis answered an error, no fail policy applies) | `UNAVAILABLE`, with the error; nothing charged |
 //!
 //! A call dropped while it is decided (a client gone) gives back what it charged
-//! ([`check_all`]'s cancellation safety).
+//! ([`check_all`]'s cancellation safety; a Redis batch dropped with its script in
+//! flight hands it to a task that refunds what it admitted).
 
 use crate::backend::{BackendConfig, FailPolicy, MemoryBackend, RedisBackend};
 use crate::decide::{Check, Decide, DecideError};
@@ -29,7 +35,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use weir_http::{Charge, Key, Outcome, Store, check_all};
 use weir_keyed::{Keyed, KeyedConfig};
-use weir_rl_core::{Clock, Decision, DenyReason, MonotonicClock, Snapshot};
+use weir_redis::{BatchItem, Resilient};
+use weir_rl_core::{AsyncKeyedLimiter, Clock, Decision, DenyReason, MonotonicClock, Policy, Snapshot};
 
 /// Makes the store of one limit: a rule's (named after it), or a domain's `limit`
 /// overrides'.
@@ -37,6 +44,73 @@ pub trait MakeStore: Send + Sync + fmt::Debug {
     /// The store counting `limit`, under the unique `name` (`<domain>.<key path>`,
     /// or `<domain>.<override>`; a Redis backend's key prefix is made of it).
     fn make(&self, name: &str, limit: &RateLimit) -> Result<Store, String>;
+
+    /// The counter of `limit`, as [`make`](Self::make) names it: by default
+    /// `make`'s store alone; a maker of weir-redis limiters gives the limiter too
+    /// ([`Counter::redis`]), so that a request's limits are decided in one script.
+    fn make_counter(&self, name: &str, limit: &RateLimit) -> Result<Counter, String> {
+        self.make(name, limit).map(Counter::from)
+    }
+}
+
+/// What counts one limit: its [`Store`], and for a limit in Redis its weir-redis
+/// limiter (with its fail policy), which [`StoreDecider`] decides together with the
+/// request's other Redis limits in one script.
+#[derive(Debug, Clone)]
+pub struct Counter {
+    store: Store,
+    redis: Option<Arc<Resilient>>,
+}
+
+impl Counter {
+    /// The counter of a weir-redis limiter: decided in a batch with the request's
+    /// other Redis limits (on the same connection), and through its [`Store`]
+    /// where a batch does not apply.
+    pub fn redis(limiter: Resilient) -> Self {
+        let limiter = Arc::new(limiter);
+        Self { store: Store::remote(SharedResilient(Arc::clone(&limiter))), redis: Some(limiter) }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The weir-redis limiter, for a limit in Redis.
+    pub fn redis_limiter(&self) -> Option<&Resilient> {
+        self.redis.as_deref()
+    }
+}
+
+impl From<Store> for Counter {
+    /// A counter checked through its store alone.
+    fn from(store: Store) -> Self {
+        Self { store, redis: None }
+    }
+}
+
+/// A [`Resilient`] shared by a [`Counter`]'s store and its batches.
+#[derive(Debug)]
+struct SharedResilient(Arc<Resilient>);
+
+impl AsyncKeyedLimiter<Key> for SharedResilient {
+    type Error = weir_redis::Error;
+
+    fn check_n(&self, key: &Key, n: u64) -> impl Future<Output = Result<Decision, Self::Error>> + Send {
+        AsyncKeyedLimiter::<Key>::check_n(&*self.0, key, n)
+    }
+
+    fn refund(&self, key: &Key, n: u64, admission: &Decision) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        AsyncKeyedLimiter::<Key>::refund(&*self.0, key, n, admission)
+    }
+
+    fn snapshot(&self, key: &Key) -> impl Future<Output = Result<Snapshot, Self::Error>> + Send {
+        AsyncKeyedLimiter::<Key>::snapshot(&*self.0, key)
+    }
+
+    fn policies(&self) -> &[Policy] {
+        AsyncKeyedLimiter::<Key>::policies(&*self.0)
+    }
 }
 
 /// Stores in this process: a weir-keyed store per limit, of at most `max_keys`
@@ -163,6 +237,10 @@ fn escape_braces(name: &str) -> String {
 
 impl MakeStore for RedisStores {
     fn make(&self, name: &str, limit: &RateLimit) -> Result<Store, String> {
+        Ok(self.make_counter(name, limit)?.store)
+    }
+
+    fn make_counter(&self, name: &str, limit: &RateLimit) -> Result<Counter, String> {
         let quota = limit.quota().ok_or_else(|| format!("{name}: a limit of 0 has no counter"))?;
         let backend = match limit.algorithm() {
             Algorithm::FixedWindow => weir_redis::Backend::FixedWindow,
@@ -185,7 +263,7 @@ impl MakeStore for RedisStores {
                 .build()
                 .map_err(|e| format!("{name}: {e}"))?;
             let leased = weir_redis::Leased::new(limiter, config).map_err(|e| format!("{name}: {e}"))?;
-            return Ok(Store::remote(leased));
+            return Ok(Counter::from(Store::remote(leased)));
         }
         let policy = match self.config.fail_policy {
             FailPolicy::Open => weir_redis::FailPolicy::Open,
@@ -195,7 +273,7 @@ impl MakeStore for RedisStores {
             ),
         };
         let resilient = weir_redis::Resilient::builder(limiter, policy).build().map_err(|e| format!("{name}: {e}"))?;
-        Ok(Store::remote(resilient))
+        Ok(Counter::redis(resilient))
     }
 }
 
@@ -213,7 +291,7 @@ pub async fn make_stores(
 }
 
 /// The stores of `limit` overrides, by domain and limit.
-type OverrideStores = HashMap<(Box<str>, RateLimit), Arc<Store>>;
+type OverrideStores = HashMap<(Box<str>, RateLimit), Arc<Counter>>;
 
 /// The most distinct `limit` overrides (domain, requests and unit) counted at once;
 /// a request with another is refused `RESOURCE_EXHAUSTED`.
@@ -242,7 +320,7 @@ pub const MAX_OVERRIDE_LIMITS: usize = 1_024;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct StoreDecider {
-    rules: RuleStores<Store>,
+    rules: RuleStores<Counter>,
     overrides: Arc<Mutex<OverrideStores>>,
     make: Arc<dyn MakeStore>,
 }
@@ -262,18 +340,18 @@ impl StoreDecider {
         previous: Option<&StoreDecider>,
     ) -> Result<StoreDecider, String> {
         let rules = RuleStores::build(config, previous.map(|p| &p.rules), |rule: &Rule, limit| {
-            make.make(&rule_name(rule), limit)
+            make.make_counter(&rule_name(rule), limit)
         })?;
         let overrides = previous.map_or_else(Default::default, |p| Arc::clone(&p.overrides));
         Ok(Self { rules, overrides, make })
     }
 
-    /// The rules' stores.
-    pub fn rule_stores(&self) -> &RuleStores<Store> {
+    /// The rules' counters.
+    pub fn rule_stores(&self) -> &RuleStores<Counter> {
         &self.rules
     }
 
-    fn store(&self, check: &Check<'_>) -> Result<Arc<Store>, DecideError> {
+    fn counter(&self, check: &Check<'_>) -> Result<Arc<Counter>, DecideError> {
         match check.source {
             LimitSource::Rule(rule) => self
                 .rules
@@ -292,7 +370,7 @@ impl StoreDecider {
                     )));
                 }
                 let name = format!("{}.<override>", check.domain);
-                let store = Arc::new(self.make.make(&name, &check.limit).map_err(DecideError::internal)?);
+                let store = Arc::new(self.make.make_counter(&name, &check.limit).map_err(DecideError::internal)?);
                 overrides.insert(id, Arc::clone(&store));
                 Ok(store)
             }
@@ -310,21 +388,22 @@ fn undecided(check: &Check<'_>) -> Decision {
     Decision::allowed(Snapshot::new(check.quota.burst(), 0, 0))
 }
 
-impl Decide for StoreDecider {
-    async fn decide(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, DecideError> {
-        let stores = checks.iter().map(|c| self.store(c)).collect::<Result<Vec<_>, _>>()?;
+impl StoreDecider {
+    /// The decisions of `checks` by the counters' stores, with [`check_all`] (a
+    /// remote store's call per limit, and refunds when one refuses); `None` for a
+    /// limit not decided.
+    async fn decide_by_stores(
+        checks: &[Check<'_>],
+        counters: &[Arc<Counter>],
+        costs: &[u64],
+    ) -> Result<Vec<Option<Decision>>, DecideError> {
         let keys: Vec<Key> = checks.iter().map(|c| Key::custom(c.key.as_bytes())).collect();
-        // A cost above what a limit ever admits at once is over now: the others are
-        // read, not charged.
-        let never = checks.iter().position(|c| !c.shadow && c.cost > c.quota.burst());
         let charges: Vec<Charge<'_>> = checks
             .iter()
-            .zip(&stores)
+            .zip(counters)
             .zip(&keys)
-            .map(|((c, store), key)| {
-                let cost = if never.is_some() || c.cost > c.quota.burst() { 0 } else { c.cost };
-                Charge::new(store, key, cost).shadow(c.shadow)
-            })
+            .zip(costs)
+            .map(|(((c, counter), key), &cost)| Charge::new(&counter.store, key, cost).shadow(c.shadow))
             .collect();
         let (mut decisions, outcome) = check_all(&charges).await.into_parts();
         match outcome {
@@ -339,7 +418,8 @@ impl Decide for StoreDecider {
                 // a refusal of this limit; what is not decided is read.
                 Some(decision) if decision.is_from_fallback() => {
                     let unread: Vec<usize> = (0..checks.len()).filter(|&i| decisions[i].is_none()).collect();
-                    let reads: Vec<Charge<'_>> = unread.iter().map(|&i| Charge::new(&stores[i], &keys[i], 0)).collect();
+                    let reads: Vec<Charge<'_>> =
+                        unread.iter().map(|&i| Charge::new(&counters[i].store, &keys[i], 0)).collect();
                     let read = check_all(&reads).await;
                     for (j, &i) in unread.iter().enumerate() {
                         decisions[i] = read.decision(j).copied();
@@ -350,6 +430,70 @@ impl Decide for StoreDecider {
             // A verdict weir-http adds later: nothing known was charged.
             _ => return Err(DecideError::internal("an outcome this version does not know")),
         }
+        Ok(decisions)
+    }
+
+    /// The decisions of `checks` in Redis, in one script (`limiters`: each
+    /// check's), all or nothing; each limiter's fail policy decides while Redis
+    /// does not answer. `None` when the limiters cannot share a batch (built on
+    /// different connections): then the stores decide.
+    async fn decide_in_redis(
+        checks: &[Check<'_>],
+        limiters: &[&Resilient],
+        costs: &[u64],
+    ) -> Option<Result<Vec<Option<Decision>>, DecideError>> {
+        let in_redis_error = |e: weir_redis::Error| match e {
+            weir_redis::Error::InsufficientCapacity(e) => DecideError::internal(format!(
+                "a cost of {} above the {} a limit admits at once",
+                e.requested, e.capacity
+            )),
+            e => DecideError::unavailable(e.to_string()),
+        };
+        // One limit: its own script, the same one round trip, with no batch to
+        // build (a batch of one decides alike).
+        if let ([check], [limiter], [cost]) = (checks, limiters, costs) {
+            let key = Key::custom(check.key.as_bytes());
+            return Some(match limiter.check_traced(&key, *cost).await {
+                Ok(checked) => Ok(vec![Some(checked.decision)]),
+                Err(e) => Err(in_redis_error(e)),
+            });
+        }
+        // The keys as the stores name them (weir-http's encoding), so a limit
+        // counts the same Redis key whichever way it is decided.
+        let keys: Vec<Key> = checks.iter().map(|c| Key::custom(c.key.as_bytes())).collect();
+        let items: Vec<BatchItem<'_, Resilient>> = checks
+            .iter()
+            .zip(limiters)
+            .zip(&keys)
+            .zip(costs)
+            .map(|(((c, limiter), key), &cost)| BatchItem::new(*limiter, key, cost).shadow(c.shadow))
+            .collect();
+        Some(match Resilient::check_batch(&items).await {
+            Ok(checked) => Ok(checked.into_items().into_iter().map(|c| Some(c.decision)).collect()),
+            Err(weir_redis::Error::Batch { .. }) => return None,
+            Err(e) => Err(in_redis_error(e)),
+        })
+    }
+}
+
+impl Decide for StoreDecider {
+    async fn decide(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, DecideError> {
+        let counters = checks.iter().map(|c| self.counter(c)).collect::<Result<Vec<_>, _>>()?;
+        // A cost above what a limit ever admits at once is over now: the others are
+        // read, not charged.
+        let never = checks.iter().position(|c| !c.shadow && c.cost > c.quota.burst());
+        let costs: Vec<u64> =
+            checks.iter().map(|c| if never.is_some() || c.cost > c.quota.burst() { 0 } else { c.cost }).collect();
+        // Every limit in Redis: one script decides them all.
+        let limiters: Option<Vec<&Resilient>> = counters.iter().map(|c| c.redis_limiter()).collect();
+        let in_redis = match limiters {
+            Some(limiters) if !limiters.is_empty() => Self::decide_in_redis(checks, &limiters, &costs).await,
+            _ => None,
+        };
+        let decisions = match in_redis {
+            Some(decisions) => decisions?,
+            None => Self::decide_by_stores(checks, &counters, &costs).await?,
+        };
         // A full store refuses for its capacity, not the client's rate.
         for (check, decision) in checks.iter().zip(&decisions) {
             if let Some(d) = decision

@@ -47,7 +47,8 @@
 //!   [`RequestError`] (a gRPC status with its message).
 //! - [`Decide`]: the seam to the counters: every counted descriptor of a request,
 //!   decided all or nothing. [`decider::StoreDecider`] is weir's: a store per rule,
-//!   in memory or in Redis ([`backend`]), checked with weir-http's `check_all`;
+//!   in memory ([`backend`]), checked with weir-http's `check_all`, or in Redis,
+//!   one script (one round trip) per request, all or nothing;
 //!   windows aligned to the Unix epoch ([`windows`]).
 //! - [`build_response`]: the `RateLimitResponse` from the decisions.
 //! - [`RlsService`]: all of it behind tonic's `RateLimitService` trait, answering

@@ -94,7 +94,9 @@ async fn in_redis() {
         .timeouts(Duration::from_secs(10), Duration::from_secs(10))
         .unwrap();
     let stores = Arc::new(RedisStores::connect(config, "t:").await.unwrap());
-    // Dropped before its first poll, at each counter's round trip, and answered.
+    // Dropped before its first poll, at its one round trip (both counters in one
+    // script: a batch dropped in flight hands it to a task that refunds what it
+    // admitted), and answered.
     let runs = nothing_left_behind(&service(stores)).await;
-    assert!(runs >= 4, "{runs} runs");
+    assert!(runs >= 3, "{runs} runs");
 }

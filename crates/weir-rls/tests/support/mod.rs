@@ -118,6 +118,41 @@ impl RedisServer {
         String::from_utf8_lossy(&reply).lines().next().map(str::to_owned)
     }
 
+    /// `INFO <section>`: the whole reply, or `None` without an answer within 1 s.
+    pub fn info(&self, section: &str) -> Option<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        stream.write_all(format!("INFO {section}\r\n").as_bytes()).ok()?;
+        // `$<length>\r\n<length bytes>\r\n`
+        let mut reply = Vec::new();
+        let mut buffer = [0u8; 4096];
+        loop {
+            if let Some(end) = reply.windows(2).position(|w| w == b"\r\n") {
+                let length: usize = String::from_utf8_lossy(&reply[1..end]).parse().ok()?;
+                if reply.len() >= end + 2 + length {
+                    return Some(String::from_utf8_lossy(&reply[end + 2..end + 2 + length]).into_owned());
+                }
+            }
+            let read = stream.read(&mut buffer).ok()?;
+            if read == 0 {
+                return None;
+            }
+            reply.extend_from_slice(&buffer[..read]);
+        }
+    }
+
+    /// How many times the server has run `command` (`INFO commandstats`'s
+    /// `calls`; 0 for a command it has not run).
+    pub fn calls(&self, command: &str) -> u64 {
+        let stats = self.info("commandstats").expect("INFO commandstats answered");
+        let prefix = format!("cmdstat_{}:calls=", command.to_ascii_lowercase());
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |calls| calls.parse().expect("a number of calls"))
+    }
+
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
