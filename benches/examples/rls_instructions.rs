@@ -11,15 +11,18 @@
 //!   (what tonic's codec adds);
 //! - `none`: dropped (the baseline).
 //!
-//! Every run makes the same requests and bytes; the difference of two runs,
+//! Every run makes the same requests and bytes. Callgrind counts the measured
+//! calls alone (the poll of [`measure`]'s future); the difference of two modes,
 //! divided by `N`, is what a decision costs:
 //!
 //! ```sh
 //! cargo build --release -p weir-bench --features rls --example rls_instructions
 //! for scenario in spread hot three; do for mode in none service codec; do
-//!   valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-//!     target/release/examples/rls_instructions $scenario $mode 200000 100000 2>&1 | grep Collected
+//!   valgrind --tool=callgrind --toggle-collect='rls_instructions::measure::{{closure}}' \
+//!     --callgrind-out-file=$scenario-$mode.out \
+//!     target/release/examples/rls_instructions $scenario $mode 100000 50000 2>&1 | grep Collected
 //! done; done
+//! callgrind_annotate spread-service.out   # where a decision's instructions go
 //! ```
 
 use prost::Message;
@@ -80,13 +83,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let encoded: Vec<Vec<u8>> = measured.iter().map(Message::encode_to_vec).collect();
 
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
-    let (ok, over) = runtime.block_on(async {
+    runtime.block_on(async {
         for request in warm_up {
             service.should_rate_limit(tonic::Request::new(request)).await?;
         }
+        Ok::<_, tonic::Status>(())
+    })?;
+    let (ok, over) = measure(&runtime, &service, mode, measured, &encoded)?;
+    println!("{} {mode:?}: {warm} warm-up calls, {n} requests: {ok} OK, {over} OVER_LIMIT", scenario.name());
+    Ok(())
+}
+
+/// The measured calls, in a future of their own so that callgrind can count them
+/// alone (`--toggle-collect='rls_instructions::measure::{{closure}}'`): `(OK,
+/// OVER_LIMIT)`.
+#[inline(never)]
+fn measure<S: RateLimitService>(
+    runtime: &tokio::runtime::Runtime,
+    service: &S,
+    mode: Mode,
+    measured: Vec<RateLimitRequest>,
+    encoded: &[Vec<u8>],
+) -> Result<(u64, u64), tonic::Status> {
+    runtime.block_on(async {
         let (mut ok, mut over) = (0u64, 0u64);
         let mut out = Vec::with_capacity(256);
-        for (request, bytes) in measured.into_iter().zip(&encoded) {
+        for (request, bytes) in measured.into_iter().zip(encoded) {
             let request = match mode {
                 Mode::None => {
                     drop(black_box(request));
@@ -111,8 +133,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 over += 1;
             }
         }
-        Ok::<_, tonic::Status>((ok, over))
-    })?;
-    println!("{} {mode:?}: {warm} warm-up calls, {n} requests: {ok} OK, {over} OVER_LIMIT", scenario.name());
-    Ok(())
+        Ok((ok, over))
+    })
 }
