@@ -11,7 +11,9 @@
 # in its own checkout. redis-server must be on PATH. The load by default: 2 connections
 # x 16 calls in flight, 5 s measured after 1 s of warm-up (options: rls-loadgen --help).
 # RLS_BACKENDS=memory (or redis) runs one backend, RLS_SCENARIOS="spread hot" some
-# scenarios (both default to all).
+# scenarios (both default to all). RLS_SERVER_THREADS=N and RLS_LOADGEN_THREADS=N set
+# TOKIO_WORKER_THREADS for the servers and for the load generator (tokio's default:
+# one worker per core; weir-rls honours it, Limitador's runtime does not).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 weir="$1" limitador="$2" loadgen="$3"
@@ -33,10 +35,10 @@ measure() { # label, then the server's command line
     shift
     for scenario in ${RLS_SCENARIOS:-spread hot three}; do
         redis-cli -p "$redis_port" flushall >/dev/null
-        "$@" >/dev/null 2>&1 &
+        env ${RLS_SERVER_THREADS:+TOKIO_WORKER_THREADS=$RLS_SERVER_THREADS} "$@" >/dev/null 2>&1 &
         pid=$!
         until (exec 3<>/dev/tcp/127.0.0.1/18081) 2>/dev/null; do sleep 0.1; done
-        "$loadgen" --target "$grpc" --pid "$pid" --label "$label" --scenario "$scenario" --csv $header "${extra[@]}"
+        env ${RLS_LOADGEN_THREADS:+TOKIO_WORKER_THREADS=$RLS_LOADGEN_THREADS} "$loadgen" --target "$grpc" --pid "$pid" --label "$label" --scenario "$scenario" --csv $header "${extra[@]}"
         header=
         kill -TERM "$pid"
         wait "$pid" 2>/dev/null || true
