@@ -312,9 +312,10 @@ impl<S: ConfigSource + 'static> crate::proto::rate_limit_service_server::RateLim
         Self: 'async_trait,
     {
         let call = self.in_flight.enter();
-        let answer = self.service.respond(request.into_inner());
+        let request = request.into_inner();
+        let service = &self.service;
         Box::pin(async move {
-            let result = answer.await.map(tonic::Response::new).map_err(tonic::Status::from);
+            let result = service.respond(request).await.map(tonic::Response::new).map_err(tonic::Status::from);
             drop(call);
             result
         })

@@ -293,8 +293,8 @@ pub(crate) type CallFuture<'a> = core::pin::Pin<
 >;
 
 /// Written out rather than with `async_trait`: the request's metadata is dropped
-/// before the call's future is made, which then holds [`respond`](RlsService::respond)'s
-/// future alone.
+/// before the call's future is made, which then holds the message and
+/// [`respond`](RlsService::respond)'s future alone.
 impl<S> proto::rate_limit_service_server::RateLimitService for RlsService<S>
 where
     S: ConfigSource + 'static,
@@ -311,8 +311,10 @@ where
         'life0: 'async_trait,
         Self: 'async_trait,
     {
-        let answer = self.respond(request.into_inner());
-        Box::pin(async move { answer.await.map(tonic::Response::new).map_err(tonic::Status::from) })
+        // `respond` is called inside: a future made outside and awaited in here would
+        // be held twice (as captured, and as awaited), 616 bytes where this is 376.
+        let request = request.into_inner();
+        Box::pin(async move { self.respond(request).await.map(tonic::Response::new).map_err(tonic::Status::from) })
     }
 }
 
