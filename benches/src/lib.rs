@@ -14,6 +14,11 @@
 //!
 //! Instruction counts (callgrind) are a separate bench target,
 //! `benches/instructions.rs`; see BENCHMARKS.md, "Instruction counts".
+//!
+//! With the `rls` feature, `rls` holds the load of an Envoy rate-limit service,
+//! which the `rls-loadgen` binary sends over gRPC (to weir-rls, Limitador or
+//! envoyproxy/ratelimit) and `examples/rls_instructions.rs` answers in process;
+//! `benches/rls/` has the servers' configs and `run.sh`, the comparison.
 
 pub mod accuracy;
 pub mod chart;
@@ -28,6 +33,8 @@ pub mod pacing;
 pub mod peers;
 pub mod queue;
 pub mod report;
+#[cfg(feature = "rls")]
+pub mod rls;
 pub mod single;
 pub mod throughput;
 pub mod windows;

@@ -121,7 +121,8 @@ pub use reload::Reloadable;
 pub use request::{AsRequest, HeaderLines, Request};
 pub use response::{
     Cause, Denied, Legacy, PROBLEM_JSON, RATELIMIT, RATELIMIT_POLICY, RETRY_AFTER, RateLimitFields, Rejection,
-    X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, digits, small_number,
+    X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, ceil_secs, digits, policy_item, retry_after_secs,
+    sf_string, small_number,
 };
 pub use store::{Store, StoreError};
 pub use throttle::{KeyedThrottle, KeyedThrottleBuilder, KeyedThrottleError};

@@ -21,20 +21,44 @@ pub const RETRY_AFTER: &str = "retry-after";
 /// The content type of the problem bodies (RFC 9457).
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
-/// Whole seconds, rounded up: a wait of 1 ns is 1 s, never 0.
-pub(crate) fn ceil_secs(d: Duration) -> u64 {
+/// Whole seconds, rounded up: a wait of 1 ns is 1 s, never 0 (how every header
+/// and status of weir's front doors writes a duration).
+///
+/// ```
+/// use std::time::Duration;
+///
+/// assert_eq!(weir_http::ceil_secs(Duration::from_nanos(1)), 1);
+/// assert_eq!(weir_http::ceil_secs(Duration::from_secs(58)), 58);
+/// assert_eq!(weir_http::ceil_secs(Duration::ZERO), 0);
+/// ```
+#[inline]
+pub fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 /// `Retry-After` seconds for a wait: rounded up, and at least 1 (a denied client told
 /// `0` retries at once, and is denied again).
-pub(crate) fn retry_after_secs(d: Duration) -> u64 {
+///
+/// ```
+/// use std::time::Duration;
+///
+/// assert_eq!(weir_http::retry_after_secs(Duration::ZERO), 1);
+/// assert_eq!(weir_http::retry_after_secs(Duration::from_millis(1_500)), 2);
+/// ```
+#[inline]
+pub fn retry_after_secs(d: Duration) -> u64 {
     ceil_secs(d).max(1)
 }
 
-/// `name` as a structured-field string: quoted, `"` and `\` escaped, characters
-/// outside printable ASCII dropped.
-pub(crate) fn sf_string(name: &str) -> String {
+/// `name` as a structured-field string (RFC 8941), as a `RateLimit` or
+/// `RateLimit-Policy` item names its policy: quoted, `"` and `\` escaped,
+/// characters outside printable ASCII dropped.
+///
+/// ```
+/// assert_eq!(weir_http::sf_string("per-ip"), r#""per-ip""#);
+/// assert_eq!(weir_http::sf_string("a\"b\\c\u{e9}\n"), r#""a\"b\\c""#);
+/// ```
+pub fn sf_string(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 2);
     out.push('"');
     for c in name.chars().filter(|c| (' '..='~').contains(c)) {
@@ -47,9 +71,16 @@ pub(crate) fn sf_string(name: &str) -> String {
     out
 }
 
-/// One `RateLimit-Policy` item: `"name";q=limit;w=window` (the window in whole
-/// seconds, rounded up).
-pub(crate) fn policy_item(quoted_name: &str, limit: u64, window: Duration) -> String {
+/// One `RateLimit-Policy` item: `"name";q=limit;w=window`, the name already
+/// quoted ([`sf_string`]), the window in whole seconds, rounded up, at least 1.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let item = weir_http::policy_item(&weir_http::sf_string("per-ip"), 100, Duration::from_millis(60_001));
+/// assert_eq!(item, r#""per-ip";q=100;w=61"#);
+/// ```
+pub fn policy_item(quoted_name: &str, limit: u64, window: Duration) -> String {
     format!("{quoted_name};q={limit};w={}", ceil_secs(window).max(1))
 }
 

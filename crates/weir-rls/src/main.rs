@@ -390,7 +390,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Full(weir_rls::stats::RESPONSE_TIME.to_owned()),
-            &[0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0],
+            &weir_rls::stats::RESPONSE_TIME_BUCKETS,
         )
         .map_err(|e| e.to_string())?
         .install_recorder()

@@ -479,17 +479,23 @@ enum How {
     Any,
 }
 
+/// A map of the config's names (domains, keys, values), looked up with a
+/// request's: foldhash, seeded per process. Only a config inserts into these maps
+/// (a request's strings are looked up, never stored), so there is nothing to flood
+/// and no need for SipHash's cost on every entry of every request.
+pub(crate) type NameMap<V> = HashMap<Box<str>, V, foldhash::fast::RandomState>;
+
 /// The descriptors of one level, by key.
 #[derive(Debug, Default)]
 pub(crate) struct Level {
-    by_key: HashMap<Box<str>, KeyNodes>,
+    by_key: NameMap<KeyNodes>,
 }
 
 /// The descriptors of one level with one key: by value, the wildcards in file
 /// order, and the one without a value.
 #[derive(Debug, Default)]
 struct KeyNodes {
-    exact: HashMap<Box<str>, u32>,
+    exact: NameMap<u32>,
     wildcards: Vec<u32>,
     any: Option<u32>,
 }

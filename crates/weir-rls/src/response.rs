@@ -5,7 +5,7 @@
 use crate::matching::{DescriptorMatch, Limited, Matches};
 use crate::proto::{self, rate_limit_response as pb};
 use core::fmt::Write as _;
-use core::time::Duration;
+use weir_http::{ceil_secs, policy_item, retry_after_secs, sf_string};
 use weir_rl_core::Decision;
 
 /// Which headers the response asks Envoy to add (`response_headers_to_add`).
@@ -126,11 +126,10 @@ fn headers(
         let (DescriptorMatch::Limited(limited), Some(decision)) = (m, decision) else {
             continue;
         };
-        let item = format!(
-            "{};q={};w={}",
-            sf_string(policy_name(limited)),
-            limited.limit().requests_per_unit(),
-            ceil_secs(limited.limit().window()).max(1)
+        let item = policy_item(
+            &sf_string(policy_name(limited)),
+            u64::from(limited.limit().requests_per_unit()),
+            limited.limit().window(),
         );
         if !items.contains(&item) {
             items.push(item);
@@ -156,7 +155,7 @@ fn headers(
     if options.ratelimit {
         out.push(header("RateLimit-Policy", items.join(", ")));
         let t = match decision.retry_after() {
-            Some(wait) if refuses => ceil_secs(wait).max(1),
+            Some(wait) if refuses => retry_after_secs(wait),
             _ => ceil_secs(decision.reset_after()),
         };
         let mut value = sf_string(policy_name(limited));
@@ -182,37 +181,4 @@ fn policy_name<'a>(limited: &'a Limited<'_>) -> &'a str {
 
 fn header(key: &str, value: String) -> proto::HeaderValue {
     proto::HeaderValue { key: key.to_owned(), value, raw_value: Vec::new() }
-}
-
-/// Whole seconds, rounded up: a wait of 1 ns is 1 s, never 0.
-fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
-}
-
-/// `name` as a structured-field string: quoted, `"` and `\` escaped, characters
-/// outside printable ASCII dropped.
-fn sf_string(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 2);
-    out.push('"');
-    for c in name.chars().filter(|c| (' '..='~').contains(c)) {
-        if c == '"' || c == '\\' {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push('"');
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sf_strings_are_quoted_and_escaped() {
-        assert_eq!(sf_string("a\"b\\c\u{e9}\n"), "\"a\\\"b\\\\c\"");
-        assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
-        assert_eq!(ceil_secs(Duration::from_secs(58)), 58);
-        assert_eq!(ceil_secs(Duration::ZERO), 0);
-    }
 }

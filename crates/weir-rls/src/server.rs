@@ -286,9 +286,12 @@ struct CallGuard(Arc<InFlight>);
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        // Ordering: see `InFlight::enter`.
-        self.0.calls.fetch_sub(1, Ordering::Relaxed);
-        self.0.changed.notify_waiters();
+        // Ordering: see `InFlight::enter`. Only the last call out wakes `none`
+        // (which waits for 0): `notify_waiters` takes the Notify's lock, which
+        // every call would otherwise take.
+        if self.0.calls.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.0.changed.notify_waiters();
+        }
     }
 }
 
@@ -298,14 +301,24 @@ struct Counted<S> {
     in_flight: Arc<InFlight>,
 }
 
-#[tonic::async_trait]
+/// One future per call (the service's own trait method would box a second).
 impl<S: ConfigSource + 'static> crate::proto::rate_limit_service_server::RateLimitService for Counted<S> {
-    async fn should_rate_limit(
-        &self,
+    fn should_rate_limit<'life0, 'async_trait>(
+        &'life0 self,
         request: tonic::Request<crate::proto::RateLimitRequest>,
-    ) -> Result<tonic::Response<crate::proto::RateLimitResponse>, tonic::Status> {
-        let _call = self.in_flight.enter();
-        crate::proto::rate_limit_service_server::RateLimitService::should_rate_limit(&*self.service, request).await
+    ) -> crate::service::CallFuture<'async_trait>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        let call = self.in_flight.enter();
+        let request = request.into_inner();
+        let service = &self.service;
+        Box::pin(async move {
+            let result = service.respond(request).await.map(tonic::Response::new).map_err(tonic::Status::from);
+            drop(call);
+            result
+        })
     }
 }
 

@@ -59,6 +59,10 @@ pub const SHADOW_MODE: &str = "ratelimit_service_rate_limit_shadow_mode";
 pub const TOTAL_REQUESTS: &str = "ratelimit_service_total_requests";
 /// Seconds from a request to its answer.
 pub const RESPONSE_TIME: &str = "ratelimit_service_response_time_seconds";
+/// The bucket bounds, in seconds, of the binary's [`RESPONSE_TIME`] histogram
+/// (50 µs to 1 s).
+pub const RESPONSE_TIME_BUCKETS: [f64; 13] =
+    [0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
 /// Requests refused, by `err_type`.
 pub const SHOULD_RATE_LIMIT_ERROR: &str = "ratelimit_service_should_rate_limit_error";
 /// Config loads accepted.

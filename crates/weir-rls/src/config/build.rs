@@ -46,7 +46,7 @@ fn belongs(key: &str) -> &'static str {
 
 pub(crate) struct Builder<'o> {
     options: &'o LoadOptions,
-    domains: HashMap<Box<str>, DomainTree>,
+    domains: crate::matching::NameMap<DomainTree>,
     /// The file each domain was first read from.
     domain_files: HashMap<Box<str>, String>,
     rules: Vec<Rule>,
@@ -59,7 +59,7 @@ impl<'o> Builder<'o> {
     pub(crate) fn new(options: &'o LoadOptions) -> Self {
         Self {
             options,
-            domains: HashMap::new(),
+            domains: crate::matching::NameMap::default(),
             domain_files: HashMap::new(),
             rules: Vec::new(),
             warnings: Vec::new(),

@@ -31,7 +31,6 @@ pub use error::{ConfigError, ConfigErrorKind, ConfigWarning};
 
 use crate::matching::DomainTree;
 use crate::rule::{Algorithm, Rule, RuleId};
-use std::collections::HashMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
@@ -182,7 +181,7 @@ impl LoadOptions {
 /// ```
 #[derive(Debug)]
 pub struct Config {
-    pub(crate) domains: HashMap<Box<str>, DomainTree>,
+    pub(crate) domains: crate::matching::NameMap<DomainTree>,
     pub(crate) rules: Vec<Rule>,
     pub(crate) warnings: Vec<ConfigWarning>,
     pub(crate) files: Vec<String>,

@@ -1,33 +1,31 @@
-//! `loadgen`: a load generator for Envoy rate-limit services (weir-rls, Limitador,
-//! envoyproxy/ratelimit: anything that serves
+//! `rls-loadgen`: a load generator for Envoy rate-limit services (weir-rls,
+//! Limitador, envoyproxy/ratelimit: anything that serves
 //! `envoy.service.ratelimit.v3.RateLimitService`). Many gRPC connections, many calls
 //! in flight on each; reports decisions per second, latency percentiles, the
 //! answers' codes, and the server's CPU time per decision (user + system, read from
 //! `/proc/<pid>/stat` before and after the run, when given the server's pid).
 //!
 //! ```text
-//! cargo bench -p weir-rls --bench loadgen -- --target 127.0.0.1:8081 --pid $(pgrep -n weir-rls) \
-//!     --scenario spread --connections 2 --in-flight 16 --duration 5s
+//! cargo run --release -p weir-bench --features rls --bin rls-loadgen -- \
+//!     --target 127.0.0.1:8081 --pid $(pgrep -n weir-rls) --scenario spread --connections 2 --in-flight 16 --duration 5s
 //! ```
 //!
-//! Scenarios (domain `bench`; the configs for weir-rls and Limitador are in
-//! `benches/loadgen/`):
-//!
-//! | scenario | each request |
-//! |---|---|
-//! | `spread` | one descriptor, `client_id` drawn uniformly from `--values` (100 000) values |
-//! | `hot` | one descriptor, `client_id` = `hot`: one counter, refused once its limit is spent |
-//! | `three` | three descriptors: `client_id` as in `spread`, `path` (one of 100), `tenant` (one of 1 000) |
+//! The scenarios are those of `weir_bench::rls` (domain `bench`; the configs for
+//! weir-rls and Limitador, and `run.sh`, the comparison, are in `benches/rls/`).
+//! `--requests N` sends N calls and stops (for a server run under callgrind: its
+//! instructions over a known number of decisions).
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use hdrhistogram::Histogram;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use weir_bench::rls::{Requests, Scenario};
 use weir_rls::proto::rate_limit_response::Code;
 use weir_rls::proto::rate_limit_service_client::RateLimitServiceClient;
-use weir_rls::proto::{RateLimitDescriptor, RateLimitRequest, rate_limit_descriptor};
 
 #[derive(Debug, Parser)]
-#[command(name = "loadgen", about = "Load for Envoy rate-limit services (gRPC v3)")]
+#[command(name = "rls-loadgen", about = "Load for Envoy rate-limit services (gRPC v3)")]
 struct Args {
     /// The service's gRPC address.
     #[arg(long, default_value = "127.0.0.1:8081")]
@@ -47,6 +45,9 @@ struct Args {
     /// How long to measure.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     duration: Duration,
+    /// Measure this many calls instead of a duration (then stop).
+    #[arg(long)]
+    requests: Option<u64>,
     /// Load before measuring (connections warm, counters made), not counted.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     warmup: Duration,
@@ -65,51 +66,6 @@ struct Args {
     /// Print the CSV header first.
     #[arg(long)]
     csv_header: bool,
-    /// Passed by `cargo bench`; ignored.
-    #[arg(long, hide = true)]
-    bench: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Scenario {
-    /// One descriptor, a value among many.
-    Spread,
-    /// One descriptor, one value.
-    Hot,
-    /// Three descriptors.
-    Three,
-}
-
-/// A small, fast generator (xorshift64*): the load's values need no quality.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
-    }
-}
-
-fn descriptor(key: &str, value: String) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: vec![rate_limit_descriptor::Entry { key: key.to_owned(), value }],
-        ..Default::default()
-    }
-}
-
-fn make_request(args: &Args, rng: &mut Rng) -> RateLimitRequest {
-    let descriptors = match args.scenario {
-        Scenario::Spread => vec![descriptor("client_id", format!("c{}", rng.below(args.values)))],
-        Scenario::Hot => vec![descriptor("client_id", "hot".to_owned())],
-        Scenario::Three => vec![
-            descriptor("client_id", format!("c{}", rng.below(args.values))),
-            descriptor("path", format!("/api/{}", rng.below(100))),
-            descriptor("tenant", format!("t{}", rng.below(1_000))),
-        ],
-    };
-    RateLimitRequest { domain: args.domain.clone(), descriptors, hits_addend: 0 }
 }
 
 /// What one caller saw.
@@ -143,20 +99,39 @@ impl Tally {
     }
 }
 
-/// One caller: calls back to back on `client` until `end`, counting from `start`.
-async fn caller(
-    args: std::sync::Arc<Args>,
-    mut client: RateLimitServiceClient<tonic::transport::Channel>,
-    seed: u64,
-    start: Instant,
+/// When the callers stop: at a time, or once the measured calls are all sent.
+struct Stop {
     end: Instant,
+    /// With `--requests`: how many measured calls may still be sent.
+    left: Option<AtomicU64>,
+}
+
+impl Stop {
+    /// Whether to stop rather than send a call at `sent` (`measured`: after the
+    /// warm-up; with `--requests`, a measured call takes a ticket).
+    fn reached(&self, sent: Instant, measured: bool) -> bool {
+        match &self.left {
+            // Ordering: a count of tickets; nothing else is published through it.
+            Some(left) => {
+                measured && left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_err()
+            }
+            None => sent >= self.end,
+        }
+    }
+}
+
+/// One caller: calls back to back on `client` until `stop`, counting from `start`.
+async fn caller(
+    mut requests: Requests,
+    mut client: RateLimitServiceClient<tonic::transport::Channel>,
+    start: Instant,
+    stop: Arc<Stop>,
 ) -> Tally {
-    let mut rng = Rng(seed | 1);
     let mut tally = Tally::new();
     loop {
-        let request = make_request(&args, &mut rng);
+        let request = requests.next_request();
         let sent = Instant::now();
-        if sent >= end {
+        if stop.reached(sent, sent >= start) {
             return tally;
         }
         let result = client.should_rate_limit(request).await;
@@ -194,7 +169,7 @@ fn cpu_time(pid: u32) -> Option<Duration> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = std::sync::Arc::new(Args::parse());
+    let args = Args::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", args.target))?;
@@ -205,13 +180,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             channels.push(endpoint.connect().await?);
         }
         let start = Instant::now() + args.warmup;
-        let end = start + args.duration;
+        let stop = Arc::new(Stop { end: start + args.duration, left: args.requests.map(AtomicU64::new) });
         let mut tasks = Vec::new();
         for (c, channel) in channels.iter().enumerate() {
             for i in 0..args.in_flight {
                 let client = RateLimitServiceClient::new(channel.clone());
                 let seed = 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul((c * args.in_flight + i + 1) as u64);
-                tasks.push(tokio::spawn(caller(std::sync::Arc::clone(&args), client, seed, start, end)));
+                let requests = Requests::new(args.scenario, args.values, &args.domain, seed);
+                tasks.push(tokio::spawn(caller(requests, client, start, Arc::clone(&stop))));
             }
         }
         tokio::time::sleep_until(start.into()).await;
@@ -221,7 +197,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for task in tasks {
             total.add(task.await?);
         }
-        let elapsed = measured_from.elapsed().min(args.duration + Duration::from_millis(100));
+        let elapsed = match args.requests {
+            Some(_) => measured_from.elapsed(),
+            None => measured_from.elapsed().min(args.duration + Duration::from_millis(100)),
+        };
         let cpu_after = args.pid.and_then(cpu_time);
         let decisions = total.ok + total.over;
         let per_second = decisions as f64 / elapsed.as_secs_f64();
@@ -235,9 +214,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 );
             }
             println!(
-                "{},{:?},{},{},{:.2},{:.0},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{:.2},{:.0},{},{},{},{},{},{},{},{}",
                 args.label,
-                args.scenario,
+                args.scenario.name(),
                 args.connections,
                 args.in_flight,
                 elapsed.as_secs_f64(),
@@ -253,9 +232,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         } else {
             println!(
-                "{} {:?}: {} connections x {} in flight, {:.1} s",
+                "{} {}: {} connections x {} in flight, {:.1} s",
                 args.label,
-                args.scenario,
+                args.scenario.name(),
                 args.connections,
                 args.in_flight,
                 elapsed.as_secs_f64()
