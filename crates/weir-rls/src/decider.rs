@@ -479,11 +479,11 @@ impl StoreDecider {
 impl Decide for StoreDecider {
     async fn decide(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, DecideError> {
         let counters = checks.iter().map(|c| self.counter(c)).collect::<Result<Vec<_>, _>>()?;
-        // A cost above what a limit ever admits at once is over now: the others are
-        // read, not charged.
-        let never = checks.iter().position(|c| !c.shadow && c.cost > c.quota.burst());
+        // A cost above what a limit ever admits at once is over now (every such
+        // limit): the others are read, not charged.
+        let never = checks.iter().any(|c| !c.shadow && c.cost > c.quota.burst());
         let costs: Vec<u64> =
-            checks.iter().map(|c| if never.is_some() || c.cost > c.quota.burst() { 0 } else { c.cost }).collect();
+            checks.iter().map(|c| if never || c.cost > c.quota.burst() { 0 } else { c.cost }).collect();
         // Every limit in Redis: one script decides them all.
         let limiters: Option<Vec<&Resilient>> = counters.iter().map(|c| c.redis_limiter()).collect();
         let in_redis = match limiters {
@@ -513,10 +513,9 @@ impl Decide for StoreDecider {
         Ok(checks
             .iter()
             .zip(decisions)
-            .enumerate()
-            .map(|(i, (check, decision))| {
+            .map(|(check, decision)| {
                 let decision = decision.unwrap_or_else(|| undecided(check));
-                if never == Some(i) || (check.shadow && check.cost > check.quota.burst()) {
+                if check.cost > check.quota.burst() {
                     let wait = u64::try_from(decision.reset_after().as_nanos()).unwrap_or(u64::MAX);
                     Decision::denied(decision.snapshot(), wait)
                 } else {
